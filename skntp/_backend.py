@@ -1,0 +1,175 @@
+"""The array layer: one namespace for NumPy (default) and torch.
+
+All math in skntp is written once against an Array-API namespace ``xp``
+(``array_api_compat``, vendored by scikit-learn, so no extra dependency).
+``backend="numpy"`` uses NumPy; ``backend="torch"`` runs the same code on a
+torch device.  Fitted attributes always come back as NumPy arrays.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.externals import array_api_compat
+from sklearn.externals.array_api_compat import numpy as _np_xp
+
+__all__ = ["Backend", "get_backend", "to_numpy"]
+
+_DTYPES = {"float64", "float32"}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An array namespace with its device and floating dtype.
+
+    Attributes
+    ----------
+    name : {"numpy", "torch"}
+    xp : module
+        Array-API compatible namespace.
+    device : object
+        Device on which arrays are created (``None`` for NumPy).
+    dtype : object
+        Floating dtype of the namespace (float64 by default).
+    """
+
+    name: str
+    xp: object
+    device: object
+    dtype: object
+
+    def asarray(self, a, dtype=None):
+        """Convert ``a`` (NumPy array, scalar or backend array) to this backend."""
+        xp = self.xp
+        dtype = self.dtype if dtype is None else dtype
+        if self.name == "numpy":
+            return np.asarray(to_numpy(a), dtype=dtype)
+        import torch
+
+        if isinstance(a, torch.Tensor):
+            return a.to(device=self.device, dtype=dtype)
+        return torch.as_tensor(np.asarray(a), dtype=dtype, device=self.device)
+
+    def asindex(self, a):
+        """Convert an integer array to this backend (int64)."""
+        if self.name == "numpy":
+            return np.asarray(a, dtype=np.int64)
+        import torch
+
+        return torch.as_tensor(np.asarray(a, dtype=np.int64), device=self.device)
+
+    def asbool(self, a):
+        """Convert a boolean array to this backend."""
+        if self.name == "numpy":
+            return np.asarray(a, dtype=bool)
+        import torch
+
+        return torch.as_tensor(np.asarray(a, dtype=bool), device=self.device)
+
+    def zeros(self, shape):
+        return self.xp.zeros(shape, dtype=self.dtype, device=self.device)
+
+    def eps(self):
+        """Machine epsilon of the floating dtype."""
+        return float(self.xp.finfo(self.dtype).eps)
+
+    def tiny(self):
+        """Smallest positive normal number of the floating dtype."""
+        return float(self.xp.finfo(self.dtype).smallest_normal)
+
+
+def get_backend(backend="numpy", device=None, dtype="float64"):
+    """Return the :class:`Backend` for a name, device and dtype.
+
+    Parameters
+    ----------
+    backend : {"numpy", "torch"}, default="numpy"
+    device : str or None, default=None
+        Torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``); must be ``None`` or
+        ``"cpu"`` with NumPy.
+    dtype : {"float64", "float32"}, default="float64"
+
+    Raises
+    ------
+    ImportError
+        If ``backend="torch"`` and torch is not installed.
+    ValueError
+        If the device is unavailable (e.g. ``"cuda"`` without CUDA).
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}.")
+    if backend == "numpy":
+        if device not in (None, "cpu"):
+            raise ValueError(
+                f"device={device!r} needs backend='torch'; the NumPy backend runs on "
+                "the CPU only."
+            )
+        return Backend("numpy", _np_xp, None, np.dtype(dtype))
+    if backend == "torch":
+        if importlib.util.find_spec("torch") is None:
+            raise ImportError(
+                "backend='torch' needs PyTorch: pip install 'skntp[torch]'."
+            )
+        import torch
+        from sklearn.externals.array_api_compat import torch as _torch_xp
+
+        dev = torch.device("cpu" if device is None else device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r} was requested but CUDA is not available on this "
+                "machine; use device='cpu'."
+            )
+        return Backend("torch", _torch_xp, dev, getattr(torch, dtype))
+    raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}.")
+
+
+def to_numpy(a):
+    """Return ``a`` as a NumPy array (moving torch tensors to the CPU)."""
+    if isinstance(a, np.ndarray):
+        return a
+    if array_api_compat.is_torch_array(a):
+        return a.detach().cpu().numpy()
+    return np.asarray(a)
+
+
+def logsumexp(xp, a, axis=-1):
+    """Max-shifted log-sum-exp along ``axis`` (keeps the dimension)."""
+    amax = xp.max(a, axis=axis, keepdims=True)
+    amax = xp.where(xp.isfinite(amax), amax, xp.zeros_like(amax))
+    return amax + xp.log(xp.sum(xp.exp(a - amax), axis=axis, keepdims=True))
+
+
+def log_softmax(xp, a, axis=-1):
+    """Numerically stable log-softmax along ``axis``."""
+    return a - logsumexp(xp, a, axis=axis)
+
+
+def softmax(xp, a, axis=-1):
+    """Numerically stable softmax along ``axis``."""
+    amax = xp.max(a, axis=axis, keepdims=True)
+    amax = xp.where(xp.isfinite(amax), amax, xp.zeros_like(amax))
+    e = xp.exp(a - amax)
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+def scatter_add(xp, index, values, size):
+    """Sum ``values`` into a zero vector of length ``size`` at ``index``.
+
+    The Array API has no scatter-add; NumPy uses ``bincount`` (vectorized,
+    unlike ``np.add.at``) and torch uses ``index_add``.
+    """
+    if array_api_compat.is_torch_array(values):
+        import torch
+
+        out = torch.zeros(size, dtype=values.dtype, device=values.device)
+        return out.index_add_(0, index, values)
+    return np.bincount(index, weights=values, minlength=size).astype(
+        values.dtype, copy=False
+    )
+
+
+def norm(xp, a):
+    """Frobenius (or Euclidean) norm of any array, as a 0-d array."""
+    return xp.sqrt(xp.sum(a * a))

@@ -1,0 +1,285 @@
+"""The training loop shared by every estimator.
+
+One loop runs full-batch gradient descent (``"gd"``), normalized GD
+(``"ngd"``), Adam (``"adam"``) and the regularization path (``"regpath"``)
+over an *objective*: a function of a tuple of parameter blocks that returns
+``(loss, gradients)``.  Every estimator records the same history through a
+``metrics`` callback.
+
+The arrays are those of the estimator's backend (NumPy or torch); the loop
+only uses operators and Array-API functions, so it runs unchanged on both.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from ._backend import norm
+
+__all__ = ["SOLVERS", "OptimResult", "minimize", "regpath_radii"]
+
+SOLVERS = ("gd", "ngd", "adam", "regpath")
+
+
+class OptimResult:
+    """What :func:`minimize` returns.
+
+    Attributes
+    ----------
+    params : tuple of arrays
+        Final parameter blocks (backend arrays).
+    n_iter : int
+        Iterations run (grid points for ``"regpath"``).
+    converged : bool
+        The gradient norm reached ``tol`` (or, for the path, every grid point
+        was solved to tolerance).
+    stop_reason : str
+        ``"tol"``, ``"max_iter"``, ``"zero-gradient"`` or ``"non-finite"``.
+    history : dict of ndarray
+        Per-record NumPy arrays: ``iteration``, ``loss``, ``grad_norm``,
+        ``time`` and whatever ``metrics`` returned; for the path also
+        ``radius``.
+    """
+
+    def __init__(self, params, n_iter, converged, stop_reason, history):
+        self.params = params
+        self.n_iter = n_iter
+        self.converged = converged
+        self.stop_reason = stop_reason
+        self.history = history
+
+
+class _Recorder:
+    def __init__(self, metrics, record_every):
+        self.metrics = metrics
+        self.record_every = max(1, int(record_every))
+        self.rows = {}
+
+    def record(self, k, params, loss, grad_norm, t0, force=False, **extra):
+        if not force and k % self.record_every:
+            return
+        row = {"iteration": k, "loss": loss, "grad_norm": grad_norm,
+               "time": time.perf_counter() - t0, **extra}
+        if self.metrics is not None:
+            row.update(self.metrics(params))
+        for key, value in row.items():
+            self.rows.setdefault(key, []).append(float(value))
+
+    def history(self):
+        return {k: np.asarray(v, dtype=float) for k, v in self.rows.items()}
+
+
+def _block_norms(xp, grads):
+    return [float(norm(xp, g)) for g in grads]
+
+
+def _all_finite(xp, arrays):
+    return all(bool(xp.all(xp.isfinite(a))) for a in arrays)
+
+
+def minimize(
+    objective,
+    params0,
+    *,
+    xp,
+    solver="gd",
+    lr=0.5,
+    max_iter=1000,
+    tol=0.0,
+    metrics=None,
+    record_every=1,
+    betas=(0.9, 0.99),
+    eps=1e-8,
+    radii=None,
+    inner_max_iter=200,
+    project=None,
+    progress=None,
+):
+    """Minimize ``objective`` from ``params0`` with a first-order method.
+
+    Parameters
+    ----------
+    objective : callable
+        ``objective(params) -> (loss, grads)``; ``params`` and ``grads`` are
+        tuples of arrays, ``loss`` a float or 0-d array.
+    params0 : tuple of arrays
+        Initial parameter blocks.
+    xp : namespace
+        Array namespace of the blocks.
+    solver : {"gd", "ngd", "adam", "regpath"}
+        ``"gd"``: ``w <- w - lr g``. ``"ngd"``: each block moves by
+        ``lr g_b / ||g_b||`` (normalized GD as in both papers).
+        ``"adam"``: Adam with ``betas`` and ``eps``. ``"regpath"``:
+        ``argmin_{||w_b|| <= r_b} loss`` for each row of ``radii`` (the
+        regularization path, Thm. A.3 of the NTP paper, Thm. 1 of the
+        max-margin paper), solved by accelerated projected gradient with
+        backtracking, each point warm-started from the last.
+    lr : float
+    max_iter : int
+        Iterations (ignored by ``"regpath"``, which runs ``inner_max_iter``
+        per radius).
+    tol : float
+        Stop when the gradient norm is ``<= tol``.
+    metrics : callable, optional
+        ``metrics(params) -> dict`` of floats recorded in the history.
+    record_every : int
+        Record every that many iterations (and always the first and last).
+    radii : array of shape (n_radii, n_blocks)
+        The path's radii (``"regpath"`` only).
+    project : callable, optional
+        ``project(params) -> params`` applied after every step (keeps fixed
+        blocks fixed, e.g. the head of a model trained in ``p`` only).
+    progress : callable, optional
+        ``progress(k, loss, history_row)`` for progress bars.
+
+    Returns
+    -------
+    OptimResult
+    """
+    if solver == "regpath":
+        return _regpath(objective, params0, xp=xp, radii=radii, tol=tol,
+                        inner_max_iter=inner_max_iter, metrics=metrics)
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
+    params = tuple(params0)
+    rec = _Recorder(metrics, record_every)
+    t0 = time.perf_counter()
+    loss, grads = objective(params)
+    gn = _block_norms(xp, grads)
+    rec.record(0, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0, force=True)
+    if adam := solver == "adam":
+        m1 = [xp.zeros_like(p) for p in params]
+        m2 = [xp.zeros_like(p) for p in params]
+    stop_reason, k = "max_iter", 0
+    for k in range(1, max_iter + 1):
+        total = math.sqrt(sum(g * g for g in gn))
+        if total <= tol:
+            stop_reason, k = "tol", k - 1
+            break
+        if total == 0.0:
+            stop_reason, k = "zero-gradient", k - 1
+            break
+        if solver == "gd":
+            new = tuple(p - lr * g for p, g in zip(params, grads))
+        elif solver == "ngd":
+            new = tuple(p - (lr / n) * g if n > 0 else p
+                        for p, g, n in zip(params, grads, gn))
+        else:
+            b1, b2 = betas
+            new = []
+            for i, (p, g) in enumerate(zip(params, grads)):
+                m1[i] = b1 * m1[i] + (1 - b1) * g
+                m2[i] = b2 * m2[i] + (1 - b2) * g * g
+                mhat = m1[i] / (1 - b1**k)
+                vhat = m2[i] / (1 - b2**k)
+                new.append(p - lr * mhat / (xp.sqrt(vhat) + eps))
+            new = tuple(new)
+        if project is not None:
+            new = project(new)
+        new_loss, new_grads = objective(new)
+        if not (math.isfinite(float(new_loss)) and _all_finite(xp, new)
+                and _all_finite(xp, new_grads)):
+            stop_reason, k = "non-finite", k - 1
+            warnings.warn(
+                f"{solver}: the loss, parameters or gradients became non-finite at "
+                f"iteration {k + 1}; stopped and kept the last finite iterate. "
+                "Lower lr or use float64.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+            break
+        params, loss, grads = new, new_loss, new_grads
+        gn = _block_norms(xp, grads)
+        rec.record(k, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0,
+                   force=(k == max_iter))
+        if progress is not None:
+            progress(k, float(loss))
+    else:
+        k = max_iter
+    if stop_reason == "zero-gradient" and float(loss) > 0 and not adam:
+        warnings.warn(
+            f"{solver}: the gradient underflowed to exactly zero at iteration {k} "
+            f"(loss {float(loss):.3g}); the softmax is saturated at this precision. "
+            "Stopped; use float64 to go further.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    if rec.rows["iteration"][-1] != k:
+        rec.record(k, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0, force=True)
+    return OptimResult(params, k, stop_reason in ("tol", "zero-gradient"), stop_reason,
+                       rec.history())
+
+
+def regpath_radii(start, stop, num):
+    """Geometric grid of radii for the regularization path."""
+    return np.geomspace(start, stop, int(num))
+
+
+def _project_ball(xp, params, radii):
+    out = []
+    for p, r in zip(params, radii):
+        n = float(norm(xp, p))
+        out.append(p * (r / n) if n > r else p)
+    return tuple(out)
+
+
+def _regpath(objective, params0, *, xp, radii, tol, inner_max_iter, metrics):
+    """Accelerated projected gradient (FISTA with restart) along the radii."""
+    if radii is None:
+        raise ValueError("solver='regpath' needs radii.")
+    radii = np.asarray(radii, dtype=float)
+    if radii.ndim == 1:
+        radii = radii[:, None]
+    if radii.shape[1] == 1 and len(params0) > 1:
+        radii = np.repeat(radii, len(params0), axis=1)
+    rec = _Recorder(metrics, 1)
+    t0 = time.perf_counter()
+    params = _project_ball(xp, tuple(params0), radii[0])
+    step = 1.0
+    all_ok = True
+    for i, r in enumerate(radii):
+        x = _project_ball(xp, params, r)
+        y, t = x, 1.0
+        fx, _ = objective(x)
+        fx = float(fx)
+        ok = False
+        for _ in range(inner_max_iter):
+            fy, gy = objective(y)
+            fy = float(fy)
+            while True:  # backtracking on the projected step
+                cand = _project_ball(xp, tuple(a - step * g for a, g in zip(y, gy)), r)
+                diff = tuple(c - a for c, a in zip(cand, y))
+                fc, _ = objective(cand)
+                fc = float(fc)
+                quad = fy + sum(float(xp.sum(g * d)) for g, d in zip(gy, diff)) + sum(
+                    float(xp.sum(d * d)) for d in diff) / (2 * step)
+                if fc <= quad + 1e-12 * abs(fy) or step < 1e-12:
+                    break
+                step *= 0.5
+            move = math.sqrt(sum(float(xp.sum(d * d)) for d in diff)) / step
+            if fc > fx:  # adaptive restart
+                y, t = x, 1.0
+                if move <= max(tol, 1e-10):
+                    ok = True
+                    break
+                continue
+            t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
+            y = tuple(c + ((t - 1) / t_new) * (c - a) for c, a in zip(cand, x))
+            x, fx, t = cand, fc, t_new
+            step *= 1.5
+            if move <= max(tol, 1e-10):
+                ok = True
+                break
+        all_ok &= ok
+        params = x
+        loss, grads = objective(params)
+        gn = math.sqrt(sum(float(norm(xp, g)) ** 2 for g in grads))
+        rec.record(i, params, float(loss), gn, t0, force=True, radius=float(r[0]),
+                   **({f"radius_{b}": float(rb) for b, rb in enumerate(r)} if len(r) > 1 else {}))
+    return OptimResult(params, len(radii), all_ok, "tol" if all_ok else "max_iter",
+                       rec.history())

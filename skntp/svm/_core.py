@@ -1,0 +1,491 @@
+"""The max-margin core: one program family, one set of solvers.
+
+Every explicit limit in skntp (NTP-SVM, ATT-SVM, relaxed ATT-SVM, the head
+SVM ``v^mm`` and Graph-SVM) is an instance of
+
+.. math::
+
+    \\min_w \\tfrac12 \\|w\\|^2 \\quad \\text{s.t.}\\quad
+    S_{b,a}(w) - S_{b,t}(w) \\;\\{=, \\ge\\}\\; r
+
+where ``S(w)`` is a *score map*, a linear map from the primal parameter ``w`` to
+a table of scores with one row per block (a context, an input sequence, a last
+token) and one column per position (a vocabulary token, a sequence position),
+and each constraint compares two scores of the same row (or one score with 0).
+The models only build the score map and the list of constraints; the core
+solves the program, by a fast method of our own or by cvxpy (the reference).
+
+The dual of the program, with multipliers ``lam`` (``>= 0`` on inequalities,
+free on equalities), is
+
+.. math::
+
+    \\max_{lam} \\; r^T lam - \\tfrac12 \\|S^*(C(lam))\\|^2,\\qquad
+    C(lam) = \\sum_k lam_k (e_{b_k a_k} - e_{b_k t_k}),
+
+and the primal solution is ``w = S^*(C(lam))`` (``S^*`` the adjoint).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._backend import get_backend, scatter_add, to_numpy
+
+__all__ = [
+    "BilinearScores",
+    "Constraints",
+    "KeyScores",
+    "MaxMarginProblem",
+    "MaxMarginResult",
+    "NotSeparableError",
+    "register_method",
+    "solve_max_margin",
+]
+
+
+class NotSeparableError(ValueError):
+    """The max-margin program is infeasible: the data are not separable.
+
+    The message names the program (e.g. "data are not NTP-separable").
+    """
+
+
+# --------------------------------------------------------------------------
+# Score maps
+# --------------------------------------------------------------------------
+class BilinearScores:
+    """Scores ``S = Q W^T E^T`` for a matrix parameter ``W`` (shape ``(p, q)``).
+
+    Row ``b`` of ``S`` holds ``E W Q[b]``: the score of every output
+    embedding (row of ``E``, shape ``(n_positions, p)``) for the query
+    ``Q[b]`` (shape ``(n_blocks, q)``).  ``E=None`` means the identity, which
+    is the linear decoder of the NTP paper: ``S[j, v] = e_v^T W h_j``.
+    With ``E`` the token embeddings and ``Q`` the last-token embeddings it is
+    the Graph-SVM score ``S[k, i] = e_i^T W e_k``.
+
+    Parameters
+    ----------
+    queries : ndarray of shape (n_blocks, q)
+    outputs : ndarray of shape (n_positions, p) or None
+        ``None`` for the identity (then ``n_positions = p`` must be given).
+    n_outputs : int, optional
+        Number of positions when ``outputs`` is None.
+    """
+
+    def __init__(self, queries, outputs=None, n_outputs=None):
+        self.queries = np.asarray(queries, dtype=float)
+        self.outputs = None if outputs is None else np.asarray(outputs, dtype=float)
+        if self.outputs is None:
+            if n_outputs is None:
+                raise ValueError("n_outputs is required when outputs is None.")
+            self.n_positions = int(n_outputs)
+            p = self.n_positions
+        else:
+            self.n_positions, p = self.outputs.shape
+        self.n_blocks = self.queries.shape[0]
+        self.shape = (p, self.queries.shape[1])
+
+    def to_backend(self, be):
+        """Return a copy whose arrays live on backend ``be``."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.queries = be.asarray(self.queries)
+        new.outputs = None if self.outputs is None else be.asarray(self.outputs)
+        return new
+
+    def forward(self, xp, w):
+        """Scores ``(n_blocks, n_positions)`` of the parameter ``w``."""
+        s = self.queries @ w.T
+        return s if self.outputs is None else s @ self.outputs.T
+
+    def adjoint(self, xp, c):
+        """Adjoint: ``W = E^T C^T Q`` for a table ``C`` shaped like the scores."""
+        ct = c.T if self.outputs is None else self.outputs.T @ c.T
+        return ct @ self.queries
+
+    def matrix(self):
+        """Sparse matrix of the map on ``w.ravel()`` (C order), rows ``b*T + t``."""
+        if self.outputs is None:
+            # S[b, t] = sum_k Q[b, k] W[t, k]; W[t, k] sits at t * q + k.
+            B, T, (_, q) = self.n_blocks, self.n_positions, self.shape
+            b, t, k = np.meshgrid(np.arange(B), np.arange(T), np.arange(q), indexing="ij")
+            return sp.csr_matrix(
+                (self.queries[b, k].ravel(), ((b * T + t).ravel(), (t * q + k).ravel())),
+                shape=(B * T, T * q),
+            )
+        # S[b, t] = sum_{a,c} E[t, a] W[a, c] Q[b, c] (dense: small problems only).
+        q_, e_ = self.queries, self.outputs
+        dense = np.einsum("ta,bc->btac", e_, q_).reshape(
+            self.n_blocks * self.n_positions, -1
+        )
+        return sp.csr_matrix(dense)
+
+
+class KeyScores:
+    """Scores ``S[b, t] = k_{bt}^T p`` for a vector parameter ``p`` (shape ``(d,)``).
+
+    The attention score map: block ``b`` is an input sequence with keys
+    ``K_b = X_b W^T`` (rows padded to a common length, ``mask`` marks real
+    tokens).  A single position per block (``T = 1``) with ``k_b = y_b r_b``
+    gives the binary hard-margin SVM without bias (the head SVM ``v^mm``).
+
+    Parameters
+    ----------
+    keys : ndarray of shape (n_blocks, n_positions, d)
+    """
+
+    def __init__(self, keys):
+        self.keys = np.asarray(keys, dtype=float)
+        self.n_blocks, self.n_positions, d = self.keys.shape
+        self.shape = (d,)
+
+    def to_backend(self, be):
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.keys = be.asarray(self.keys)
+        return new
+
+    def forward(self, xp, w):
+        return self.keys @ w
+
+    def adjoint(self, xp, c):
+        return xp.sum(self.keys * c[..., None], axis=(0, 1))
+
+    def matrix(self):
+        return sp.csr_matrix(self.keys.reshape(-1, self.shape[0]))
+
+
+# --------------------------------------------------------------------------
+# Constraints and problems
+# --------------------------------------------------------------------------
+@dataclass
+class Constraints:
+    """Score-difference constraints ``S[b, a] - S[b, t] (= or >=) rhs``.
+
+    ``ref = -1`` compares with 0 (``S[b, a] >= rhs``).  Arrays are NumPy.
+    """
+
+    block: np.ndarray
+    pos: np.ndarray
+    ref: np.ndarray
+    rhs: np.ndarray
+    equality: np.ndarray
+
+    def __post_init__(self):
+        self.block = np.asarray(self.block, dtype=np.int64)
+        self.pos = np.asarray(self.pos, dtype=np.int64)
+        self.ref = np.asarray(self.ref, dtype=np.int64)
+        self.rhs = np.asarray(self.rhs, dtype=float)
+        self.equality = np.asarray(self.equality, dtype=bool)
+        n = self.block.shape[0]
+        for name in ("pos", "ref", "rhs", "equality"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"constraint array {name!r} must have shape ({n},).")
+
+    def __len__(self):
+        return int(self.block.shape[0])
+
+    @classmethod
+    def concatenate(cls, parts):
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            e = np.zeros(0, dtype=np.int64)
+            return cls(e, e, e, np.zeros(0), np.zeros(0, dtype=bool))
+        return cls(
+            *(
+                np.concatenate([getattr(p, f) for p in parts])
+                for f in ("block", "pos", "ref", "rhs", "equality")
+            )
+        )
+
+
+@dataclass
+class MaxMarginProblem:
+    """``min 1/2 ||w||^2`` under score-difference constraints.
+
+    Parameters
+    ----------
+    scores : BilinearScores or KeyScores
+        The linear score map ``w -> S(w)``.
+    constraints : Constraints
+    name : str
+        The program's name, used in messages ("NTP-SVM", "ATT-SVM", ...).
+    infeasible_message : str
+        What infeasibility means for the user's data
+        (e.g. "data are not NTP-separable").
+    """
+
+    scores: object
+    constraints: Constraints
+    name: str = "max-margin program"
+    infeasible_message: str = "data are not separable"
+    info: dict = field(default_factory=dict)
+
+    @property
+    def shape(self):
+        return self.scores.shape
+
+    def constraint_matrix(self):
+        """Sparse rows of all constraints on ``w.ravel()`` (for cvxpy/testing)."""
+        c = self.constraints
+        n, T = len(c), self.scores.n_positions
+        rows = np.concatenate([np.arange(n), np.arange(n)[c.ref >= 0]])
+        cols = np.concatenate([c.block * T + c.pos, (c.block * T + c.ref)[c.ref >= 0]])
+        vals = np.concatenate([np.ones(n), -np.ones(int((c.ref >= 0).sum()))])
+        select = sp.csr_matrix(
+            (vals, (rows, cols)), shape=(n, self.scores.n_blocks * T)
+        )
+        return (select @ self.scores.matrix()).tocsr()
+
+    # Operators over the array namespace, used by the fast solvers -------------
+    def operators(self, be):
+        """Return ``(values, dual_to_primal)`` closures on backend ``be``.
+
+        ``values(w)`` gives every constraint's left-hand side; ``dual_to_primal``
+        maps multipliers ``lam`` to ``w = S^*(C(lam))``.
+        """
+        xp = be.xp
+        smap = self.scores.to_backend(be)
+        c = self.constraints
+        T = self.scores.n_positions
+        size = self.scores.n_blocks * T
+        has_ref = c.ref >= 0
+        pos_flat = be.asindex(c.block * T + c.pos)
+        ref_flat = be.asindex(np.where(has_ref, c.block * T + c.ref, 0))
+        ref_mask = be.asarray(has_ref.astype(float))
+        B = self.scores.n_blocks
+
+        def values(w):
+            s = xp.reshape(smap.forward(xp, w), (-1,))
+            return xp.take(s, pos_flat) - ref_mask * xp.take(s, ref_flat)
+
+        def dual_to_primal(lam):
+            table = scatter_add(xp, pos_flat, lam, size) - scatter_add(
+                xp, ref_flat, lam * ref_mask, size
+            )
+            return smap.adjoint(xp, xp.reshape(table, (B, T)))
+
+        return values, dual_to_primal
+
+
+@dataclass
+class MaxMarginResult:
+    """Solution of a :class:`MaxMarginProblem`.
+
+    Attributes
+    ----------
+    primal : ndarray
+        ``w`` with the problem's shape (margin 1, not normalized).
+    dual : ndarray of shape (n_constraints,)
+        Multipliers (``>= 0`` on inequalities).
+    method : str
+    status : str
+    n_iter : int
+    gap : float
+        Relative duality gap ``(||w||^2 - r^T lam) / ||w||^2`` at the end.
+    max_violation : float
+        Largest constraint violation of ``primal``.
+    """
+
+    primal: np.ndarray
+    dual: np.ndarray
+    method: str
+    status: str
+    n_iter: int = 0
+    gap: float = float("nan")
+    max_violation: float = float("nan")
+
+
+def constraint_violation(problem, w):
+    """Largest violation of the problem's constraints at ``w`` (NumPy)."""
+    A = problem.constraint_matrix()
+    c = problem.constraints
+    vals = A @ np.asarray(w, dtype=float).ravel() - c.rhs
+    viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
+    return float(viol.max()) if viol.size else 0.0
+
+
+# --------------------------------------------------------------------------
+# Methods
+# --------------------------------------------------------------------------
+_METHODS = {}
+
+
+def register_method(name, func, *, auto_priority=None):
+    """Register a solver ``func(problem, tol, max_iter, be, verbose) -> result``.
+
+    ``auto_priority`` (lower first) makes it a candidate for ``method="auto"``;
+    a function may decline a problem by returning ``None``.
+    """
+    _METHODS[name] = (func, auto_priority)
+
+
+def _solve_cvxpy(problem, tol, max_iter, be, verbose):
+    import cvxpy as cp
+
+    c = problem.constraints
+    A = problem.constraint_matrix()
+    n_var = int(np.prod(problem.shape))
+    w = cp.Variable(n_var)
+    cons = []
+    ineq, eq = ~c.equality, c.equality
+    if ineq.any():
+        cons.append(A[ineq] @ w >= c.rhs[ineq])
+    if eq.any():
+        cons.append(A[eq] @ w == c.rhs[eq])
+    prob = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(w)), cons)
+    try:
+        prob.solve(solver=cp.CLARABEL, verbose=bool(verbose))
+    except cp.error.SolverError as exc:  # pragma: no cover - solver crash
+        raise RuntimeError(f"{problem.name}: Clarabel failed: {exc}") from exc
+    status = prob.status
+    if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        raise NotSeparableError(
+            f"{problem.name} is infeasible (solver status {status!r}): "
+            f"{problem.infeasible_message}."
+        )
+    if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+        raise RuntimeError(f"{problem.name}: cvxpy returned status {status!r}.")
+    if status == cp.OPTIMAL_INACCURATE:
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn(
+            f"{problem.name}: cvxpy returned status 'optimal_inaccurate'; the "
+            "solution may be imprecise.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    wv = np.asarray(w.value, dtype=float)
+    dual = np.zeros(len(c))
+    if ineq.any():
+        dual[ineq] = np.asarray(cons[0].dual_value, dtype=float).ravel()
+    if eq.any():
+        dual[eq] = -np.asarray(cons[-1].dual_value, dtype=float).ravel()
+    sq = float(wv @ wv)
+    gap = (sq - float(c.rhs @ dual)) / sq if sq > 0 else 0.0
+    vals = A @ wv - c.rhs
+    viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
+    stats = prob.solver_stats
+    return MaxMarginResult(
+        primal=wv.reshape(problem.shape),
+        dual=dual,
+        method="cvxpy",
+        status=status,
+        n_iter=int(stats.num_iters or 0) if stats is not None else 0,
+        gap=float(gap),
+        max_violation=float(viol.max()) if viol.size else 0.0,
+    )
+
+
+register_method("cvxpy", _solve_cvxpy, auto_priority=100)
+
+
+def solve_max_margin(
+    problem,
+    *,
+    method="auto",
+    tol=1e-8,
+    max_iter=100_000,
+    backend="numpy",
+    device=None,
+    dtype="float64",
+    verbose=0,
+):
+    """Solve ``min 1/2 ||w||^2`` under the problem's constraints.
+
+    Parameters
+    ----------
+    problem : MaxMarginProblem
+    method : str, default="auto"
+        ``"cvxpy"`` (Clarabel, the reference path), a registered fast method,
+        or ``"auto"``: the fastest registered method that accepts the problem.
+    tol : float, default=1e-8
+        Relative duality-gap / feasibility tolerance of iterative methods.
+    max_iter : int, default=100_000
+    backend, device, dtype :
+        Array layer for iterative methods (see :func:`skntp._backend.get_backend`).
+    verbose : int, default=0
+
+    Returns
+    -------
+    MaxMarginResult
+        With NumPy arrays.
+
+    Raises
+    ------
+    NotSeparableError
+        If the program is infeasible (the message names the program and what
+        that means for the data).
+    """
+    c = problem.constraints
+    if len(c) == 0:
+        return MaxMarginResult(
+            primal=np.zeros(problem.shape),
+            dual=np.zeros(0),
+            method="trivial",
+            status="optimal",
+            gap=0.0,
+            max_violation=0.0,
+        )
+    be = get_backend(backend, device, dtype)
+    if method == "auto":
+        candidates = sorted(
+            (prio, name) for name, (f, prio) in _METHODS.items() if prio is not None
+        )
+        names = [name for _, name in candidates]
+    else:
+        if method not in _METHODS:
+            raise ValueError(
+                f"unknown max-margin method {method!r}; choose from "
+                f"{sorted(_METHODS) + ['auto']}."
+            )
+        names = [method]
+    for name in names:
+        func = _METHODS[name][0]
+        result = func(problem, tol, max_iter, be, verbose)
+        if result is not None:
+            result.primal = to_numpy(result.primal)
+            result.dual = to_numpy(result.dual)
+            return result
+    raise ValueError(f"no max-margin method accepts the problem {problem.name}.")
+
+
+def solve_min_norm(problem, *, tol=1e-13, max_iter=None):
+    """Minimum-norm (least-squares) solution of the problem's *equalities*.
+
+    Solves ``min ||w||`` over the least-squares solutions of
+    ``S_{b,a}(w) - S_{b,t}(w) = rhs`` with LSQR started at zero, which
+    returns the minimum-norm solution; it lies in the row space of the
+    constraints (for the NTP-SVM structure, in the subspace ``F`` of eq. (5)).
+
+    Returns
+    -------
+    w : ndarray with the problem's shape
+    relative_residual : float
+        ``||A w - rhs|| / max(1, ||rhs||)``: ~0 when the equations are solvable.
+    """
+    from scipy.sparse.linalg import LinearOperator, lsqr
+
+    c = problem.constraints
+    if not c.equality.all():
+        raise ValueError("solve_min_norm takes equality constraints only.")
+    if len(c) == 0:
+        return np.zeros(problem.shape), 0.0
+    be = get_backend("numpy")
+    values, dual_to_primal = problem.operators(be)
+    n_var = int(np.prod(problem.shape))
+    op = LinearOperator(
+        (len(c), n_var),
+        matvec=lambda x: values(np.reshape(x, problem.shape)),
+        rmatvec=lambda y: np.ravel(dual_to_primal(np.ravel(y))),
+        dtype=float,
+    )
+    out = lsqr(op, c.rhs, atol=tol, btol=tol, iter_lim=max_iter or 20 * n_var)
+    w = np.asarray(out[0]).reshape(problem.shape)
+    res = float(np.linalg.norm(values(w) - c.rhs)) / max(1.0, float(np.linalg.norm(c.rhs)))
+    return w, res
