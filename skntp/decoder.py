@@ -362,7 +362,9 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=True, dtype=np.float64,
                           ensure_min_samples=1)
         n = X.shape[0]
-        if sp.issparse(y) or (np.ndim(y) == 2 and np.shape(y)[1] > 1):
+        if not sp.issparse(y):
+            y = np.asarray(y)
+        if sp.issparse(y) or (y.ndim == 2 and y.shape[1] > 1):
             y_checked = y
         else:
             from sklearn.utils import column_or_1d
@@ -500,7 +502,7 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         hist["excess_loss"] = hist["loss"] - self.entropy_
         self.history_ = hist
         if (self.is_ntp_separable_ is False and not result.converged
-                and self.solver != "regpath"):
+                and self.solver != "regpath" and hist["grad_norm"][-1] > 1e-8):
             warnings.warn(
                 f"solver={self.solver!r} stopped after max_iter={self.max_iter} "
                 f"iterations with gradient norm {hist['grad_norm'][-1]:.3g} > "
@@ -533,7 +535,8 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """Most likely next token for each context."""
-        return self.classes_[np.argmax(self._logits(X), axis=1)]
+        logits = self._logits(X)
+        return self.classes_[np.argmax(logits, axis=1)]
 
     def score(self, X, y, sample_weight=None):
         """Accuracy of :meth:`predict` (scikit-learn's default).
