@@ -1,0 +1,277 @@
+"""The attention model's math, written once over an array namespace ``xp``.
+
+Model (Tarzanagh et al., "Max-Margin Token Selection in Attention
+Mechanism", eq. (5) and (ERM)):
+
+.. math::
+
+    f(X) = v^T X^T \\mathbb{S}(K p), \\qquad K = X W^T, \\qquad
+    \\mathcal{L}(v, p) = \\sum_i w_i\\, \\ell(Y_i f(X_i)) / \\sum_i w_i .
+
+Every function takes the namespace ``xp`` first and works on NumPy and torch
+arrays alike.  Shapes may carry any number of leading *batch* axes ``...``
+(independent problems, e.g. the trials of the Fig. 9 sweep):
+
+* ``X``     : ``(..., n, T, d)`` tokens (padded; ``mask`` marks real ones)
+* ``K``     : ``(..., n, T, k)`` keys ``X W^T``
+* ``mask``  : ``(..., n, T)`` bool or ``None`` (all real)
+* ``y``     : ``(..., n)`` labels in ``{-1, +1}``
+* ``v``     : ``(..., d)`` head;  ``p`` : ``(..., k)`` query
+* ``sample_weight`` : ``(..., n)`` or ``None`` (uniform)
+
+Padded tokens get exactly zero attention: their logits are replaced by
+``-inf`` with ``where`` before the max-shifted softmax (no NaN as long as
+every sequence has one real token).
+
+Gradients are closed-form.  With ``s_i = S(K_i p)``, ``h_i = X_i v``
+(``h_it = v^T x_it``), ``f_i = s_i^T h_i`` and
+``c_i = w_i Y_i l'(Y_i f_i) / sum_j w_j``:
+
+* ``dL/dp = sum_i c_i K_i^T (s_i * (h_i - f_i))`` (softmax Jacobian
+  ``diag(s) - s s^T``, App. A.1);
+* ``dL/dv = sum_i c_i X_i^T s_i``;
+* ``dL/dW = p g^T`` with ``g = sum_i c_i X_i^T (s_i * (h_i - f_i))``
+  (keys ``K = X W^T``, the parameterization of Lemma 1).
+
+The signatures of this module are stable: other estimators (the joint
+head/attention model of Sec. 3) build on them.
+"""
+
+from __future__ import annotations
+
+from ._backend import softmax
+
+__all__ = [
+    "LOSSES",
+    "AttentionObjective",
+    "attention_features",
+    "attention_logits",
+    "attention_loss_grad",
+    "attention_weights",
+    "compute_keys",
+    "loss_and_derivative",
+    "token_scores",
+]
+
+LOSSES = ("logistic", "exponential", "correlation")
+
+
+def compute_keys(xp, X, W):
+    """Keys ``K = X W^T``.
+
+    Parameters
+    ----------
+    X : array of shape (..., n, T, d)
+    W : array of shape (k, d) or None
+        Key-query matrix; ``None`` means the identity (``K = X``).
+
+    Returns
+    -------
+    K : array of shape (..., n, T, k)
+    """
+    if W is None:
+        return X
+    return X @ W.T
+
+
+def attention_logits(xp, K, p, mask=None):
+    """Attention logits ``K_i p`` of shape ``(..., n, T)``, ``-inf`` at padding.
+
+    Parameters
+    ----------
+    K : array of shape (..., n, T, k)
+    p : array of shape (..., k)
+    mask : bool array of shape (..., n, T) or None
+    """
+    logits = (K @ p[..., None, :, None])[..., 0]
+    if mask is not None:
+        logits = xp.where(mask, logits, xp.full_like(logits, -float("inf")))
+    return logits
+
+
+def attention_weights(xp, K, p, mask=None):
+    """Softmax attention ``S(K_i p)`` of shape ``(..., n, T)`` (zero at padding).
+
+    Max-shifted, so finite for any norm of ``p``.
+    """
+    return softmax(xp, attention_logits(xp, K, p, mask), axis=-1)
+
+
+def attention_features(xp, X, s):
+    """Attention features ``X_i^T s_i`` of shape ``(..., n, d)``.
+
+    Parameters
+    ----------
+    X : array of shape (..., n, T, d)
+    s : array of shape (..., n, T)
+        Attention weights (from :func:`attention_weights`).
+    """
+    return (s[..., None, :] @ X)[..., 0, :]
+
+
+def token_scores(xp, X, y, v):
+    """Token scores ``gamma_it = Y_i v^T x_it`` (Def. 1), shape ``(..., n, T)``.
+
+    Parameters
+    ----------
+    X : array of shape (..., n, T, d)
+    y : array of shape (..., n)
+    v : array of shape (..., d)
+    """
+    h = (X @ v[..., None, :, None])[..., 0]
+    return y[..., None] * h
+
+
+def loss_and_derivative(xp, loss, u):
+    """The loss ``l(u)`` and its derivative ``l'(u)`` elementwise.
+
+    Parameters
+    ----------
+    loss : {"logistic", "exponential", "correlation"}
+        ``log(1 + e^{-u})``, ``e^{-u}`` or ``-u`` (Assumption A).
+    u : array
+        Margins ``Y_i f(X_i)``.
+
+    Returns
+    -------
+    value, derivative : arrays shaped like ``u``
+        The logistic loss is computed as ``max(-u, 0) + log1p(e^{-|u|})`` and
+        its derivative as ``-sigmoid(-u)``: finite for any ``u``.
+    """
+    if loss == "logistic":
+        e = xp.exp(-xp.abs(u))
+        value = xp.maximum(-u, xp.zeros_like(u)) + xp.log1p(e)
+        # -sigmoid(-u) = -1/(1+e^u), stable on both sides
+        deriv = xp.where(u >= 0, -e / (1.0 + e), -1.0 / (1.0 + e))
+        return value, deriv
+    if loss == "exponential":
+        value = xp.exp(-u)
+        return value, -value
+    if loss == "correlation":
+        return -u, -xp.ones_like(u)
+    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+
+
+def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
+                        sample_weight=None, wrt=("p",)):
+    """Risk (ERM) and its closed-form gradients.
+
+    Parameters
+    ----------
+    X : array of shape (..., n, T, d)
+    K : array of shape (..., n, T, k)
+        Keys (``X W^T``; ``X`` itself for ``W = I``).
+    y : array of shape (..., n)
+        Labels in ``{-1, +1}``.
+    v : array of shape (..., d)
+        Head.
+    p : array of shape (..., k)
+        Query.
+    mask : bool array of shape (..., n, T) or None
+    loss : {"logistic", "exponential", "correlation"}
+    sample_weight : array of shape (..., n) or (n,), or None
+        Weights ``w_i`` (the risk is their weighted mean).
+    wrt : tuple of {"p", "v", "W"}
+        Gradients to return, in this order.  ``"W"`` assumes ``K = X W^T``
+        and returns ``dL/dW = p g^T`` of shape ``(..., k, d)``.
+
+    Returns
+    -------
+    loss : array of shape (...)
+        The risk of every batch element (0-d without batch axes).
+    grads : tuple of arrays
+        One per entry of ``wrt``.
+    """
+    s = attention_weights(xp, K, p, mask)                      # (..., n, T)
+    h = (X @ v[..., None, :, None])[..., 0]                    # (..., n, T)
+    f = xp.sum(s * h, axis=-1)                                 # (..., n)
+    value, deriv = loss_and_derivative(xp, loss, y * f)
+    if sample_weight is None:
+        n = y.shape[-1]
+        risk = xp.sum(value, axis=-1) / n
+        c = y * deriv / n
+    else:
+        total = xp.sum(sample_weight * xp.ones_like(y), axis=-1, keepdims=True)
+        risk = xp.sum(sample_weight * value, axis=-1) / total[..., 0]
+        c = sample_weight * y * deriv / total
+    grads = []
+    need_r = any(w in ("p", "W") for w in wrt)
+    if need_r:
+        r = c[..., None] * s * (h - f[..., None])              # (..., n, T)
+    for name in wrt:
+        if name == "p":
+            grads.append(xp.sum((r[..., None, :] @ K)[..., 0, :], axis=-2))
+        elif name == "v":
+            cs = c[..., None] * s
+            grads.append(xp.sum((cs[..., None, :] @ X)[..., 0, :], axis=-2))
+        elif name == "W":
+            g = xp.sum((r[..., None, :] @ X)[..., 0, :], axis=-2)   # (..., d)
+            grads.append(p[..., :, None] * g[..., None, :])
+        else:
+            raise ValueError(f"unknown gradient {name!r}; choose from 'p', 'v', 'W'.")
+    return risk, tuple(grads)
+
+
+class AttentionObjective:
+    """Objective for :func:`skntp._optim.minimize` over chosen parameter blocks.
+
+    ``AttentionObjective(xp, X, y, mask=..., loss=..., v=..., p=..., W=...,
+    train=("p",))`` is a callable ``params -> (loss, grads)`` where
+    ``params`` holds the blocks named in ``train`` (in that order) and the
+    other parameters stay fixed at the values given here.
+
+    Parameters
+    ----------
+    xp : namespace
+    X : array of shape (..., n, T, d)
+    y : array of shape (..., n)
+    mask : bool array or None
+    loss : str
+    v : array of shape (..., d) or None
+        Head (required unless trained).
+    p : array of shape (..., k) or None
+        Query (required unless trained).
+    W : array of shape (k, d) or None
+        Key-query matrix (``None``: identity).  When ``"W"`` is trained its
+        current value replaces this one.
+    train : tuple of {"p", "v", "W"}
+    sample_weight : array or None
+    grad_scale : float or sequence of floats, default=1.0
+        Multiplies the gradient of each trained block (a fixed
+        preconditioner; e.g. ``1/||p||^2`` for ``W`` as in Lemma 1).
+    batched : bool, default=False
+        With leading batch axes the returned loss is the *sum* of the batch
+        risks (the problems are independent, so each block's gradient is
+        that of its own risk).
+
+    Attributes
+    ----------
+    last_weights : array
+        Attention weights at the last evaluated parameters.
+    """
+
+    def __init__(self, xp, X, y, *, mask=None, loss="logistic", v=None, p=None, W=None,
+                 train=("p",), sample_weight=None, grad_scale=1.0, batched=False):
+        self.xp, self.X, self.y, self.mask, self.loss = xp, X, y, mask, loss
+        self.v, self.p, self.W = v, p, W
+        self.train = tuple(train)
+        self.sample_weight = sample_weight
+        if isinstance(grad_scale, (int, float)):
+            grad_scale = (float(grad_scale),) * len(self.train)
+        self.grad_scale = tuple(grad_scale)
+        self.batched = batched
+        self.K = None if "W" in self.train else compute_keys(xp, X, W)
+
+    def __call__(self, params):
+        xp = self.xp
+        cur = dict(zip(self.train, params, strict=True))
+        v = cur.get("v", self.v)
+        p = cur.get("p", self.p)
+        K = compute_keys(xp, self.X, cur["W"]) if "W" in cur else self.K
+        risk, grads = attention_loss_grad(
+            xp, self.X, K, self.y, v, p, mask=self.mask, loss=self.loss,
+            sample_weight=self.sample_weight, wrt=self.train,
+        )
+        grads = tuple(g * sc if sc != 1.0 else g
+                      for g, sc in zip(grads, self.grad_scale, strict=True))
+        return (xp.sum(risk) if self.batched else risk), grads
