@@ -15,9 +15,14 @@ import numpy as np
 from sklearn.externals import array_api_compat
 from sklearn.externals.array_api_compat import numpy as _np_xp
 
-__all__ = ["Backend", "get_backend", "to_numpy"]
+__all__ = ["Backend", "CHUNK_ELEMENTS", "exp_", "get_backend", "row_chunks", "to_numpy"]
 
 _DTYPES = {"float64", "float32"}
+
+#: Largest number of elements of a (rows x columns) intermediate (e.g. the
+#: logits of a chunk of contexts) materialized at once: 2**24 elements is
+#: 128 MiB in float64.  Row-chunked objectives use :func:`row_chunks`.
+CHUNK_ELEMENTS = 2**24
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,6 @@ class Backend:
 
     def asarray(self, a, dtype=None):
         """Convert ``a`` (NumPy array, scalar or backend array) to this backend."""
-        xp = self.xp
         dtype = self.dtype if dtype is None else dtype
         if self.name == "numpy":
             return np.asarray(to_numpy(a), dtype=dtype)
@@ -132,6 +136,35 @@ def to_numpy(a):
     if array_api_compat.is_torch_array(a):
         return a.detach().cpu().numpy()
     return np.asarray(a)
+
+
+def row_chunks(n_rows, n_cols, max_elements=None):
+    """Split ``range(n_rows)`` into contiguous chunks of at most ``max_elements`` cells.
+
+    The chunk policy of row-chunked objectives: a chunk of ``r`` rows of a
+    ``(n_rows, n_cols)`` intermediate holds ``r * n_cols <= max_elements``
+    cells (at least one row).  One chunk when the whole array fits.
+
+    Parameters
+    ----------
+    n_rows, n_cols : int
+    max_elements : int, optional
+        Defaults to :data:`CHUNK_ELEMENTS`.
+
+    Returns
+    -------
+    list of (start, stop)
+    """
+    budget = CHUNK_ELEMENTS if max_elements is None else int(max_elements)
+    rows = max(1, budget // max(1, int(n_cols)))
+    return [(a, min(a + rows, n_rows)) for a in range(0, max(n_rows, 1), rows)]
+
+
+def exp_(a):
+    """``exp`` in place (NumPy ``out=``, torch ``exp_``); returns ``a``."""
+    if isinstance(a, np.ndarray):
+        return np.exp(a, out=a)
+    return a.exp_()
 
 
 def logsumexp(xp, a, axis=-1):

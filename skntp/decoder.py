@@ -18,7 +18,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ._backend import to_numpy
+from ._backend import exp_, row_chunks, scatter_add, to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
     TRAINING_CONSTRAINTS,
@@ -86,38 +86,100 @@ def aggregate_contexts(X, Y, sample_weight=None):
 class _CrossEntropy:
     """``CE(W) = -sum_j pi_j sum_z p_{j,z} log S_z(W h_j)`` (eq. (2)) and its gradient.
 
-    The gradient is ``(diag(pi) (softmax(H W^T) - P))^T H``: two matrix
-    products and a row-wise max-shifted softmax, computed in place.
+    The gradient is ``(diag(pi) (softmax(H W^T) - P))^T H`` (eq. (2)
+    differentiated): two matrix products and a row-wise max-shifted softmax,
+    computed in place.  The next-token matrix ``P`` stays sparse, as
+    ``(flat index, pi_j p_{j,z})`` pairs.
+
+    When ``m * V`` exceeds the chunk budget (:data:`skntp._backend.CHUNK_ELEMENTS`)
+    the contexts are processed in row chunks: each chunk's logits are
+    max-shifted, exponentiated, normalized and multiplied back into the
+    gradient (fused log-sum-exp and gradient), so at most one chunk of
+    logits exists at a time.  With one chunk the arithmetic is exactly the
+    unchunked one.
+
+    A leading *trial* axis runs independent problems at once (batched
+    trials, see :mod:`skntp.sweeps`): ``contexts`` (B, m, d), weights
+    (B, m), next-token rows stacked as a sparse (B*m, V) matrix and ``W``
+    (B, V, d); the loss is then the vector of the B per-trial losses and the
+    gradient stacks the per-trial gradients.
+
+    Parameters
+    ----------
+    be : Backend
+    contexts : ndarray of shape (m, d) or (B, m, d)
+    context_weights : ndarray of shape (m,) or (B, m)
+    next_token_probs : sparse matrix of shape (m, V) or (B*m, V)
+    max_elements : int, optional
+        Chunk budget in logits per chunk (all trials together).
     """
 
-    def __init__(self, be, contexts, context_weights, next_token_probs):
+    def __init__(self, be, contexts, context_weights, next_token_probs, max_elements=None):
         self.be = be
-        xp = be.xp
+        self.xp = be.xp
+        self.numpy = be.name == "numpy"
+        contexts = np.asarray(contexts)
+        context_weights = np.asarray(context_weights, dtype=float)
+        self.batched = contexts.ndim == 3
+        B = contexts.shape[0] if self.batched else 1
+        m = contexts.shape[-2]
         coo = sp.coo_matrix(next_token_probs)
         V = coo.shape[1]
+        if coo.shape[0] != B * m:
+            raise ValueError(
+                f"next_token_probs has {coo.shape[0]} rows; expected {B * m} "
+                f"({B} trial(s) x {m} contexts)."
+            )
+        row, col = coo.row.astype(np.int64), coo.col.astype(np.int64)
+        trial, j = np.divmod(row, m)
+        weighted = context_weights.reshape(-1)[row] * coo.data
+        self.n_trials, self.V = B, V
         self.H = be.asarray(contexts)
-        self.pi = be.asarray(context_weights[:, None])
-        self.flat_index = be.asindex(coo.row.astype(np.int64) * V + coo.col)
-        self.weighted_probs = be.asarray(context_weights[coo.row] * coo.data)
-        self.numpy = be.name == "numpy"
-        self.xp = xp
+        self.pi = be.asarray(context_weights[..., None])
+        self.chunks = []
+        for start, stop in row_chunks(m, B * V, max_elements):
+            sel = (j >= start) & (j < stop)
+            rows = stop - start
+            flat = (trial[sel] * rows + (j[sel] - start)) * V + col[sel]
+            self.chunks.append((
+                start,
+                stop,
+                be.asindex(flat),
+                be.asarray(weighted[sel]),
+                be.asindex(trial[sel]) if self.batched else None,
+            ))
+        self.single = len(self.chunks) == 1
 
     def __call__(self, params):
         xp = self.xp
         W = params[0]
-        L = self.H @ W.T
-        L -= xp.max(L, axis=1, keepdims=True)
-        picked = xp.reshape(L, (-1,))[self.flat_index]
-        if self.numpy:
-            np.exp(L, out=L)
-        else:
-            L = xp.exp(L)
-        s = xp.sum(L, axis=1, keepdims=True)
-        loss = xp.sum(self.pi * xp.log(s)) - xp.sum(self.weighted_probs * picked)
-        L *= self.pi / s
-        flat = xp.reshape(L, (-1,))
-        flat[self.flat_index] -= self.weighted_probs
-        return loss, (L.T @ self.H,)
+        Wt = xp.matrix_transpose(W) if self.batched else W.T
+        loss, grad = 0.0, None
+        for start, stop, flat_index, weighted_probs, trial in self.chunks:
+            if self.single:
+                H, pi = self.H, self.pi
+            else:
+                H, pi = self.H[..., start:stop, :], self.pi[..., start:stop, :]
+            L = H @ Wt
+            L -= xp.max(L, axis=-1, keepdims=True)
+            picked = xp.reshape(L, (-1,))[flat_index]
+            exp_(L)
+            s = xp.sum(L, axis=-1, keepdims=True)
+            if self.batched:
+                part = xp.sum(pi * xp.log(s), axis=(-2, -1)) - scatter_add(
+                    xp, trial, weighted_probs * picked, self.n_trials)
+            else:
+                part = xp.sum(pi * xp.log(s)) - xp.sum(weighted_probs * picked)
+            L *= pi / s
+            flat = xp.reshape(L, (-1,))
+            flat[flat_index] -= weighted_probs
+            g = (xp.matrix_transpose(L) if self.batched else L.T) @ H
+            if grad is None:
+                loss, grad = part, g
+            else:
+                loss = loss + part
+                grad += g
+        return loss, (grad,)
 
 
 def ntp_cross_entropy(W, contexts, context_weights, next_token_probs):
