@@ -208,3 +208,8 @@ def ntp_from_sequences(sequences, embed, *, context_size=None, pooling="last"):
     cache = {}
     X = np.stack([cache.setdefault(p, np.asarray(fn(p), dtype=float)) for p in prefixes])
     return X, np.asarray(targets)
+
+# Joint head/attention examples (Tarzanagh et al. 2023, Fig. 3).
+from ._data_joint import make_joint_fig3  # noqa: E402
+
+__all__ += ["make_joint_fig3"]
