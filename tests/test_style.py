@@ -1,0 +1,31 @@
+"""The code base is ruff-clean and importing skntp stays light."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff not installed")
+def test_ruff_clean():
+    out = subprocess.run(["ruff", "check", "skntp", "tests", "benchmarks", "examples"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_import_does_not_import_torch_or_matplotlib():
+    code = ("import skntp, skntp.svm, skntp.datasets, sys; "
+            "assert 'torch' not in sys.modules, 'torch'; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_demo_runs():
+    out = subprocess.run([sys.executable, "-m", "skntp", "demo", "--max-iter", "300"],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "cos(W - W*, W^mm)" in out.stdout
+    assert "SVM limit" in out.stdout
