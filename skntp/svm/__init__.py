@@ -4,6 +4,14 @@ All programs go through one core, :func:`solve_max_margin`, which solves
 ``min 1/2 ||w||^2`` under linear score-difference constraints.
 """
 
+from ._attention import (
+    att_svm,
+    att_svm_prime,
+    att_svm_problem,
+    is_locally_optimal,
+    min_score_gap,
+    svm_neighbors,
+)
 from ._core import (
     BilinearScores,
     Constraints,
@@ -23,10 +31,16 @@ __all__ = [
     "MaxMarginProblem",
     "MaxMarginResult",
     "NotSeparableError",
+    "att_svm",
+    "att_svm_prime",
+    "att_svm_problem",
     "finite_component",
+    "is_locally_optimal",
     "log_odds_problem",
     "ntp_svm",
     "ntp_svm_problem",
+    "min_score_gap",
     "solve_max_margin",
     "solve_min_norm",
+    "svm_neighbors",
 ]
