@@ -59,6 +59,7 @@ class _Recorder:
         self.metrics = metrics
         self.record_every = max(1, int(record_every))
         self.rows = {}
+        self.last = {}
 
     def record(self, k, params, loss, grad_norm, t0, force=False, **extra):
         if not force and k % self.record_every:
@@ -67,6 +68,7 @@ class _Recorder:
                "time": time.perf_counter() - t0, **extra}
         if self.metrics is not None:
             row.update(self.metrics(params))
+        self.last = row
         for key, value in row.items():
             self.rows.setdefault(key, []).append(float(value))
 
@@ -76,6 +78,13 @@ class _Recorder:
 
 def _block_norms(xp, grads):
     return [float(norm(xp, g)) for g in grads]
+
+
+def _close_progress(progress):
+    """End a progress bar's line when the run stopped (``progress.close()`` if any)."""
+    close = getattr(progress, "close", None)
+    if close is not None:
+        close()
 
 
 def _all_finite(xp, arrays):
@@ -135,7 +144,10 @@ def minimize(
         ``project(params) -> params`` applied after every step (keeps fixed
         blocks fixed, e.g. the head of a model trained in ``p`` only).
     progress : callable, optional
-        ``progress(k, loss, history_row)`` for progress bars.
+        ``progress(k, loss, history_row)`` after every iteration, with
+        ``history_row`` the last recorded row (``dict``; see
+        :func:`skntp._progress.make_progress`); ``progress.close()`` is
+        called when the run stops, if it exists.
 
     Returns
     -------
@@ -198,9 +210,10 @@ def minimize(
         rec.record(k, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0,
                    force=(k == max_iter))
         if progress is not None:
-            progress(k, float(loss))
+            progress(k, float(loss), rec.last)
     else:
         k = max_iter
+    _close_progress(progress)
     if stop_reason == "zero-gradient" and float(loss) > 0 and not adam:
         warnings.warn(
             f"{solver}: the gradient underflowed to exactly zero at iteration {k} "

@@ -27,6 +27,7 @@ from ._base import (
     default_radii,
 )
 from ._optim import minimize
+from ._progress import make_progress
 from .metrics import SubspaceProjector, alignment, history_metrics
 from .svm import NotSeparableError, log_odds_problem, ntp_svm_problem, solve_max_margin
 from .svm._core import solve_min_norm
@@ -557,6 +558,7 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
             record_every=self.record_every,
             radii=radii,
             inner_max_iter=self.max_iter,
+            progress=make_progress(self.verbose, self.max_iter, desc=self.solver),
         )
         self.coef_ = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         self.n_iter_ = result.n_iter
