@@ -213,3 +213,20 @@ def ntp_from_sequences(sequences, embed, *, context_size=None, pooling="last"):
 from ._data_joint import make_joint_fig3  # noqa: E402
 
 __all__ += ["make_joint_fig3"]
+
+# Attention token-selection examples (Tarzanagh et al. 2023, Fig. 1, 8, 9).
+from ._data_attention import (  # noqa: E402
+    make_attention_fig1a,
+    make_attention_fig1b,
+    make_attention_fig1c,
+    make_attention_fig8,
+    make_attention_random,
+)
+
+__all__ += [
+    "make_attention_fig1a",
+    "make_attention_fig1b",
+    "make_attention_fig1c",
+    "make_attention_fig8",
+    "make_attention_random",
+]

@@ -353,4 +353,4 @@ def _solve_nnls(problem, tol, max_iter, be, verbose):
     )
 
 
-register_method("nnls", _solve_nnls, auto_priority=50)
+register_method("nnls", _solve_nnls, auto_priority=5)
