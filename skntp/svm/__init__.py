@@ -22,6 +22,15 @@ from ._core import (
     solve_max_margin,
     solve_min_norm,
 )
+from ._joint import (
+    JointSVMResult,
+    head_svm,
+    head_svm_problem,
+    joint_svm,
+    relaxed_att_svm,
+    relaxed_att_svm_problem,
+    support_vectors,
+)
 from ._ntp import finite_component, log_odds_problem, ntp_svm, ntp_svm_problem
 
 __all__ = [
@@ -34,7 +43,14 @@ __all__ = [
     "att_svm",
     "att_svm_prime",
     "att_svm_problem",
+    "JointSVMResult",
     "finite_component",
+    "head_svm",
+    "head_svm_problem",
+    "joint_svm",
+    "relaxed_att_svm",
+    "relaxed_att_svm_problem",
+    "support_vectors",
     "is_locally_optimal",
     "log_odds_problem",
     "ntp_svm",

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._attention import att_svm_problem
 from ._core import (
     Constraints,
     KeyScores,
@@ -157,33 +158,16 @@ def support_vectors(tokens, y, v_mm, *, tol=1e-6):
     return margins <= 1.0 + tol
 
 
-def _check_keys(keys, selected, mask):
-    keys = np.asarray(keys, dtype=float)
-    if keys.ndim != 3:
-        raise ValueError(f"keys must be 3-D (n, T, d), got shape {keys.shape}.")
-    n, T, _ = keys.shape
-    mask = np.ones((n, T), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
-    if mask.shape != (n, T):
-        raise ValueError(f"mask must have shape ({n}, {T}), got {mask.shape}.")
-    selected = np.asarray(selected).astype(np.int64, copy=False).ravel()
-    if selected.shape != (n,):
-        raise ValueError(f"selected must have shape ({n},), got {selected.shape}.")
-    if np.any(selected < 0) or np.any(selected >= T) or not mask[np.arange(n), selected].all():
-        raise ValueError("selected must index a real (unpadded) token of every input.")
-    if not np.all(np.isfinite(keys)):
-        raise ValueError("keys contain NaN or infinity.")
-    return keys, selected, mask
-
-
 def relaxed_att_svm_problem(keys, selected, support=None, *, mask=None):
     """Build the relaxed ATT-SVM (eq. (10)); ``support=None`` gives the ATT-SVM.
 
     Constraints ``p^T (k_{i alpha_i} - k_it) >= 1`` for ``i`` in ``support``
-    and ``>= 0`` for the other inputs, for every real token ``t != alpha_i``.
+    and ``>= 0`` for the other inputs, for every real token ``t != alpha_i``;
+    built by :func:`skntp.svm.att_svm_problem` with ``relaxed = ~support``.
 
     Parameters
     ----------
-    keys : array-like of shape (n, T, d)
+    keys : array-like of shape (n, T, k)
         Keys ``K_i = X_i W^T`` (padded rows are ignored through ``mask``).
     selected : array-like of shape (n,), int
         Selected token indices ``alpha_i``.
@@ -197,26 +181,12 @@ def relaxed_att_svm_problem(keys, selected, support=None, *, mask=None):
     -------
     MaxMarginProblem
     """
-    keys, selected, mask = _check_keys(keys, selected, mask)
-    n, T, _ = keys.shape
-    support = np.ones(n, dtype=bool) if support is None else np.asarray(support, bool)
-    if support.shape != (n,):
-        raise ValueError(f"support must have shape ({n},), got {support.shape}.")
-    other = mask.copy()
-    other[np.arange(n), selected] = False
-    i, t = np.nonzero(other)
-    relaxed = not support.all()
-    cons = Constraints(i, np.broadcast_to(selected[i], i.shape).copy(), t,
-                       support[i].astype(float), np.zeros(i.size, dtype=bool))
-    name = "relaxed ATT-SVM" if relaxed else "ATT-SVM"
-    return MaxMarginProblem(
-        KeyScores(keys),
-        cons,
-        name=name,
-        infeasible_message="no attention weights p select the tokens alpha (the "
-        "selected keys cannot be separated from the other keys of their inputs"
-        + (" with margin 1 on the support vectors)" if relaxed else ")"),
-    )
+    relaxed = None
+    if support is not None:
+        support = np.asarray(support, dtype=bool)
+        relaxed = ~support
+    return att_svm_problem(keys, np.asarray(selected).astype(np.int64), relaxed,
+                           mask=mask)
 
 
 def relaxed_att_svm(keys, selected, support=None, *, mask=None, method="auto",
