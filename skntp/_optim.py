@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from ._backend import norm
+from ._backend import norm, to_numpy
 
 __all__ = ["SOLVERS", "OptimResult", "minimize", "regpath_radii"]
 
@@ -43,7 +43,8 @@ class OptimResult:
     history : dict of ndarray
         Per-record NumPy arrays: ``iteration``, ``loss``, ``grad_norm``,
         ``time`` and whatever ``metrics`` returned; for the path also
-        ``radius``.
+        ``radius``.  With ``batched=True`` the per-trial entries have shape
+        ``(n_records, n_trials)``.
     """
 
     def __init__(self, params, n_iter, converged, stop_reason, history):
@@ -70,14 +71,32 @@ class _Recorder:
             row.update(self.metrics(params))
         self.last = row
         for key, value in row.items():
-            self.rows.setdefault(key, []).append(float(value))
+            self.rows.setdefault(key, []).append(_record_value(value))
 
     def history(self):
         return {k: np.asarray(v, dtype=float) for k, v in self.rows.items()}
 
 
-def _block_norms(xp, grads):
-    return [float(norm(xp, g)) for g in grads]
+def _record_value(value):
+    """A float, or a NumPy vector for per-trial values (batched runs)."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    arr = np.asarray(to_numpy(value), dtype=float)
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def _block_norms(xp, grads, batched=False):
+    if not batched:
+        return [float(norm(xp, g)) for g in grads]
+    return [np.asarray(to_numpy(xp.sqrt(xp.sum(xp.reshape(g * g, (g.shape[0], -1)),
+                                                axis=1))), dtype=float)
+            for g in grads]
+
+
+def _per_trial(xp, scale, like):
+    """A per-trial NumPy vector as a backend array broadcasting over ``like``."""
+    s = xp.asarray(scale, dtype=like.dtype, device=getattr(like, "device", None))
+    return xp.reshape(s, (-1,) + (1,) * (like.ndim - 1))
 
 
 def _close_progress(progress):
@@ -108,6 +127,7 @@ def minimize(
     inner_max_iter=200,
     project=None,
     progress=None,
+    batched=False,
 ):
     """Minimize ``objective`` from ``params0`` with a first-order method.
 
@@ -148,11 +168,28 @@ def minimize(
         ``history_row`` the last recorded row (``dict``; see
         :func:`skntp._progress.make_progress`); ``progress.close()`` is
         called when the run stops, if it exists.
+    batched : bool, default=False
+        The leading axis of every block indexes independent problems
+        (*trials*, e.g. the 100- and 1000-trial sweeps of the papers) whose
+        losses add up in ``objective`` (which may return the per-trial loss
+        vector or its sum).  Every solver then runs each trial exactly as
+        it would run alone: ``"ngd"`` normalizes each trial's slice of each
+        block, a trial whose gradient norm reached ``tol`` stops moving, and
+        ``loss``, ``grad_norm`` (and any per-trial ``metrics``) are recorded
+        per trial.  The run stops when every trial has stopped, or for all
+        trials when any becomes non-finite.  Not available for ``"regpath"``.
 
     Returns
     -------
     OptimResult
     """
+    if batched:
+        if solver == "regpath":
+            raise ValueError("batched=True is not available for solver='regpath'.")
+        return _minimize_batched(objective, params0, xp=xp, solver=solver, lr=lr,
+                                 max_iter=max_iter, tol=tol, metrics=metrics,
+                                 record_every=record_every, betas=betas, eps=eps,
+                                 project=project, progress=progress)
     if solver == "regpath":
         return _regpath(objective, params0, xp=xp, radii=radii, tol=tol,
                         inner_max_iter=inner_max_iter, metrics=metrics)
@@ -224,6 +261,82 @@ def minimize(
         )
     if rec.rows["iteration"][-1] != k:
         rec.record(k, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0, force=True)
+    return OptimResult(params, k, stop_reason in ("tol", "zero-gradient"), stop_reason,
+                       rec.history())
+
+
+def _minimize_batched(objective, params0, *, xp, solver, lr, max_iter, tol, metrics,
+                      record_every, betas, eps, project, progress):
+    """:func:`minimize` with a leading trial axis (``batched=True``)."""
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
+    params = tuple(params0)
+    rec = _Recorder(metrics, record_every)
+    t0 = time.perf_counter()
+
+    def total_norm(gn):
+        return np.sqrt(sum(g * g for g in gn))
+
+    def finite(a):
+        return bool(np.all(np.isfinite(to_numpy(a))))
+
+    loss, grads = objective(params)
+    gn = _block_norms(xp, grads, True)
+    rec.record(0, params, loss, total_norm(gn), t0, force=True)
+    if solver == "adam":
+        m1 = [xp.zeros_like(p) for p in params]
+        m2 = [xp.zeros_like(p) for p in params]
+    stop_reason, k = "max_iter", 0
+    for k in range(1, max_iter + 1):
+        total = total_norm(gn)
+        active = total > tol
+        if not active.any():
+            stop_reason, k = ("zero-gradient" if np.all(total == 0.0) else "tol"), k - 1
+            break
+        if solver == "gd":
+            new = tuple(p - lr * g for p, g in zip(params, grads))
+        elif solver == "ngd":
+            new = tuple(
+                p - _per_trial(xp, np.divide(lr, n, out=np.zeros_like(n), where=n > 0), g) * g
+                for p, g, n in zip(params, grads, gn)
+            )
+        else:
+            b1, b2 = betas
+            new = []
+            for i, (p, g) in enumerate(zip(params, grads)):
+                m1[i] = b1 * m1[i] + (1 - b1) * g
+                m2[i] = b2 * m2[i] + (1 - b2) * g * g
+                mhat = m1[i] / (1 - b1**k)
+                vhat = m2[i] / (1 - b2**k)
+                new.append(p - lr * mhat / (xp.sqrt(vhat) + eps))
+            new = tuple(new)
+        if not active.all():  # trials that reached tol stay where they are
+            new = tuple(xp.where(_per_trial(xp, active, p) > 0, q, p)
+                        for q, p in zip(new, params))
+        if project is not None:
+            new = project(new)
+        new_loss, new_grads = objective(new)
+        if not (finite(new_loss) and all(finite(a) for a in new)
+                and all(finite(g) for g in new_grads)):
+            stop_reason, k = "non-finite", k - 1
+            warnings.warn(
+                f"{solver}: the loss, parameters or gradients of a trial became "
+                f"non-finite at iteration {k + 1}; stopped every trial and kept the "
+                "last finite iterate. Lower lr or use float64.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+            break
+        params, loss, grads = new, new_loss, new_grads
+        gn = _block_norms(xp, grads, True)
+        rec.record(k, params, loss, total_norm(gn), t0, force=(k == max_iter))
+        if progress is not None:
+            progress(k, loss, rec.last)
+    else:
+        k = max_iter
+    _close_progress(progress)
+    if rec.rows["iteration"][-1] != k:
+        rec.record(k, params, loss, total_norm(gn), t0, force=True)
     return OptimResult(params, k, stop_reason in ("tol", "zero-gradient"), stop_reason,
                        rec.history())
 

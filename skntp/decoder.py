@@ -422,6 +422,21 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         -------
         self
         """
+        be, contexts, weights, probs = self._prepare(X, y, sample_weight)
+        if self.solver == "svm":
+            self._fit_svm(contexts, probs)
+        else:
+            self._fit_gradient(be, contexts, weights, probs)
+        self._set_alignment()
+        return self
+
+    def _prepare(self, X, y, sample_weight):
+        """Validate, aggregate the contexts and solve the limits (all but the solver).
+
+        Returns ``(backend, contexts, context_weights, next_token_probs)``;
+        also used by :func:`skntp.sweeps.fit_ntp_trials`.
+        """
+        be = backend_of(self)  # an unavailable device fails before any work
         X = validate_data(self, X, reset=True, dtype=np.float64,
                           ensure_min_samples=1)
         n = X.shape[0]
@@ -449,17 +464,14 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         p = probs.data
         row = np.repeat(np.arange(m), np.diff(probs.indptr))
         self.entropy_ = float(-np.sum(weights[row] * p * np.log(p)))
-        be = backend_of(self)
         self._fit_limits(contexts, probs)
-        if self.solver == "svm":
-            self._fit_svm(contexts, probs)
-        else:
-            self._fit_gradient(be, contexts, weights, probs)
+        return be, contexts, weights, probs
+
+    def _set_alignment(self):
         d = self.coef_ - self.finite_component_ if self.finite_component_ is not None \
             else self.coef_
         self.alignment_ = (alignment(d, self.mm_direction_)
                            if self.mm_direction_ is not None else float("nan"))
-        return self
 
     def _fit_limits(self, contexts, probs):
         self.svm_result_ = None
@@ -537,10 +549,13 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
             "finite_distance": np.array([0.0]),
         }
 
-    def _fit_gradient(self, be, contexts, weights, probs):
-        V, d = probs.shape[1], contexts.shape[1]
+    def _init_coef(self, V, d):
+        """LeCun-normal ``W_0 ~ N(0, 1/d)`` of shape (V, d) from ``random_state``."""
         rng = check_random_state(self.random_state)
-        W0 = rng.standard_normal((V, d)) / np.sqrt(d)  # LeCun normal
+        return rng.standard_normal((V, d)) / np.sqrt(d)
+
+    def _fit_gradient(self, be, contexts, weights, probs):
+        W0 = self._init_coef(probs.shape[1], contexts.shape[1])
         objective = _CrossEntropy(be, contexts, weights, probs)
         metrics = history_metrics(
             be, 0, self.mm_direction_, self.finite_component_, self._projector
