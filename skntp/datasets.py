@@ -230,3 +230,7 @@ __all__ += [
     "make_attention_fig8",
     "make_attention_random",
 ]
+
+from ._data_graphs import make_token_priority_data  # noqa: E402
+
+__all__ += ["make_token_priority_data"]

@@ -60,3 +60,12 @@ __all__ = [
     "solve_min_norm",
     "svm_neighbors",
 ]
+
+from ._graph import (  # noqa: E402
+    SelfAttentionRisk,
+    cyclic_correction,
+    graph_svm,
+    graph_svm_problem,
+)
+
+__all__ += ["SelfAttentionRisk", "cyclic_correction", "graph_svm", "graph_svm_problem"]
