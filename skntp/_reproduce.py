@@ -139,6 +139,8 @@ def ntp_fig1(seed=0, quick=False):
     def plot():
         from .plotting import plot_word_embeddings
 
-        return plot_word_embeddings(svm)
+        angles = np.rad2deg(np.arctan2(svm.contexts_[:, 1], svm.contexts_[:, 0])) % 360
+        names = [{90: "A", 210: "B", 330: "C"}.get(int(round(a)), "?") for a in angles]
+        return plot_word_embeddings(svm, contexts=names)
 
     return Reproduction(table, {"svm": svm, "gd": gd}, plot)
