@@ -201,17 +201,17 @@ def minimize(
     loss, grads = objective(params)
     gn = _block_norms(xp, grads)
     rec.record(0, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0, force=True)
-    if adam := solver == "adam":
+    if solver == "adam":
         m1 = [xp.zeros_like(p) for p in params]
         m2 = [xp.zeros_like(p) for p in params]
     stop_reason, k = "max_iter", 0
     for k in range(1, max_iter + 1):
         total = math.sqrt(sum(g * g for g in gn))
+        if total == 0.0:  # before the tol test: tol=0 must not hide a saturation
+            stop_reason, k = "zero-gradient", k - 1
+            break
         if total <= tol:
             stop_reason, k = "tol", k - 1
-            break
-        if total == 0.0:
-            stop_reason, k = "zero-gradient", k - 1
             break
         if solver == "gd":
             new = tuple(p - lr * g for p, g in zip(params, grads))
@@ -251,18 +251,32 @@ def minimize(
     else:
         k = max_iter
     _close_progress(progress)
-    if stop_reason == "zero-gradient" and float(loss) > 0 and not adam:
-        warnings.warn(
-            f"{solver}: the gradient underflowed to exactly zero at iteration {k} "
-            f"(loss {float(loss):.3g}); the softmax is saturated at this precision. "
-            "Stopped; use float64 to go further.",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
+    if stop_reason == "zero-gradient" and k > 0:
+        _warn_saturated(solver, k, float(loss), params)
     if rec.rows["iteration"][-1] != k:
         rec.record(k, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0, force=True)
     return OptimResult(params, k, stop_reason in ("tol", "zero-gradient"), stop_reason,
                        rec.history())
+
+
+def _warn_saturated(solver, k, loss, params, n_trials=None):
+    """ConvergenceWarning for a gradient that underflowed to exactly zero.
+
+    On separable data the iterates diverge in norm (the implicit-bias
+    regime); once the softmax saturates at the working precision the
+    gradient rounds to exactly zero and no solver can move any more.
+    """
+    dtype = str(getattr(params[0], "dtype", "float")).replace("torch.", "")
+    advice = ("use dtype='float64' to go further" if "32" in dtype
+              else "the iterate is at the limit of this precision")
+    where = (f"for {n_trials} trial(s) by iteration {k}" if n_trials is not None
+             else f"at iteration {k} (loss {loss:.3g})")
+    warnings.warn(
+        f"{solver}: the gradient underflowed to exactly zero {where}: the softmax is "
+        f"saturated in {dtype}, so the iterates cannot move. Stopped; {advice}.",
+        ConvergenceWarning,
+        stacklevel=4,
+    )
 
 
 def _minimize_batched(objective, params0, *, xp, solver, lr, max_iter, tol, metrics,
@@ -335,6 +349,9 @@ def _minimize_batched(objective, params0, *, xp, solver, lr, max_iter, tol, metr
     else:
         k = max_iter
     _close_progress(progress)
+    saturated = np.asarray(total_norm(gn)) == 0.0
+    if k > 0 and saturated.any() and stop_reason != "non-finite":
+        _warn_saturated(solver, k, None, params, n_trials=int(saturated.sum()))
     if rec.rows["iteration"][-1] != k:
         rec.record(k, params, loss, total_norm(gn), t0, force=True)
     return OptimResult(params, k, stop_reason in ("tol", "zero-gradient"), stop_reason,
