@@ -28,7 +28,9 @@ Gradients are closed-form.  With ``s_i = S(K_i p)``, ``h_i = X_i v``
 ``c_i = w_i Y_i l'(Y_i f_i) / sum_j w_j``:
 
 * ``dL/dp = sum_i c_i K_i^T (s_i * (h_i - f_i))`` (softmax Jacobian
-  ``diag(s) - s s^T``, App. A.1);
+  ``diag(s) - s s^T``, App. A.1); ``h_i - f_i`` is computed relative to the
+  most attended token, ``(h_i - h_ref) - s_i^T (h_i - h_ref)``, which stays
+  accurate when the softmax saturates (no cancellation against ``1``);
 * ``dL/dv = sum_i c_i X_i^T s_i``;
 * ``dL/dW = p g^T`` with ``g = sum_i c_i X_i^T (s_i * (h_i - f_i))``
   (keys ``K = X W^T``, the parameterization of Lemma 1).
@@ -184,7 +186,17 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
     """
     s = attention_weights(xp, K, p, mask)                      # (..., n, T)
     h = (X @ v[..., None, :, None])[..., 0]                    # (..., n, T)
-    f = xp.sum(s * h, axis=-1)                                 # (..., n)
+    # f and h - f relative to the most attended token: when the softmax
+    # saturates, h_t - f = sum_tau s_tau (h_t - h_tau) is a sum of tiny terms
+    # and computing it as h_t - s^T h would cancel to rounding noise.
+    top = s >= xp.max(s, axis=-1, keepdims=True)
+    top = xp.astype(top, s.dtype)
+    h_ref = xp.sum(h * top, axis=-1, keepdims=True) / xp.sum(top, axis=-1, keepdims=True)
+    dh = h - h_ref
+    if mask is not None:
+        dh = xp.where(mask, dh, xp.zeros_like(dh))
+    df = xp.sum(s * dh, axis=-1, keepdims=True)                # f - h_ref
+    f = (h_ref + df)[..., 0]                                   # (..., n)
     value, deriv = loss_and_derivative(xp, loss, y * f)
     if sample_weight is None:
         n = y.shape[-1]
@@ -197,7 +209,7 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
     grads = []
     need_r = any(w in ("p", "W") for w in wrt)
     if need_r:
-        r = c[..., None] * s * (h - f[..., None])              # (..., n, T)
+        r = c[..., None] * s * (dh - df)                       # (..., n, T)
     for name in wrt:
         if name == "p":
             grads.append(xp.sum((r[..., None, :] @ K)[..., 0, :], axis=-2))
