@@ -43,7 +43,8 @@ from ._sequences import check_sequences
 from .metrics import alignment
 from .svm import NotSeparableError, att_svm, att_svm_prime, min_score_gap, svm_neighbors
 
-__all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "diagnose_selection"]
+__all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "attention_trials",
+           "diagnose_selection"]
 
 #: Softmax saturation threshold of App. E (Fig. 9): mean selected probability.
 SATURATION_THRESHOLD = 1.0 - 1e-5
@@ -330,6 +331,16 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
     # ------------------------------------------------------------------ input
     def _validate_X(self, X, reset):
         two_d = False
+        if not isinstance(X, (np.ndarray, list, tuple)) and hasattr(X, "__array__") \
+                and not hasattr(X, "columns"):
+            X = np.asarray(X)
+        if hasattr(X, "shape") and len(X.shape) == 1:
+            raise ValueError(
+                f"Expected a 3-D array (n_samples, seq_len, n_features), a 2-D array "
+                f"(n_samples, seq_len) or a list of 2-D sequences; got a 1-D array of "
+                f"shape {X.shape}. Reshape your data either using array.reshape(-1, 1) "
+                "if your data has a single feature or array.reshape(1, -1) if it "
+                "contains a single sample.")
         if hasattr(X, "shape") and len(X.shape) == 2:
             two_d = True
         elif isinstance(X, (list, tuple)) and len(X) and not any(
@@ -379,8 +390,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
             )
         if classes.shape[0] > 2:
             raise ValueError(
-                f"AttentionSelector is a binary classifier (Y in {{-1, +1}}); y has "
-                f"{classes.shape[0]} classes."
+                "Only binary classification is supported: AttentionSelector's labels "
+                f"are Y in {{-1, +1}} (Sec. 1.1); y has {classes.shape[0]} classes."
             )
         return classes, np.where(y == classes[1], 1.0, -1.0)
 
@@ -643,7 +654,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
 
     def predict(self, X):
         """``classes_[1]`` where ``f(X) > 0``, else ``classes_[0]``."""
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        positive = self.decision_function(X) > 0
+        return self.classes_[positive.astype(int)]
 
     def _is_logistic(self):
         return self.loss == "logistic"
@@ -660,3 +672,81 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = False
         return tags
+
+
+def attention_trials(X, y, head, *, loss="logistic", solver="ngd", lr=1.0, max_iter=1000,
+                     reduce=True, method="auto", threshold=SATURATION_THRESHOLD,
+                     backend="numpy", device=None, dtype="float64"):
+    """Train ``p`` on many independent instances at once and classify the outcomes.
+
+    The Fig. 9 experiment (App. E): every trial ``b`` has its own tokens,
+    labels and head, ``W = I`` and ``p(0) = 0``.  All trials run in one
+    vectorized call of the shared training loop
+    (:func:`~skntp._optim.minimize` with ``batched=True``: per-trial
+    normalization for ``"ngd"``), then every trial is classified by
+    :func:`diagnose_selection`.
+
+    With ``reduce=True`` and ``d > n T`` the tokens are first written in an
+    orthonormal basis ``Q`` of their span (``X -> X Q``, ``v -> Q^T v``, from
+    the eigendecomposition of the ``nT x nT`` Gram matrix).  This
+    is exact: from ``p(0) = 0`` every gradient, hence every iterate, lies in
+    that span, ``p = Q z`` has ``||p|| = ||z||``, logits and gradients are
+    preserved, and every ``p^mm(alpha)`` lies in the span too.  The cost then
+    no longer grows with ``d``.
+
+    Parameters
+    ----------
+    X : ndarray of shape (B, n, T, d)
+    y : ndarray of shape (B, n)
+        Labels in ``{-1, +1}``.
+    head : ndarray of shape (B, d)
+    loss, solver, lr, max_iter :
+        As in :class:`AttentionSelector` (the paper: NGD, ``lr = 1``, 1000
+        iterations).
+    reduce : bool, default=True
+    method : str, default="auto"
+        Max-margin method for (ATT-SVM).
+    threshold : float, default=1 - 1e-5
+        Saturation threshold of App. E.
+    backend, device, dtype :
+        Array layer of the training loop.
+
+    Returns
+    -------
+    dict of ndarray, each of shape (B,)
+        ``convergence`` (str), ``saturation``, ``correlation`` (cosine of
+        ``p`` with ``p^mm(alpha)``, nan when infeasible), ``min_score_gap``,
+        ``locally_optimal``, ``selects_optimal``, ``norm`` (``||p||``).
+    """
+    from ._backend import get_backend
+
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y, dtype=float)
+    head = np.asarray(head, dtype=float)
+    B, n, T, d = X.shape
+    if reduce and d > n * T:
+        # Coordinates in an orthonormal basis of the span from the Gram matrix:
+        # X_flat = U S V^T gives X_flat V = U S and V^T v = S^{-1} U^T X_flat v.
+        flat = X.reshape(B, n * T, d)
+        lam, U = np.linalg.eigh(flat @ np.swapaxes(flat, 1, 2))           # (B, nT)
+        keep = lam > lam[:, -1:] * (n * T) * np.finfo(float).eps
+        S = np.sqrt(np.where(keep, lam, 1.0))
+        coords = np.where(keep[:, None, :], U * S[:, None, :], 0.0)        # (B, nT, nT)
+        hv = (flat @ head[..., None])[..., 0]                               # (B, nT)
+        head = np.where(keep, (np.swapaxes(U, 1, 2) @ hv[..., None])[..., 0] / S, 0.0)
+        X = coords.reshape(B, n, T, n * T)
+    k = X.shape[-1]
+    be = get_backend(backend, device, dtype)
+    obj = AttentionObjective(be.xp, be.asarray(X), be.asarray(y), v=be.asarray(head),
+                             loss=loss, train=("p",))
+    res = minimize(obj, (be.zeros((B, k)),), xp=be.xp, solver=solver, lr=lr,
+                   max_iter=max_iter, record_every=max_iter, batched=True)
+    P = np.asarray(to_numpy(res.params[0]), dtype=float)
+    scores = y[..., None] * (X @ head[:, None, :, None])[..., 0]
+    out = {key: [] for key in ("convergence", "saturation", "correlation", "min_score_gap",
+                               "locally_optimal", "selects_optimal", "norm")}
+    for b in range(B):
+        rep = diagnose_selection(X[b], scores[b], P[b], method=method, threshold=threshold)
+        for key in out:
+            out[key].append(np.linalg.norm(P[b]) if key == "norm" else rep[key])
+    return {key: np.asarray(val) for key, val in out.items()}
