@@ -58,13 +58,19 @@ def _as_int(arr, name):
                 "is done)."
             )
         return arr.astype(np.int64)
+    if arr.dtype.kind == "c":
+        raise ValueError(f"Complex data not supported: {name} must hold integer token ids.")
     if arr.dtype.kind == "O":
         try:
-            return _as_int(arr.astype(np.float64), name)
-        except (TypeError, ValueError) as exc:
-            if "token ids" in str(exc) or "NaN" in str(exc):
-                raise
+            as_float = arr.astype(np.float64)
+        except TypeError as exc:
+            raise TypeError(
+                f"{name} must hold integer token ids; the float() argument must be a "
+                f"string or a real number: {exc}"
+            ) from exc
+        except ValueError as exc:
             raise ValueError(f"{name} must hold integer token ids: {exc}") from exc
+        return _as_int(as_float, name)
     raise ValueError(f"{name} must hold integer token ids, got dtype {arr.dtype}.")
 
 
@@ -97,12 +103,19 @@ def check_token_sequences(X, n_tokens=None, *, name="X"):
     """
     if hasattr(X, "toarray"):
         raise TypeError(f"{name}: sparse input is not supported; pass token ids.")
-    if isinstance(X, np.ndarray) and X.dtype != object:
+    if not isinstance(X, (np.ndarray, list, tuple)) and hasattr(X, "__array__"):
+        X = np.asarray(X)  # array-likes such as pandas frames
+    if isinstance(X, np.ndarray) and (X.dtype != object or X.ndim == 2):
         if X.ndim != 2:
             raise ValueError(
                 f"{name} must be a 2-D array (n_samples, seq_len) of token ids or a list "
                 f"of 1-D token-id sequences; got an array of shape {X.shape}. "
-                "Reshape a single sequence with X.reshape(1, -1)."
+                "Reshape your data: X.reshape(1, -1) for a single sequence."
+            )
+        if X.shape[1] == 0:
+            raise ValueError(
+                f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is "
+                f"required: {name} holds empty sequences."
             )
         ids = _as_int(X, name)
         mask = np.ones(ids.shape, dtype=bool)
@@ -136,7 +149,10 @@ def check_token_sequences(X, n_tokens=None, *, name="X"):
             "; every sequence needs at least one token (its last token is the query)."
         )
     if np.any(ids[mask] < 0):
-        raise ValueError(f"{name}: token ids must be non-negative; found {ids[mask].min()}.")
+        raise ValueError(
+            f"Negative values in data passed to {name}: token ids must be non-negative; "
+            f"found {ids[mask].min()}."
+        )
     if n_tokens is not None and np.any(ids[mask] >= n_tokens):
         raise ValueError(
             f"{name}: token ids out of range: found id {int(ids[mask].max())} but the "
@@ -156,6 +172,18 @@ def check_token_labels(y, n_samples, n_tokens=None, *, name="y"):
         raise ValueError(f"{name} must be 1-D next-token ids, got shape {y.shape}.")
     if y.shape[0] != n_samples:
         raise ValueError(f"X has {n_samples} sequences but {name} has {y.shape[0]} labels.")
+    if y.dtype.kind == "f" and np.any(np.isfinite(y) & (y != np.round(y))):
+        raise ValueError(
+            f"Unknown label type: continuous. {name} must hold integer next-token ids."
+        )
+    if y.dtype.kind in "OUS":
+        try:
+            y = y.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"Unknown label type: {name} must hold integer next-token ids, got "
+                f"dtype {y.dtype}."
+            ) from exc
     y = _as_int(y, name)
     if np.any(y < 0):
         raise ValueError(f"{name}: token ids must be non-negative; found {y.min()}.")
@@ -364,6 +392,9 @@ def cyclic_subdataset(X, y, sccs, *, n_tokens=None, keep=None):
         Indices of the kept samples in ``X`` (the set ``I``).
     """
     ids, mask, last, y = _padded(X, y, n_tokens)
+    if ids.shape[0] == 0:
+        e = np.zeros(0, dtype=np.int64)
+        return ids, mask, e, e, e
     K = int(max(ids[mask].max(), y.max())) + 1
     for comps in sccs.values():
         for c in comps:

@@ -7,7 +7,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.utils import Bunch
+from sklearn.utils import Bunch, column_or_1d
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
@@ -315,8 +315,12 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         -------
         self
         """
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None."
+            )
         ids, mask, last = check_token_sequences(X)
-        y = check_token_labels(y, ids.shape[0])
+        y = check_token_labels(column_or_1d(y, warn=True), ids.shape[0])
         rng = check_random_state(self.random_state)
         E = self._embedding_table(ids, mask, y, rng)
         K, d = E.shape
@@ -335,20 +339,15 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         if not realizable.all():
             bad = np.flatnonzero(~realizable)
             if identity:
-                if not realizable.any():
-                    raise ValueError(
-                        "no sample is realizable: no label occurs in its sequence "
-                        "(Assumption 2). With head='identity' (C E^T = I) such samples "
-                        "have y_hat_y = 0 for every W and carry no gradient, so there is "
-                        "nothing to fit."
-                    )
                 used = realizable
                 warnings.warn(
                     f"{bad.size} sample(s) (e.g. {bad[:5].tolist()}) are not realizable: "
                     "the label does not occur in the sequence (Assumption 2). With "
                     "head='identity' (C E^T = I) their prediction y_hat_y is 0 for every "
                     "W, so they carry no gradient; they are left out of the loss and the "
-                    "token-priority graphs.",
+                    "token-priority graphs."
+                    + (" No sample is left: W stays at its initialization." if not
+                       realizable.any() else ""),
                     UserWarning,
                     stacklevel=2,
                 )
@@ -541,7 +540,8 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """Most likely next token id (``argmax_k y_hat_k``)."""
-        return self.classes_[np.argmax(self._outputs(X), axis=1)]
+        out = self._outputs(X)
+        return self.classes_[np.argmax(out, axis=1)]
 
     # ------------------------------------------------------ local analysis
     def pseudo_graphs(self, X, y, *, threshold=None):
@@ -614,4 +614,5 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = True
         tags.input_tags.categorical = True
+        tags.input_tags.positive_only = True  # token ids are non-negative
         return tags

@@ -151,6 +151,25 @@ def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=1e-8,
 # --------------------------------------------------------------------------
 # The empirical risk (ERM) of eq. (1)
 # --------------------------------------------------------------------------
+def _at_top(xp, s, p, mask):
+    """``p`` at the most-attended position of each row (mean over exact ties), (n, 1)."""
+    top = (s == xp.max(s, axis=1, keepdims=True)) & mask
+    topf = xp.astype(top, s.dtype)
+    return xp.sum(topf * xp.where(top, p, 0.0 * p), axis=1, keepdims=True) / xp.sum(
+        topf, axis=1, keepdims=True)
+
+
+def _centered(xp, s, p, mask):
+    """``p_t - sum_t' s_t' p_t'`` computed as ``(p_t - p_r) - sum_t' s_t' (p_t' - p_r)``.
+
+    ``r`` is the most-attended position: when the softmax saturates on ``r``
+    both terms are exact small numbers instead of the difference of two
+    nearly equal ones, so the gradient keeps its direction at any norm.
+    """
+    dp = xp.where(mask, p - _at_top(xp, s, p, mask), 0.0 * p)
+    return dp - xp.sum(s * dp, axis=1, keepdims=True)
+
+
 class SelfAttentionRisk:
     """Empirical risk of ``y_hat = C X^T softmax(X W x_bar)`` (eq. (1), ERM) and its gradient.
 
@@ -253,19 +272,25 @@ class SelfAttentionRisk:
                 lse_all = logsumexp(xp, a, axis=1)
                 lse_y = logsumexp(xp, a + self.log_gamma, axis=1)
                 per = lse_all - lse_y
-                delta = s - xp.exp(a + self.log_gamma - lse_y)
+                # s_t - q_t = s_t (u - gamma_t) / u, with u - gamma_t centred precisely
+                u = xp.exp(lse_y - lse_all)
+                delta = -s * _centered(xp, s, self.gamma, self.mask) / u
         elif self.loss == "squared":
-            one_minus_u = xp.sum(s * (1.0 - self.gamma), axis=1, keepdims=True)
-            u = 1.0 - one_minus_u
+            # gamma_t - u and 1 - u measured from the most-attended position r, so
+            # that a saturated softmax does not lose them to cancellation.
+            c = _centered(xp, s, self.gamma, self.mask)  # gamma_t - u
+            g_r = _at_top(xp, s, self.gamma, self.mask)
+            one_minus_u = (1.0 - g_r) - xp.sum(s * (self.gamma - g_r), axis=1,
+                                               keepdims=True)
             per = one_minus_u**2
-            delta = -2.0 * one_minus_u * s * (self.gamma - u)
+            delta = -2.0 * one_minus_u * s * c
         else:
             yhat = xp.sum(s[:, :, None] * self.gamma_cols, axis=1)  # (n, K)
             lse = logsumexp(xp, yhat, axis=1)
             per = lse - xp.sum(yhat * self.onehot, axis=1, keepdims=True)
             g = softmax(xp, yhat, axis=1) - self.onehot
             proj = xp.sum(self.gamma_cols * g[:, None, :], axis=2)  # (n, T)
-            delta = s * (proj - xp.sum(yhat * g, axis=1, keepdims=True))
+            delta = s * _centered(xp, s, proj, self.mask)
         loss = xp.sum(self.w * per)
         delta = xp.where(self.mask, delta * self.w, 0.0 * delta)
         D = xp.reshape(scatter_add(xp, xp.reshape(self.flat, (-1,)),
