@@ -31,6 +31,7 @@ from ._joint import (
     relaxed_att_svm_problem,
     support_vectors,
 )
+from . import _fast  # noqa: F401  (registers the 'fast' method)
 from ._ntp import finite_component, log_odds_problem, ntp_svm, ntp_svm_problem
 
 __all__ = [

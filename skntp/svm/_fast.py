@@ -1,0 +1,529 @@
+r"""A fast max-margin method of our own: restarted accelerated dual ascent.
+
+The program (see :mod:`skntp.svm._core`) is
+
+.. math::
+
+    \min_w \tfrac12\|w\|^2 \quad\text{s.t.}\quad a_k^T w \ge r_k \;(k\in I),
+    \qquad a_k^T w = r_k \;(k \in E),
+
+with ``a_k^T w = S_{b_k a_k}(w) - S_{b_k t_k}(w)`` a difference of two entries
+of a linear score table ``S(w)`` (one row per block).  Its Lagrange dual is
+
+.. math::
+
+    \max_{\lambda:\ \lambda_I \ge 0}\; D(\lambda) = r^T\lambda - \tfrac12\|A^T\lambda\|^2,
+    \qquad w(\lambda) = A^T\lambda = S^*(C(\lambda)),
+
+where ``C(lam)`` is the table ``sum_k lam_k (e_{b_k a_k} - e_{b_k t_k})``.
+Strong duality holds whenever the primal is feasible, and then
+``w* = w(lam*)``.
+
+Anchored blocks (the Crammer-Singer form)
+-----------------------------------------
+In the NTP-SVM (Thrampoulidis 2024, constraints (4a)-(4b)), the ATT-SVM
+(Tarzanagh et al. 2023, eq. (Att-SVM)), the relaxed ATT-SVM (eq. (10)) and
+the head SVM ``v^mm`` every constraint of a block shares one position, the
+*anchor* ``a_b``.  Then the dual is best written in terms of the table
+``C`` itself: row ``c_b`` of ``C`` is
+
+* ``c_b[t] = -lam_k <= 0`` for an inequality ``S_{b a} - S_{b t} >= r_k``,
+* ``c_b[t] = -mu_k`` free for an equality (a free multiplier; an equality
+  written with the anchor second just flips the sign),
+* ``c_b[t] = 0`` at positions without a constraint,
+* ``c_b[a] = -sum_{t != a} c_b[t] + rho_b``, where ``rho_b`` is the multiplier
+  of a constraint ``S_{b a} >= r`` (``>= 0``; free for ``=``; absent: ``0``).
+
+So the feasible set of row ``b`` is
+``K_b = {c : c_t <= 0 (t in I_b), c_t = 0 (t unconstrained), sum(c) = rho_b}``,
+the dual objective is ``<L, C> - 1/2 ||S^*(C)||^2`` with
+``L[b, t] = -r_k`` (sign-adjusted) ``+ r_rho`` (the anchor constraint's rhs,
+as ``rho_b = sum(c_b)``), and ``W = S^*(C)``; for the NTP decoder
+``W = C^T H`` (``H`` the contexts).  With ``|S_j| = 1`` this is exactly the
+Crammer-Singer dual with the box bound ``C = inf`` (hard margin); the support
+coordinates are free.  The Euclidean projection onto ``K_b`` is
+``c_t = clip(u_t - theta)``, with ``theta`` the root of the concave,
+decreasing, piecewise-linear ``f(theta) = sum_t clip(u_t - theta) - rho``,
+found exactly by a few vectorized Newton steps (monotone from the right,
+finite termination).  This metric is the natural one: in the multiplier
+space the "anchor" direction is ``V`` times stiffer, in ``C`` it is not.
+
+Other problems (Graph-SVM, whose constraints are the edges of token-priority
+graphs and share no anchor) are solved in the multiplier space, where the
+projection is ``lam_I <- max(lam_I, 0)``.
+
+The iteration
+-------------
+FISTA (accelerated projected gradient ascent on ``D``, step ``1 / ||S||^2``
+from a power iteration) over all blocks at once: two matrix products per
+iteration (``S`` and ``S^*``), NumPy or torch alike, with function-value
+restarts (which give linear convergence on this polyhedral QP).  When the
+face of the feasible set (the set of active multipliers) has stopped
+changing, a *polish* step maximizes ``D`` exactly on that face by conjugate
+gradients; if the face is the optimal one, this lands on ``lam*`` to machine
+precision.  Every polish result must pass the same certificate below.
+
+Stopping rule (certified)
+-------------------------
+Every iterate ``lam`` is dual feasible, so ``D(lam) <= D* = 1/2 ||w*||^2``.
+With ``w = A^T lam`` the iteration stops when both
+
+* the relative duality gap ``|‖w‖^2 - r^T lam| / ‖w‖^2 <= tol`` and
+* the largest constraint violation of ``w`` is ``<= tol * max(1, max|r|)``.
+
+Then ``||w - w*||^2 <= 2 (D* - D(lam))``, which is bounded by the gap up to
+the (tiny) violation, so ``||w - w*|| / ||w*|| <~ sqrt(2 tol)``; in practice
+the polish step makes both numbers ~1e-14.  ``gap`` and ``max_violation`` of
+the :class:`MaxMarginResult` report the final values; a run that stops at
+``max_iter`` issues a :class:`~sklearn.exceptions.ConvergenceWarning`
+naming them.
+
+Infeasibility
+-------------
+For any dual-feasible ``lam`` with ``r^T lam > 0`` and any feasible ``w``,
+``r^T lam <= lam^T A w <= ||A^T lam|| ||w||``, so
+``||w*|| >= r^T lam / ||A^T lam||``: every iterate certifies a lower bound on
+``||w*||`` (tight at the optimum).  When the program is infeasible the dual
+is unbounded, ``lam`` runs off along a Farkas direction and the bound
+diverges.  The method raises :class:`NotSeparableError` once the bound
+proves that the normalized margin ``1 / (||w*|| max_k ||a_k||)`` is below
+``1e-9`` (the order of the infeasibility tolerance of the cvxpy/Clarabel
+reference path).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+
+from ._core import MaxMarginResult, NotSeparableError, register_method
+
+__all__ = ["solve_fast"]
+
+#: Normalized-margin threshold below which a problem is declared infeasible.
+INFEASIBLE_MARGIN = 1e-9
+
+
+# --------------------------------------------------------------------------
+# Structure detection
+# --------------------------------------------------------------------------
+def anchored_structure(problem):
+    """Detect anchored blocks; return the table description or ``None``.
+
+    Returns a dict of NumPy arrays (see the module docstring) when every block
+    has a common anchor, no position carries two constraints, every
+    inequality has the anchor first, and each block has at most one
+    constraint against 0 (``ref = -1``), which must sit at the anchor.
+    """
+    c = problem.constraints
+    B, T = problem.scores.n_blocks, problem.scores.n_positions
+    n = len(c)
+    if n == 0:
+        return None
+    blk, pos, ref = c.block, c.pos, c.ref
+    if np.any(pos == ref):
+        return None
+    first = np.full(B, -1, dtype=np.int64)
+    order = np.argsort(blk, kind="stable")
+    ub, idx = np.unique(blk[order], return_index=True)
+    first[ub] = order[idx]
+    has = first >= 0
+    cand = np.stack([np.where(has, pos[np.maximum(first, 0)], -1),
+                     np.where(has, ref[np.maximum(first, 0)], -1)])
+    ok = np.zeros((2, B), dtype=bool)
+    for i in range(2):
+        a = cand[i][blk]
+        bad = ~((pos == a) | (ref == a)) | (a < 0)
+        ok[i] = np.bincount(blk, weights=bad, minlength=B) == 0
+    anchor = np.where(ok[0], cand[0], np.where(ok[1], cand[1], -1))
+    if np.any(has & (anchor < 0)):
+        return None
+    a = anchor[blk]
+    is_rho = ref < 0
+    sigma = np.where(pos == a, 1.0, -1.0)
+    t = np.where(pos == a, ref, pos)
+    if np.any(~c.equality & (sigma < 0)):
+        return None
+    if np.any(np.bincount(blk[is_rho], minlength=B) > 1):
+        return None
+    two = ~is_rho
+    key = blk[two] * T + t[two]
+    if np.unique(key).size != key.size:
+        return None
+    free = np.zeros((B, T), dtype=bool)
+    neg = np.zeros((B, T), dtype=bool)
+    lin = np.zeros((B, T))
+    bt = (blk[two], t[two])
+    eq2 = c.equality[two]
+    free[bt[0][eq2], bt[1][eq2]] = True
+    neg[bt[0][~eq2], bt[1][~eq2]] = True
+    lin[bt] = -sigma[two] * c.rhs[two]
+    free[has.nonzero()[0], anchor[has]] = True
+    allowed = free | neg
+    sum_type = np.zeros(B, dtype=np.int64)  # 0: sum = 0, 1: sum >= 0, 2: free
+    rb = blk[is_rho]
+    sum_type[rb] = np.where(c.equality[is_rho], 2, 1)
+    lin[rb] += c.rhs[is_rho][:, None] * allowed[rb]
+    return {
+        "free": free, "neg": neg, "allowed": allowed, "lin": lin,
+        "sum_type": sum_type, "flat_t": blk * T + np.where(two, t, 0),
+        "sigma": sigma, "is_rho": is_rho, "block": blk,
+    }
+
+
+# --------------------------------------------------------------------------
+# Dual spaces: the variable, its linear term, the maps and the projection
+# --------------------------------------------------------------------------
+class _TableSpace:
+    """Dual variable = the coefficient table ``C`` of anchored blocks."""
+
+    def __init__(self, problem, be, st):
+        xp = be.xp
+        self.xp, self.be = xp, be
+        self.smap = problem.scores.to_backend(be)
+        self.B, self.T = problem.scores.n_blocks, problem.scores.n_positions
+        self.free = be.asbool(st["free"])
+        self.neg = be.asbool(st["neg"])
+        self.allowed_f = be.asarray(st["allowed"].astype(float))
+        self.free_f = be.asarray(st["free"].astype(float))
+        self.n_free = xp.maximum(xp.sum(self.free_f, axis=1), 1.0)
+        self.lin = be.asarray(st["lin"])
+        self.sum_type = be.asindex(st["sum_type"])
+        self.flat_t = be.asindex(st["flat_t"])
+        self.sigma = be.asarray(st["sigma"])
+        self.rho_mask = be.asarray(st["is_rho"].astype(float))
+        self.blk = be.asindex(st["block"])
+        self.shape = (self.B, self.T)
+        self.has_rho_blocks = bool(np.any(st["sum_type"] > 0))
+
+    def zeros(self):
+        return self.be.zeros(self.shape)
+
+    def apply(self, w):
+        return self.smap.forward(self.xp, w) * self.allowed_f
+
+    def adjoint(self, x):
+        return self.smap.adjoint(self.xp, x)
+
+    def _theta(self, u):
+        """Root of ``f(theta) = sum_t clip(u_t - theta) = 0`` per row (Newton)."""
+        xp = self.xp
+        negf = xp.astype(self.neg, u.dtype)
+        fsum = xp.sum(u * self.free_f, axis=1)
+        theta = fsum / self.n_free  # f(theta0) <= 0: start right of the root
+        for _ in range(64):
+            act = negf * xp.astype(u < theta[:, None], u.dtype)
+            n_act = xp.sum(act, axis=1)
+            new = (fsum + xp.sum(u * act, axis=1)) / (self.n_free + n_act)
+            if bool(xp.all(new >= theta)):
+                break
+            theta = xp.minimum(new, theta)
+        return theta
+
+    def project(self, u):
+        xp = self.xp
+        theta = self._theta(u)
+        if self.has_rho_blocks:
+            # sum >= 0 blocks: theta = 0 when clip(u) already has sum >= 0.
+            clip0 = xp.where(self.neg, xp.minimum(u, 0.0), u) * self.allowed_f
+            s0 = xp.sum(clip0, axis=1)
+            theta = xp.where((self.sum_type == 2) | ((self.sum_type == 1) & (s0 >= 0)),
+                             xp.zeros_like(theta), theta)
+        v = u - theta[:, None]
+        return xp.where(self.neg, xp.minimum(v, 0.0), v) * self.allowed_f
+
+    def face_mask(self, x):
+        """Coordinates free on the face of ``x``'s feasible set (bool table)."""
+        return self.free | (self.neg & (x < 0))
+
+    def face_project(self, v, mask):
+        """Project a direction onto the face's tangent subspace."""
+        xp = self.xp
+        mf = xp.astype(mask, v.dtype)
+        v = v * mf
+        # row sums must stay fixed on "sum = 0" rows (and active "sum >= 0").
+        cnt = xp.maximum(xp.sum(mf, axis=1), 1.0)
+        fix = self.sum_type == 0
+        if self.has_rho_blocks:
+            # treat sum >= 0 rows with sum ~ 0 as fixed too (decided at face time)
+            fix = fix | self._rho_active
+        mean = xp.sum(v, axis=1) / cnt
+        return v - xp.where(fix, mean, xp.zeros_like(mean))[:, None] * mf
+
+    def set_face(self, x):
+        xp = self.xp
+        if self.has_rho_blocks:
+            s = xp.sum(x, axis=1)
+            scale = xp.max(xp.abs(x), axis=1)
+            self._rho_active = (self.sum_type == 1) & (s <= 1e-12 * (1.0 + scale))
+        return self.face_mask(x)
+
+    def to_lam(self, x):
+        xp = self.xp
+        vals = -self.sigma * xp.take(xp.reshape(x, (-1,)), self.flat_t)
+        rho = xp.take(xp.sum(x, axis=1), self.blk)
+        return xp.where(self.rho_mask > 0, rho, vals)
+
+
+class _LamSpace:
+    """Dual variable = the multipliers ``lam`` (general constraints)."""
+
+    def __init__(self, problem, be):
+        xp = self.xp = be.xp
+        self.be = be
+        self._values, self._adj = problem.operators(be)
+        c = problem.constraints
+        self.ineq = be.asbool(~c.equality)
+        self.eq = be.asbool(c.equality)
+        self.lin = be.asarray(c.rhs)
+        self.shape = (len(c),)
+        del xp
+
+    def zeros(self):
+        return self.be.zeros(self.shape)
+
+    def apply(self, w):
+        return self._values(w)
+
+    def adjoint(self, x):
+        return self._adj(x)
+
+    def project(self, u):
+        return self.xp.where(self.ineq, self.xp.maximum(u, 0.0), u)
+
+    def set_face(self, x):
+        return self.eq | (x > 0)
+
+    def face_project(self, v, mask):
+        return v * self.xp.astype(mask, v.dtype)
+
+    def to_lam(self, x):
+        return x
+
+
+# --------------------------------------------------------------------------
+# The solver
+# --------------------------------------------------------------------------
+def _dot(xp, a, b):
+    return float(xp.sum(a * b))
+
+
+def _lipschitz(space, xp, be, n_iter=50, seed=0):
+    """``||S||^2`` on the dual space by power iteration (with a 2% margin)."""
+    rng = np.random.default_rng(seed)
+    x = be.asarray(rng.standard_normal(space.shape))
+    est = 0.0
+    for _ in range(n_iter):
+        nx = math.sqrt(_dot(xp, x, x))
+        if nx == 0.0:
+            break
+        x = x / nx
+        y = space.apply(space.adjoint(x))
+        new = math.sqrt(_dot(xp, y, y))
+        if abs(new - est) <= 1e-6 * new:
+            est = new
+            break
+        est, x = new, y
+    return 1.02 * est if est > 0 else 1.0
+
+
+class _Checker:
+    """Certificate of a dual-feasible point: gap, violation, norm bound."""
+
+    def __init__(self, problem, be, space):
+        self.xp = be.xp
+        self.values, _ = problem.operators(be)
+        c = problem.constraints
+        self.rhs = be.asarray(c.rhs)
+        self.eq = be.asbool(c.equality)
+        self.space = space
+        self.rscale = max(1.0, float(np.max(np.abs(c.rhs))))
+
+    def __call__(self, x, w):
+        xp = self.xp
+        lam = self.space.to_lam(x)
+        sq = _dot(xp, w, w)
+        rl = _dot(xp, self.rhs, lam)
+        v = self.values(w) - self.rhs
+        viol = xp.where(self.eq, xp.abs(v), xp.maximum(-v, 0.0))
+        viol = float(xp.max(viol)) if viol.shape[0] else 0.0
+        gap = abs(sq - rl) / sq if sq > 0 else (0.0 if rl <= 0 else math.inf)
+        bound = rl / math.sqrt(sq) if (rl > 0 and sq > 0) else (math.inf if rl > 0 else 0.0)
+        return lam, gap, viol, bound
+
+
+def _cg_on_face(space, x0, mask, xp, max_iter):
+    """Maximize ``D`` on the affine face through ``x0`` (CG, tangent subspace)."""
+    x = x0
+    r = space.face_project(space.lin - space.apply(space.adjoint(x)), mask)
+    p = r
+    rr = _dot(xp, r, r)
+    rr0 = rr
+    for _ in range(max_iter):
+        if rr <= 1e-30 * max(rr0, 1e-300):
+            break
+        q = space.face_project(space.apply(space.adjoint(p)), mask)
+        pq = _dot(xp, p, q)
+        if pq <= 0:
+            break
+        alpha = rr / pq
+        x = x + alpha * p
+        r = r - alpha * q
+        rr_new = _dot(xp, r, r)
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    return x
+
+
+def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
+               check_every=10, polish=True, structure="auto"):
+    """Solve a :class:`MaxMarginProblem` by restarted FISTA on its dual.
+
+    See the module docstring for the dual, the stopping rule and the
+    infeasibility certificate.
+
+    Parameters
+    ----------
+    problem : MaxMarginProblem
+    tol : float, default=1e-8
+        Relative duality gap and (``max(1, max|r|)``-scaled) violation target.
+    max_iter : int, default=100_000
+        Maximum number of FISTA iterations.
+    be : Backend, optional
+        Array layer (NumPy by default).
+    verbose : int, default=0
+    check_every : int, default=10
+        Certificate / face check period (iterations).
+    polish : bool, default=True
+        Try the exact face maximization (conjugate gradients) once the face
+        is stable.
+    structure : {"auto", "table", "lam"}, default="auto"
+        Dual space: the anchored coefficient table when detected, else the
+        multipliers.
+
+    Returns
+    -------
+    MaxMarginResult
+
+    Raises
+    ------
+    NotSeparableError
+        When the dual certifies that the normalized margin is below
+        :data:`INFEASIBLE_MARGIN`.
+    """
+    if be is None:
+        from .._backend import get_backend
+
+        be = get_backend("numpy")
+    xp = be.xp
+    t0 = time.perf_counter()
+    st = anchored_structure(problem) if structure in ("auto", "table") else None
+    if structure == "table" and st is None:
+        raise ValueError(f"{problem.name}: the constraints are not anchored.")
+    space = _TableSpace(problem, be, st) if st is not None else _LamSpace(problem, be)
+    kind = "table" if st is not None else "lam"
+    check = _Checker(problem, be, space)
+    L = _lipschitz(space, xp, be)
+    # largest constraint-row norm, for the normalized margin (<= sqrt(2 L))
+    a_scale = math.sqrt(2.0 * L)
+    step = 1.0 / L
+
+    x = space.zeros()
+    w = space.adjoint(x)
+    y, wy = x, w
+    dval = 0.0
+    tk = 1.0
+    face = None
+    n_polish = 0
+    best = None
+    it = 0
+    gap = viol = math.inf
+    status = "max_iter"
+    while True:
+        if it % check_every == 0 or it >= max_iter:
+            lam, gap, viol, bound = check(x, w)
+            if verbose > 1:
+                print(f"[{problem.name} fast/{kind}] it={it} gap={gap:.2e} viol={viol:.2e} "
+                      f"||w*||>={bound:.3e}")
+            if gap <= tol and viol <= tol * check.rscale:
+                status = "optimal"
+                break
+            if bound * a_scale > 1.0 / INFEASIBLE_MARGIN:
+                raise NotSeparableError(
+                    f"{problem.name} is infeasible: {problem.infeasible_message}. "
+                    f"(The dual certifies a normalized margin below {INFEASIBLE_MARGIN:g}; "
+                    f"method 'fast', {it} iterations.)"
+                )
+            if best is None or gap + viol < best[0]:
+                best = (gap + viol, x, w, lam, gap, viol)
+            if it >= max_iter:
+                break
+            if polish and it > 0:
+                new_face = space.set_face(x)
+                if face is not None and bool(xp.all(new_face == face)):
+                    xc = _cg_on_face(space, x, new_face, xp, max_iter=200)
+                    xc = space.project(xc)
+                    wc = space.adjoint(xc)
+                    n_polish += 1
+                    lam_c, gap_c, viol_c, _ = check(xc, wc)
+                    if verbose > 1:
+                        print(f"    polish: gap={gap_c:.2e} viol={viol_c:.2e}")
+                    if gap_c <= tol and viol_c <= tol * check.rscale:
+                        x, w, lam, gap, viol = xc, wc, lam_c, gap_c, viol_c
+                        status = "optimal"
+                        break
+                    dc = _dot(xp, space.lin, xc) - 0.5 * _dot(xp, wc, wc)
+                    if dc > dval:  # adopt as a warm start, reset momentum
+                        x, w, y, wy, dval, tk = xc, wc, xc, wc, dc, 1.0
+                    face = None
+                else:
+                    face = new_face
+        g = space.lin - space.apply(wy)
+        x_new = space.project(y + step * g)
+        w_new = space.adjoint(x_new)
+        d_new = _dot(xp, space.lin, x_new) - 0.5 * _dot(xp, w_new, w_new)
+        if d_new < dval:  # function-value restart
+            tk = 1.0
+            y, wy = x, w
+            it += 1
+            continue
+        t_next = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * tk * tk))
+        beta = (tk - 1.0) / t_next
+        y = x_new + beta * (x_new - x)
+        wy = w_new + beta * (w_new - w)
+        x, w, dval, tk = x_new, w_new, d_new, t_next
+        it += 1
+
+    if status != "optimal":
+        _, x, w, lam, gap, viol = best
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn(
+            f"{problem.name}: method 'fast' stopped after {it} iterations with relative "
+            f"duality gap {gap:.3e} and constraint violation {viol:.3e} (tol={tol:g}); "
+            "increase max_iter or use method='cvxpy'.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    if verbose:
+        print(f"[{problem.name} fast/{kind}] {status}: {it} iterations, {n_polish} polish, "
+              f"gap={gap:.2e}, violation={viol:.2e}, {time.perf_counter() - t0:.3f}s")
+    return MaxMarginResult(
+        primal=xp.reshape(w, problem.shape),
+        dual=lam,
+        method="fast",
+        status=status,
+        n_iter=int(it),
+        gap=float(gap),
+        max_violation=float(viol),
+    )
+
+
+def _method(problem, tol, max_iter, be, verbose):
+    return solve_fast(problem, tol, max_iter, be, verbose)
+
+
+register_method("fast", _method, auto_priority=10)
