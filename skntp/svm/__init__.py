@@ -4,6 +4,7 @@ All programs go through one core, :func:`solve_max_margin`, which solves
 ``min 1/2 ||w||^2`` under linear score-difference constraints.
 """
 
+from . import _fast  # noqa: F401  (registers the 'fast' method)
 from ._attention import (
     att_svm,
     att_svm_prime,
@@ -31,7 +32,6 @@ from ._joint import (
     relaxed_att_svm_problem,
     support_vectors,
 )
-from . import _fast  # noqa: F401  (registers the 'fast' method)
 from ._ntp import finite_component, log_odds_problem, ntp_svm, ntp_svm_problem
 
 __all__ = [
