@@ -12,7 +12,7 @@ Every figure example returns a :class:`~sklearn.utils.Bunch` with
 * ``X`` (n, T, d) tokens and ``y`` (n,) labels in ``{-1, +1}``;
 * ``head`` (d,) the fixed ``v`` and ``key_query`` (k, d) the fixed ``W``,
   ready for ``AttentionSelector(head=..., key_query=...)``;
-* ``keys`` (n, T, k) ``= X W^T`` and ``scores`` (n, T) ``= Y_i v^T x_it``
+* ``K`` (n, T, k), the keys ``X W^T`` and ``scores`` (n, T) ``= Y_i v^T x_it``
   (Def. 1);
 * ``starts``: named initial queries ``p(0)`` (``query_init``) and
   ``expected``: the token indices ``alpha`` GD started there selects.
@@ -40,7 +40,7 @@ def _bunch(X, y, head, key_query, starts, expected, description):
     key_query = np.asarray(key_query, dtype=float)
     keys = X @ key_query.T
     scores = y[:, None] * (X @ head)
-    return Bunch(X=X, y=y, head=head, key_query=key_query, keys=keys, scores=scores,
+    return Bunch(X=X, y=y, head=head, key_query=key_query, K=keys, scores=scores,
                  starts={k: np.asarray(v, dtype=float) for k, v in starts.items()},
                  expected={k: np.asarray(v) for k, v in expected.items()},
                  description=description)

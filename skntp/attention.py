@@ -167,7 +167,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
     solver : {"gd", "ngd", "regpath", "svm"}, default="ngd"
         ``"gd"``: gradient descent (3); ``"ngd"``: normalized GD (App. E);
         ``"regpath"``: the regularization path (2), ``argmin_{||p|| <= R}``
-        over ``path_radii`` (Thm. 1); ``"svm"``: the explicit limit
+        over ``path_radii`` (Thm. 1), each radius solved by the shared loop
+        from two starts (the previous solution and ``R`` times the GMM
+        direction) keeping the lower risk, since (2) is non-convex; ``"svm"``: the explicit limit
         ``p = svm_radius * gmm_direction_`` (Thm. 1/2).
     query_init : None, "zeros", "random" or array-like of shape (k,), default=None
         ``train="p"``: the start ``p(0)`` (``None``/"zeros": ``0``;
@@ -190,8 +192,12 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         below the optimal one, so the attention on the optimal tokens is at
         least ``1 - e^{-20}`` in every input.
     path_radii : array-like, default=None
-        Increasing radii of the regularization path (``None``:
-        ``geomspace(0.5, 200, 24)``).
+        Increasing radii of the regularization path.  ``None``: 16 radii from
+        0.1 to 30 times ``||p^mm*||`` (the margin-1 GMM solution), i.e. up to
+        logit gaps of about 30; beyond that the risk differs from its
+        infimum by less than float64 resolves (``e^{-36}``), so larger radii
+        cannot be solved meaningfully.  Without a GMM direction:
+        ``geomspace(0.5, 200, 24)``.
     max_optimal_choices : int, default=4096
         With tied optimal tokens, (ATT-SVM') of App. D is solved by
         enumerating up to this many choices of one optimal token per input.
@@ -574,7 +580,12 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         uniform = bool(np.all(sw == sw[0]))
         common = {"mask": maskb, "loss": self.loss, "v": be.asarray(v),
                   "sample_weight": None if uniform else be.asarray(sw)}
-        radii = default_radii(self.path_radii) if self.solver == "regpath" else None
+        radii = None
+        if self.solver == "regpath":
+            if self.path_radii is None and self._gmm is not None:
+                radii = np.geomspace(0.1, 30.0, 16) * float(np.linalg.norm(self._gmm))
+            else:
+                radii = default_radii(self.path_radii)
         lr = self.lr
         if self.train == "p":
             p0 = self._query_init(W.shape[0], rng, fixed=False)
@@ -612,10 +623,17 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
             iterates.append(np.asarray(to_numpy(q), dtype=float))
             return row
 
-        result = minimize(obj, params0, xp=xp, solver=self.solver, lr=lr,
-                          max_iter=self.max_iter, tol=self.tol, metrics=metrics,
-                          record_every=self.record_every, radii=radii,
-                          inner_max_iter=self.max_iter)
+        if self.solver == "regpath":
+            extra = ()
+            if self.gmm_direction_ is not None:
+                extra = ((gmm,),) if self.train == "p" else (
+                    (be.asarray(np.outer(u, self.gmm_direction_) / nu),),)
+            result = _regularization_path(obj, params0, xp, radii, self.max_iter, self.tol,
+                                          metrics, extra)
+        else:
+            result = minimize(obj, params0, xp=xp, solver=self.solver, lr=lr,
+                              max_iter=self.max_iter, tol=self.tol, metrics=metrics,
+                              record_every=self.record_every, inner_max_iter=self.max_iter)
         final = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         if self.train == "p":
             self.query_ = final
@@ -672,6 +690,64 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = False
         return tags
+
+
+def _regularization_path(objective, params0, xp, radii, inner_max_iter, tol, metrics,
+                         extra_starts=()):
+    """The path (2) ``argmin_{||p|| <= R} L(p)`` over increasing radii.
+
+    Each radius is one call of the shared loop (``minimize(solver="regpath")``)
+    with two changes that keep it accurate at large ``R``, where the gradient
+    is of order ``exp(-R * margin)``: the start is the previous solution
+    scaled onto the sphere of radius ``R`` (Thm. 1: the solutions lie on the
+    boundary), and the objective is divided by its gradient norm there (a
+    constant factor, so the constrained minimizer is unchanged, while the
+    loop's stopping rule becomes relative to the gradient's scale).
+
+    The path of a non-convex risk is the *global* minimizer at every radius,
+    which a local method started from the previous solution cannot certify.
+    Every radius is therefore also solved from ``R`` times each direction of
+    ``extra_starts`` (unit-norm parameter tuples, e.g. the GMM direction), and
+    the solution of lowest risk is kept.
+    """
+    import time
+
+    from ._optim import OptimResult
+
+    t0 = time.perf_counter()
+    params = tuple(params0)
+    rows = {}
+    converged = True
+    for i, r in enumerate(np.asarray(radii, dtype=float).reshape(len(radii), -1)[:, 0]):
+        nrm = float(xp.sqrt(sum(xp.sum(p * p) for p in params)))
+        starts = [tuple(p * (r / nrm) for p in params) if nrm > 0 else params]
+        starts += [tuple(p * r for p in e) for e in extra_starts]
+        best = None
+        for start in starts:
+            _, g = objective(start)
+            gn = math.sqrt(sum(float(xp.sum(x * x)) for x in g))
+            scale = 1.0 / gn if gn > 0 else 1.0
+
+            def scaled(ps, scale=scale):
+                loss, grads = objective(ps)
+                return loss * scale, tuple(x * scale for x in grads)
+
+            res = minimize(scaled, start, xp=xp, solver="regpath", radii=[r], tol=tol,
+                           inner_max_iter=inner_max_iter)
+            loss = float(objective(res.params)[0])
+            if best is None or loss < best[0]:
+                best = (loss, res)
+        params = best[1].params
+        converged &= best[1].converged
+        loss, g = objective(params)
+        row = {"iteration": i, "radius": r, "loss": float(loss),
+               "grad_norm": math.sqrt(sum(float(xp.sum(x * x)) for x in g)),
+               "time": time.perf_counter() - t0, **metrics(params)}
+        for key, val in row.items():
+            rows.setdefault(key, []).append(float(val))
+    history = {k: np.asarray(v) for k, v in rows.items()}
+    return OptimResult(params, len(radii), converged, "tol" if converged else "max_iter",
+                       history)
 
 
 def attention_trials(X, y, head, *, loss="logistic", solver="ngd", lr=1.0, max_iter=1000,
