@@ -11,7 +11,12 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, check_random_state, column_or_1d
+from sklearn.utils.validation import (
+    check_is_fitted,
+    check_random_state,
+    column_or_1d,
+    validate_data,
+)
 
 from ._attention_model import attention_weights, loss_and_derivative
 from ._backend import logsumexp, to_numpy
@@ -127,7 +132,8 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
     solver : {"gd", "ngd", "regpath", "svm"}, default="ngd"
         ``"gd"``: gradient descent with step ``lr``; ``"ngd"``: normalized
         GD, each block ``v``, ``p`` moved by ``lr`` along its own normalized
-        gradient (as in the paper's experiments, App. E); ``"regpath"``: the
+        gradient (as in the paper's experiments, App. E; computed from
+        ``grad log L``, the same direction, so it never underflows); ``"regpath"``: the
         ridge-constrained solutions ``argmin_{||v|| <= r, ||p|| <= R} L(v, p)``
         over the increasing grid ``path_radii`` (Thms. 5-6), each warm-started
         from the last and solved on ``log L`` (same minimizers, better scaled);
@@ -213,11 +219,15 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         Fig. 3(c), blue), ``alignment`` (``p`` with ``mm_direction_``),
         ``head_alignment``, ``att_svm_alignment`` (``p`` with
         ``att_svm_direction_``), and the trajectories ``query`` (n_records, k)
-        and ``head`` (n_records, d); ``"regpath"`` adds ``radius_0``,
-        ``radius_1`` and ``log_loss``.
+        and ``head`` (n_records, d).  ``"ngd"`` and ``"regpath"`` run on
+        ``log L`` (same normalized steps, same constrained minimizers, no
+        underflow at large norms): they add ``log_loss``, and their
+        ``grad_norm`` is that of ``grad log L = grad L / L``; ``"regpath"``
+        also adds ``radius_0`` (``r``, the head's) and ``radius_1`` (``R``).
     n_iter_ : int
     n_features_in_ : int
-        Token dimension ``d``.
+        Token dimension ``d`` for 3-D and list inputs; for a 2-D input
+        ``(n, T)`` of scalar tokens, its number of columns ``T``.
 
     Notes
     -----
@@ -300,6 +310,47 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
             raise ValueError(f"{name} contains NaN or infinity.")
         return arr.copy()
 
+    def _validate_X(self, X, reset):
+        """``(padded, mask)`` from any accepted input (see Notes).
+
+        A 2-D input goes through :func:`~sklearn.utils.validation.validate_data`
+        (so ``n_features_in_`` is its number of columns ``T``, and predictions
+        need the same ``T``); 3-D and list inputs through
+        :func:`~skntp._sequences.check_sequences` (``n_features_in_ = d``).
+        """
+        if not reset:
+            check_is_fitted(self)
+        if hasattr(X, "__array__") and not hasattr(X, "shape"):
+            X = np.asarray(X)
+        ndim = len(X.shape) if hasattr(X, "shape") else None
+        if ndim is None and isinstance(X, (list, tuple)) and len(X) and not any(
+                np.ndim(s) >= 2 for s in X):
+            try:
+                ndim = np.asarray(X, dtype=float).ndim
+            except (TypeError, ValueError):
+                ndim = None
+        if ndim == 1:
+            raise ValueError(
+                "Expected a 2-D array (n_samples, seq_len) of scalar tokens, a 3-D array "
+                "(n_samples, seq_len, n_features) or a list of 2-D arrays, got a 1-D "
+                "array. Reshape your data."
+            )
+        if ndim == 2 and (reset or getattr(self, "_input_2d", False)):
+            X2 = validate_data(self, X, reset=reset, dtype=np.float64)
+            if reset:
+                self._input_2d, self._token_dim = True, 1
+            return X2[:, :, None], np.ones(X2.shape, dtype=bool)
+        arr, mask = check_sequences(
+            np.asarray(X, dtype=float) if ndim == 2 else X,
+            n_features=None if reset else self._token_dim,
+        )
+        if reset:
+            self._input_2d, self._token_dim = False, arr.shape[2]
+            self.n_features_in_ = arr.shape[2]
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        return arr, mask
+
     def _labels(self, y, n):
         y = column_or_1d(y, warn=True)
         if y.shape[0] != n:
@@ -308,7 +359,8 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         classes = np.unique(y)
         if classes.shape[0] != 2:
             raise ValueError(
-                "JointAttentionSVM is a binary classifier (labels Y in {-1, +1}); y has "
+                "Only binary classification is supported: JointAttentionSVM's labels are "
+                "Y in {-1, +1}, but y has "
                 f"{classes.shape[0]} class(es): {classes[:10]!r}."
             )
         return classes, np.where(y == classes[1], 1.0, -1.0)
@@ -329,13 +381,12 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         -------
         self
         """
-        X, mask = check_sequences(X)
+        X, mask = self._validate_X(X, reset=True)
         n, T, d = X.shape
         classes, y_pm = self._labels(y, n)
         W = self._key_query(d)
         K = X @ W.T
         self.classes_ = classes
-        self.n_features_in_ = d
         self.key_query_ = W
         if self.solver == "svm":
             self._fit_svm(X, K, y_pm, mask)
@@ -365,7 +416,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
                 head = head_svm(tokens, y, **kw)
         except NotSeparableError as exc:
             warnings.warn(
-                f"{exc}. The selected tokens (largest attention) admit no head "
+                f"{str(exc).rstrip('.')}. The selected tokens (largest attention) admit no head "
                 "max-margin direction: head_mm_direction_, mm_direction_ and "
                 "att_svm_direction_ are None.",
                 UserWarning,
@@ -457,8 +508,11 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         be = backend_of(self)
         xp = be.xp
         regpath = self.solver == "regpath"
-        objective = _JointObjective(be, X, K, y, mask, log=regpath)
-        plain = objective if not regpath else _JointObjective(be, X, K, y, mask)
+        # log L has the same minimizers on every ball (regpath) and the same
+        # normalized gradient in every block (ngd), and does not underflow.
+        use_log = self.solver in ("regpath", "ngd")
+        objective = _JointObjective(be, X, K, y, mask, log=use_log)
+        plain = objective if not use_log else _JointObjective(be, X, K, y, mask)
         traj_v, traj_p = [], []
 
         def metrics(params):
@@ -501,9 +555,10 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         self.query_ = np.asarray(to_numpy(result.params[1]), dtype=np.float64)
         self.n_iter_ = result.n_iter
         hist = result.history
-        if regpath:
+        if use_log:
             hist["log_loss"] = hist["loss"]
             hist["loss"] = np.exp(hist["log_loss"])
+        if regpath:
             if "radius_0" not in hist:
                 hist["radius_0"] = hist["radius_1"] = hist["radius"]
         s = self._attention_np(K, mask, self.query_)
@@ -534,8 +589,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         return e / e.sum(axis=1, keepdims=True)
 
     def _validated(self, X):
-        check_is_fitted(self)
-        X, mask = check_sequences(X, n_features=self.n_features_in_)
+        X, mask = self._validate_X(X, reset=False)
         return X, mask, X @ self.key_query_.T
 
     def attention(self, X):
@@ -571,6 +625,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
 
     def predict(self, X):
         """The class of the sign of :meth:`decision_function` (ties: ``classes_[0]``)."""
+        check_is_fitted(self)
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
     def __sklearn_tags__(self):

@@ -256,7 +256,7 @@ def _label_margin(tokens, y, solve):
 
 
 def joint_svm(X, y, keys=None, *, mask=None, max_enumeration=MAX_ENUMERATION,
-              support_tol=1e-6, method="auto", tol=1e-8, max_iter=100_000, **backend):
+              n_starts=32, support_tol=1e-6, method="auto", tol=1e-8, max_iter=100_000, **backend):
     """Choose the selected tokens and solve both programs of the joint model.
 
     The selected tokens ``alpha`` maximize the *label margin*
@@ -268,13 +268,16 @@ def joint_svm(X, y, keys=None, *, mask=None, max_enumeration=MAX_ENUMERATION,
       ``max_enumeration``: choices are ranked by label margin (ties: first in
       lexicographic order of ``alpha``) and the first one with a feasible
       ATT-SVM is kept;
-    * otherwise by **alternating maximization** (a heuristic): start from
-      ``v_0 = sum_i Y_i mean_t x_it``; repeat ``alpha_i = argmax_t Y_i v^T x_it``
-      (the best token of every input for the current head) and
-      ``v = v^mm(alpha)``, until ``alpha`` repeats.  Each round cannot decrease
-      the label margin (``v^mm(alpha)`` stays feasible for the new choice with
-      the same norm), so it stops at a choice no single head can improve, but
-      not necessarily at the global maximum.
+    * otherwise by **alternating maximization** (a heuristic): from a
+      starting head ``v``, repeat ``alpha_i = argmax_t Y_i v^T x_it`` (the best
+      token of every input for the current head) and ``v = v^mm(alpha)``
+      until ``alpha`` repeats.  Each round cannot decrease the label margin
+      (``v^mm(alpha)`` stays feasible for the new choice with the same norm),
+      so it stops at a choice that no head improves by itself, not
+      necessarily at the global maximum.  It runs from ``1 + n_starts`` heads:
+      the class-mean head ``sum_i Y_i mean_t x_it`` and ``Y_i x_it`` for the
+      ``n_starts`` tokens of largest norm; the fixed points are ranked by label
+      margin and the first with a feasible ATT-SVM is kept.
 
     Then ``S`` is the support set of ``v^mm(alpha)``, ``p^relax`` solves
     eq. (10) and ``p^mm`` the ATT-SVM.
@@ -291,6 +294,8 @@ def joint_svm(X, y, keys=None, *, mask=None, max_enumeration=MAX_ENUMERATION,
         Real tokens.
     max_enumeration : int, default=256
         Largest number of choices enumerated exhaustively.
+    n_starts : int, default=32
+        Extra starting heads of the heuristic.
     support_tol : float, default=1e-6
         Tolerance of :func:`support_vectors`.
     method, tol, max_iter, **backend :
@@ -355,39 +360,55 @@ def joint_svm(X, y, keys=None, *, mask=None, max_enumeration=MAX_ENUMERATION,
             )
     else:
         exhaustive = False
-        scores_of = np.where(mask[..., None], X, 0.0)
-        v = (y[:, None] * (scores_of.sum(axis=1) / lengths[:, None])).sum(axis=0)
-        seen, n_candidates, best = set(), 0, None
-        for _ in range(100):
-            s = np.where(mask, y[:, None] * (X @ v), -np.inf)
-            alpha = np.argmax(s, axis=1)
+        cache = {}
+
+        def margin_of(alpha):
             key = alpha.tobytes()
-            if key in seen:
+            if key not in cache:
+                cache[key] = _label_margin(X[rows, alpha], y, solve_head)
+            return cache[key]
+
+        def ascend(v):
+            """Alternate alpha <- best tokens of v, v <- v^mm(alpha) to a fixed point."""
+            best = None
+            for _ in range(100):
+                s = np.where(mask, y[:, None] * (X @ v), -np.inf)
+                alpha = np.argmax(s, axis=1)
+                if best is not None and np.array_equal(alpha, best[0]):
+                    break
+                v_new, margin = margin_of(alpha)
+                if v_new is None or (best is not None and margin <= best[2]):
+                    break
+                best, v = (alpha, v_new, margin), v_new
+            return best
+
+        masked = np.where(mask[..., None], X, 0.0)
+        starts = [(y[:, None] * (masked.sum(axis=1) / lengths[:, None])).sum(axis=0)]
+        norms = np.where(mask, np.linalg.norm(X, axis=2), -np.inf)
+        order = np.argsort(-norms, axis=None, kind="stable")[:n_starts]
+        for i, t in zip(*np.unravel_index(order, mask.shape)):
+            if mask[i, t]:
+                starts.append(y[i] * X[i, t])
+        finals = {}
+        for v0 in starts:
+            found = ascend(v0)
+            if found is not None:
+                finals[found[0].tobytes()] = found
+        n_candidates = len(cache)
+        for alpha, v, margin in sorted(finals.values(), key=lambda f: -f[2]):
+            p_mm = att_feasible(alpha)
+            if p_mm is not None:
+                chosen = (alpha, v, margin, p_mm)
                 break
-            seen.add(key)
-            v_new, margin = _label_margin(X[rows, alpha], y, solve_head)
-            n_candidates += 1
-            if v_new is None:
-                break
-            best, v = (alpha, v_new, margin), v_new
-        if best is None:
+        if chosen is None:
             raise NotSeparableError(
-                "joint SVM is infeasible: the alternating heuristic (more than "
-                f"max_enumeration={max_enumeration} token choices) found no choice of "
-                "one token per input that a head through the origin separates; the "
-                "joint problem is likely not separable (raise max_enumeration to "
-                "search exhaustively)."
+                "joint SVM is infeasible: the alternating heuristic (used above "
+                f"max_enumeration={max_enumeration} token choices) found no choice of one "
+                "token per input that is both separable by a head through the origin "
+                "(head SVM) and selectable by attention (ATT-SVM), from "
+                f"{len(starts)} starting heads; the joint problem is likely not "
+                "separable (raise max_enumeration to search exhaustively)."
             )
-        alpha, v, margin = best
-        p_mm = att_feasible(alpha)
-        if p_mm is None:
-            raise NotSeparableError(
-                "joint SVM is infeasible: the tokens of largest label margin found by "
-                "the alternating heuristic cannot be selected by attention (ATT-SVM "
-                "infeasible: a selected key is not separable from the other keys of "
-                "its input); raise max_enumeration to search exhaustively."
-            )
-        chosen = (alpha, v, margin, p_mm)
     alpha, v, margin, p_mm = chosen
     support = support_vectors(X[rows, alpha], y, v, tol=support_tol)
     p_relax = p_mm if support.all() else relaxed_att_svm(keys, alpha, support, mask=mask,
