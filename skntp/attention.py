@@ -34,11 +34,13 @@ from ._attention_model import (
     LOSSES,
     AttentionObjective,
     attention_features,
+    attention_loss_grad,
     attention_weights,
 )
 from ._backend import to_numpy
 from ._base import BACKEND_CONSTRAINTS, TRAINING_CONSTRAINTS, backend_of, default_radii
 from ._optim import minimize
+from ._progress import make_progress
 from ._sequences import check_sequences
 from .metrics import alignment
 from .svm import NotSeparableError, att_svm, att_svm_prime, min_score_gap, svm_neighbors
@@ -270,7 +272,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
     >>> from skntp.datasets import make_attention_fig1a
     >>> data = make_attention_fig1a()
     >>> est = AttentionSelector(head=data.head, key_query=data.key_query,
-    ...                         solver="ngd", max_iter=2000).fit(data.X, data.y)
+    ...                         classes=[-1, 1]).fit(data.X, data.y)
     >>> est.convergence_, round(est.alignment_, 3)
     ('global', 1.0)
     """
@@ -502,6 +504,12 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         self.convergence_ = rep["convergence"]
         self.alignment_ = (alignment(q, self.mm_direction_)
                            if self.mm_direction_ is not None else float("nan"))
+        if self.solver == "svm":
+            risk, _ = attention_loss_grad(np, Xp, Xp @ self.key_query_.T, Y, v, self.query_,
+                                          mask=None if mask.all() else mask,
+                                          loss=self.loss, sample_weight=sw, wrt=())
+            self.history_["loss"] = np.array([float(risk)])
+            self.history_["saturation"] = np.array([rep["saturation"]])
         iterates = getattr(self, "_iterates", None)
         if iterates is not None:
             self.history_["alignment"] = np.array(
@@ -568,6 +576,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         self.history_ = {"iteration": np.array([0.0]),
                          "norm": np.array([np.linalg.norm(q)]),
                          "gmm_alignment": np.array([1.0])}
+        self._iterates = [q]
         return q
 
     def _fit_gradient(self, Xp, mask, Y, sw, v, W, rng):
@@ -633,7 +642,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         else:
             result = minimize(obj, params0, xp=xp, solver=self.solver, lr=lr,
                               max_iter=self.max_iter, tol=self.tol, metrics=metrics,
-                              record_every=self.record_every, inner_max_iter=self.max_iter)
+                              record_every=self.record_every, inner_max_iter=self.max_iter,
+                              progress=make_progress(self.verbose, self.max_iter,
+                                                     desc=self.solver))
         final = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         if self.train == "p":
             self.query_ = final
