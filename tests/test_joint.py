@@ -431,3 +431,35 @@ def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check(estimator)
+
+
+def test_ngd_on_log_loss_equals_ngd_on_loss():
+    # NGD normalizes each block, so grad log L = grad L / L gives the same steps.
+    from skntp._optim import minimize
+
+    X, y, P = make_joint_fig3("b", return_params=True)
+    be = get_backend()
+    plain = _JointObjective(be, X, X, y, np.ones((3, 2), bool))
+    ref = minimize(plain, (P.head_init, P.query_init), xp=be.xp, solver="ngd", lr=0.1,
+                   max_iter=200)
+    est = JointAttentionSVM(head_init=P.head_init, query_init=P.query_init,
+                            max_iter=200).fit(X, y)
+    np.testing.assert_allclose(est.head_, ref.params[0], rtol=1e-9)
+    np.testing.assert_allclose(est.query_, ref.params[1], rtol=1e-9)
+    np.testing.assert_allclose(est.history_["loss"], ref.history["loss"], rtol=1e-9)
+
+
+@pytest.mark.slow
+def test_example_fig3_table():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "joint_fig3.py"
+    spec = importlib.util.spec_from_file_location("joint_fig3", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = {(r[0], r[1]): r for r in mod.main(iters=10_000)}
+    assert rows["a", "ngd"][3] > 0.999999 and rows["a", "ngd"][4] > 0.999999
+    assert rows["b", "ngd"][2] > 0.999998 and rows["b", "ngd"][3] < 0.982
+    for key in rows:
+        assert rows[key][6] > 0.9998 and rows[key][7] > 0.9999
