@@ -259,7 +259,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
     history_ : dict of ndarray
         ``iteration``, ``loss``, ``grad_norm``, ``norm``, ``saturation``,
         ``gmm_alignment`` (cosine with ``gmm_direction_``), ``alignment``
-        (with ``mm_direction_``), ``time``; ``radius`` for the path.
+        (with ``mm_direction_``), ``time``; ``radius`` for the path; and
+        ``query``, of shape (n_records, k), the recorded iterates of the
+        fitted query (``W^T u`` for ``train="W"``), e.g. to draw trajectories.
     n_iter_ : int
     n_features_in_ : int
         Token dimension ``d``; for 2-D input ``(n, T)`` (read as ``n``
@@ -512,6 +514,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
             self.history_["saturation"] = np.array([rep["saturation"]])
         iterates = getattr(self, "_iterates", None)
         if iterates is not None:
+            self.history_["query"] = np.stack(iterates)
             self.history_["alignment"] = np.array(
                 [alignment(it, self.mm_direction_) if self.mm_direction_ is not None
                  else np.nan for it in iterates])

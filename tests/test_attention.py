@@ -485,3 +485,13 @@ def test_minimize_batched_objective_matches_single():
         one = AttentionObjective(np, X[t], y[t], v=v[t], train=("p",))
         r1 = minimize(one, (np.zeros(5),), xp=np, solver="ngd", lr=1.0, max_iter=40)
         np.testing.assert_allclose(res.params[0][t], r1.params[0], rtol=1e-12)
+
+
+def test_fig1_example_runs_and_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    mod = _load_example("attention_fig1")
+    results = mod.main(["--iters", "300", "--plot", str(tmp_path / "fig1.png")])
+    assert (tmp_path / "fig1.png").stat().st_size > 0
+    _, fits = results["Fig. 8"]
+    assert fits["lmm"].convergence_ == "local" and fits["gmm"].convergence_ == "global"
+    assert fits["lmm"].history_["query"].shape == (31, 2)
