@@ -22,6 +22,7 @@ from ._attention_model import attention_weights, loss_and_derivative
 from ._backend import logsumexp, to_numpy
 from ._base import BACKEND_CONSTRAINTS, TRAINING_CONSTRAINTS, backend_of, default_radii
 from ._optim import minimize
+from ._progress import make_progress
 from ._sequences import check_sequences
 from .metrics import alignment
 from .svm import NotSeparableError
@@ -177,6 +178,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Seeds the random starting point.
     verbose : int, default=0
+        ``> 0`` draws a progress bar of the gradient solvers on stderr.
 
     Attributes
     ----------
@@ -550,6 +552,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
             record_every=self.record_every,
             radii=radii,
             inner_max_iter=self.max_iter,
+            progress=self._progress(use_log),
         )
         self.head_ = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         self.query_ = np.asarray(to_numpy(result.params[1]), dtype=np.float64)
@@ -569,6 +572,18 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         hist["head_alignment"] = self._cosines(H, self.head_mm_direction_)
         hist["att_svm_alignment"] = self._cosines(Q, self.att_svm_direction_)
         self.history_ = hist
+
+    def _progress(self, use_log):
+        """The progress bar (``verbose > 0``), showing ``L`` rather than ``log L``."""
+        bar = make_progress(self.verbose, self.max_iter, desc=self.solver)
+        if bar is None or not use_log:
+            return bar
+
+        def progress(k, loss, row=None):
+            bar(k, math.exp(loss), row)
+
+        progress.close = getattr(bar, "close", lambda: None)
+        return progress
 
     @staticmethod
     def _cosines(W, direction):
