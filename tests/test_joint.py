@@ -463,3 +463,19 @@ def test_example_fig3_table():
     assert rows["b", "ngd"][2] > 0.999998 and rows["b", "ngd"][3] < 0.982
     for key in rows:
         assert rows[key][6] > 0.9998 and rows[key][7] > 0.9999
+
+
+def test_regpath_with_separate_radii():
+    X, y, P = make_joint_fig3("b", return_params=True)
+    radii = np.column_stack([np.geomspace(0.5, 20, 8), np.geomspace(0.5, 10, 8)])
+    est = JointAttentionSVM(solver="regpath", path_radii=radii, head_init=P.head_init,
+                            query_init=P.query_init, max_iter=300).fit(X, y)
+    h = est.history_
+    np.testing.assert_allclose(h["radius_0"], radii[:, 0])
+    np.testing.assert_allclose(h["radius_1"], radii[:, 1])
+    assert np.linalg.norm(est.head_) == pytest.approx(20.0, rel=1e-6)
+    assert np.linalg.norm(est.query_) <= 10.0 + 1e-9
+    assert est.n_iter_ == 8
+    assert cos(est.query_, P.relaxed) > cos(est.query_, P.att_svm)
+    with pytest.raises(ValueError, match="path_radii"):
+        JointAttentionSVM(solver="regpath", path_radii=np.ones((3, 3))).fit(X, y)
