@@ -479,6 +479,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         self.classes_, Y = self._targets(y, n)
         sw = _check_sample_weight(sample_weight, np.empty((n, 1)), dtype=np.float64,
                                   ensure_non_negative=True)
+        if not sw.sum() > 0:
+            raise ValueError("sample_weight is zero for every input; nothing to fit.")
         v = self._head(Xp, mask, Y, d)
         W = self._key_query(d)
         self.head_ = v

@@ -321,6 +321,8 @@ def solve_ldp(G, h):
     f[d] = 1.0
     u, _ = nnls(E, f, maxiter=50 * (m + d + 1))
     r = E @ u - f
+    # at the optimum -r_{d+1} = ||r||^2 = 1 / (1 + ||x||^2): a zero residual
+    # (below 1e-12, i.e. a margin 1/||x|| below 1e-6) means infeasible
     denom = -r[d]  # = 1 - h^T u
     if not np.isfinite(denom) or denom <= 1e-12:
         return None, None
@@ -334,11 +336,14 @@ def _solve_nnls(problem, tol, max_iter, be, verbose):
     if len(c) * int(np.prod(problem.shape)) > _NNLS_MAX_ENTRIES:
         return None
     A = problem.constraint_matrix().toarray()
-    x, lam = solve_ldp(A, c.rhs)
+    try:
+        x, lam = solve_ldp(A, c.rhs)
+    except RuntimeError:  # NNLS iteration limit: let another method try
+        return None
     if x is None:
         raise NotSeparableError(
-            f"{problem.name} is infeasible (least-distance NNLS has zero residual): "
-            f"{problem.infeasible_message}."
+            f"{problem.name} is infeasible (the least-distance NNLS has zero residual: "
+            f"no solution with a margin above 1e-6): {problem.infeasible_message}."
         )
     vals = A @ x - c.rhs
     viol = float(np.maximum(-vals, 0.0).max()) if vals.size else 0.0
