@@ -171,10 +171,12 @@ def test_graph_svm_matches_independent_cvxpy(acyclic):
         X, y, E = _random_instance(seed, K=6, d=8, n=6, T=4, acyclic=acyclic)
         graphs = token_priority_graphs(X, y)
         ref = _graph_svm_cvxpy_independent(E, X, y)
-        for method in ("cvxpy", "auto"):
+        for method in ("cvxpy", "graph-ldp", "auto"):
             W, res = graph_svm(E, graphs, method=method, return_result=True)
             np.testing.assert_allclose(W, ref, atol=2e-5 * max(1, np.abs(ref).max()))
             assert res.max_violation < 1e-6
+            if method != "cvxpy":
+                assert res.method == "graph-ldp" and abs(res.gap) < 1e-8
 
 
 def test_graph_svm_problem_structure_and_infeasible():
@@ -191,8 +193,9 @@ def test_graph_svm_problem_structure_and_infeasible():
     E2 = np.vstack([E[:2], E[:1]])  # token 2 duplicates token 0
     Xb = np.array([[0, 2, 1]])  # 0 => 2 needs (e_0 - e_2)^T W e_1 >= 1
     yb = np.array([0])
-    with pytest.raises(NotSeparableError, match="Graph-SVM"):
-        graph_svm(E2, token_priority_graphs(Xb, yb), method="cvxpy")
+    for method in ("cvxpy", "graph-ldp"):
+        with pytest.raises(NotSeparableError, match="Graph-SVM"):
+            graph_svm(E2, token_priority_graphs(Xb, yb), method=method)
     with pytest.raises(ValueError, match="embeddings has"):
         graph_svm_problem(E[:3], graphs)
 
