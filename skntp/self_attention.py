@@ -184,7 +184,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
     >>> X, y, E = make_token_priority_data(8, 8, 4, 6, acyclic=True, random_state=0)
     >>> clf = NTPAttentionClassifier(embeddings=E, solver="ngd", lr=0.01,
     ...                              max_iter=4000).fit(X, y)
-    >>> clf.is_acyclic_, clf.history_["alignment"][-1] > 0.95
+    >>> clf.is_acyclic_, bool(clf.history_["alignment"][-1] > 0.99)
     (True, True)
     """
 
