@@ -234,3 +234,8 @@ __all__ += [
 from ._data_graphs import make_token_priority_data  # noqa: E402
 
 __all__ += ["make_token_priority_data"]
+
+# Real English text (NTP paper, App. D on the dataset descriptions of scikit-learn).
+from ._data_text import load_text_ntp  # noqa: E402
+
+__all__ += ["load_text_ntp"]

@@ -166,17 +166,16 @@ def plot_training_curves(estimators_or_histories, labels=None, *, entropy=None,
 # ---------------------------------------------------------------------------
 # NTP paper, Fig. 1/2
 # ---------------------------------------------------------------------------
-def _plane(rows, contexts):
+def _plane(rows):
     """A 2-D orthonormal basis: the identity for d = 2, else the top-2 PCs of the rows."""
-    d = rows.shape[1]
-    if d == 2:
+    if rows.shape[1] == 2:
         return np.eye(2)
-    stacked = np.vstack([rows, contexts])
-    _, _, vt = np.linalg.svd(stacked - stacked.mean(axis=0), full_matrices=False)
+    _, _, vt = np.linalg.svd(rows - rows.mean(axis=0), full_matrices=False)
     return vt[:2].T
 
 
-def plot_word_embeddings(fitted_decoder, words=None, contexts=None, *, max_words=30):
+def plot_word_embeddings(fitted_decoder, words=None, contexts=None, *, max_words=30,
+                         max_contexts=12):
     """Decoder rows as word embeddings, the NTP paper's Fig. 1/2.
 
     Three panels: (left) the next-token matrix ``P`` of the distinct contexts
@@ -184,9 +183,11 @@ def plot_word_embeddings(fitted_decoder, words=None, contexts=None, *, max_words
     ``w_z`` of ``W^mm`` (``mm_direction_``), which depend only on the support
     sets (words that follow the same contexts share their row); (right) the
     rows of the finite component ``W*`` (``finite_component_``), which encode
-    the in-support log-odds.  The context embeddings are drawn as black dots.
-    For ``d > 2`` rows and contexts are projected on their top two principal
-    directions (one plane per panel).
+    the in-support log-odds.  The context embeddings are drawn as black dots
+    (rescaled to the rows' extent; only when there are at most
+    ``max_contexts``).  For ``d > 2`` the rows are normalized (their
+    directions are compared) and projected on the top two principal
+    directions of the shown rows (one plane per panel).
 
     Parameters
     ----------
@@ -197,8 +198,10 @@ def plot_word_embeddings(fitted_decoder, words=None, contexts=None, *, max_words
     contexts : list of str, optional
         Names of the distinct contexts (default: A, B, C, ... for up to 26).
     max_words : int, default=30
-        Label at most that many words in the embedding panels (the most
+        Draw at most that many words in the embedding panels (the most
         frequent next tokens).
+    max_contexts : int, default=12
+        Draw the contexts only when there are at most that many.
 
     Returns
     -------
@@ -240,12 +243,15 @@ def plot_word_embeddings(fitted_decoder, words=None, contexts=None, *, max_words
                          (axes[2], fitted_decoder.finite_component_,
                           "rows of W* (finite component)")):
         W = np.asarray(W, dtype=float)
-        basis = _plane(W, H)
+        if W.shape[1] > 2:  # compare directions (cosines) of the rows
+            nrm = np.linalg.norm(W, axis=1, keepdims=True)
+            W = W / np.where(nrm > 0, nrm, 1.0)
+        basis = _plane(W[shown])
         w2, h2 = W @ basis, H @ basis
-        scale = max(np.abs(w2).max(), 1e-12) / max(np.abs(h2).max(), 1e-12)
-        hs = h2 * scale
+        scale = max(np.abs(w2[shown]).max(), 1e-12) / max(np.abs(h2).max(), 1e-12)
+        hs = h2 * scale if m <= max_contexts else np.zeros((0, 2))
         ax.scatter(hs[:, 0], hs[:, 1], c="k", s=25, zorder=3)
-        if m <= 30:
+        if m <= max_contexts:
             for j in range(m):
                 ax.annotate(contexts[j], hs[j], textcoords="offset points", xytext=(4, 4),
                             fontsize=8)
@@ -262,13 +268,13 @@ def plot_word_embeddings(fitted_decoder, words=None, contexts=None, *, max_words
             ax.scatter(*w2[z], marker="*", color=col, s=60, zorder=4)
             ax.annotate(",".join(words[g] for g in group), w2[z], textcoords="offset points",
                         xytext=(3, -10), fontsize=8, color=col)
-        lim = 1.15 * max(np.abs(w2).max(), np.abs(hs).max(), 1e-12)
+        lim = 1.15 * max(np.abs(w2[shown]).max(), np.abs(hs).max(initial=0.0), 1e-12)
         ax.set_xlim(-lim, lim)
         ax.set_ylim(-lim, lim)
         ax.set_aspect("equal")
         ax.axhline(0, color="0.85", lw=0.8, zorder=0)
         ax.axvline(0, color="0.85", lw=0.8, zorder=0)
-        plane = "" if W.shape[1] == 2 else " (top-2 PCs)"
+        plane = "" if W.shape[1] == 2 else "\n(unit rows, top-2 PCs)"
         ax.set_title(title + plane, fontsize=10)
     fig.tight_layout()
     return fig
