@@ -1,11 +1,27 @@
 """skntp: the implicit bias of next-token prediction and softmax attention.
 
 scikit-learn estimators fitted by gradient descent *and* by the max-margin
-limit that theory says gradient descent converges to.
+limit that theory says gradient descent converges to:
+
+* :class:`NTPDecoderClassifier`: NTP with a linear decoder (NTP-SVM, ``W*``).
+* :class:`AttentionSelector`: attention token selection (ATT-SVM, GMM/LMM).
+* :class:`JointAttentionSVM`: head and attention trained jointly (relaxed ATT-SVM).
+* :class:`NTPAttentionClassifier`: self-attention for NTP (Graph-SVM, ``W^cyc``).
+
+The explicit programs are in :mod:`skntp.svm`, the papers' data in
+:mod:`skntp.datasets`.
 """
 
+from .attention import AttentionSelector, JointAttentionSVM
 from .decoder import NTPDecoderClassifier
+from .self_attention import NTPAttentionClassifier
 
 __version__ = "0.1.0"
 
-__all__ = ["NTPDecoderClassifier", "__version__"]
+__all__ = [
+    "AttentionSelector",
+    "JointAttentionSVM",
+    "NTPAttentionClassifier",
+    "NTPDecoderClassifier",
+    "__version__",
+]

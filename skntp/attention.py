@@ -45,7 +45,7 @@ from ._sequences import check_sequences
 from .metrics import alignment
 from .svm import NotSeparableError, att_svm, att_svm_prime, min_score_gap, svm_neighbors
 
-__all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "attention_trials",
+__all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "JointAttentionSVM", "attention_trials",
            "diagnose_selection"]
 
 #: Softmax saturation threshold of App. E (Fig. 9): mean selected probability.
@@ -842,3 +842,6 @@ def attention_trials(X, y, head, *, loss="logistic", solver="ngd", lr=1.0, max_i
         for key in out:
             out[key].append(np.linalg.norm(P[b]) if key == "norm" else rep[key])
     return {key: np.asarray(val) for key, val in out.items()}
+
+
+from ._joint import JointAttentionSVM  # noqa: E402  (Sec. 3 model, same inputs)
