@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "PaddedSequences",
     "check_token_labels",
     "check_token_sequences",
     "cyclic_subdataset",
@@ -195,8 +196,20 @@ def check_token_labels(y, n_samples, n_tokens=None, *, name="y"):
     return y
 
 
+class PaddedSequences(tuple):
+    """Already validated sequences ``(ids, mask, last)`` from :func:`check_token_sequences`.
+
+    Functions of this module accept it in place of ``X`` to skip re-validation.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, ids, mask, last):
+        return super().__new__(cls, (ids, mask, last))
+
+
 def _padded(X, y, n_tokens=None):
-    if isinstance(X, tuple) and len(X) == 3:  # already (ids, mask, last)
+    if isinstance(X, PaddedSequences):
         ids, mask, last = X
     else:
         ids, mask, last = check_token_sequences(X, n_tokens)
@@ -211,7 +224,7 @@ def _graphs_from_edges(last, src, dst, nodes_by_query):
     import networkx as nx
 
     graphs = {}
-    for k in np.unique(last):
+    for k in sorted(nodes_by_query):
         g = nx.DiGraph()
         g.add_nodes_from(sorted(nodes_by_query[int(k)]))
         sel = last == k
@@ -281,7 +294,8 @@ def pseudo_token_priority_graphs(X, selected, *, n_tokens=None):
     -------
     graphs : dict of int to networkx.DiGraph
     """
-    ids, mask, last = X if isinstance(X, tuple) else check_token_sequences(X, n_tokens)
+    ids, mask, last = (X if isinstance(X, PaddedSequences)
+                       else check_token_sequences(X, n_tokens))
     selected = np.asarray(selected, dtype=bool) & mask
     if not selected.any(axis=1).all():
         raise ValueError("every sequence needs at least one selected token.")

@@ -22,6 +22,7 @@ from ._base import (
 from ._data_graphs import random_unit_embeddings
 from ._optim import minimize
 from .graphs import (
+    PaddedSequences,
     _component_index,
     check_token_labels,
     check_token_sequences,
@@ -360,7 +361,8 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
                     stacklevel=2,
                 )
         self._data = (ids[used], mask[used], last[used], y[used])
-        self.graphs_ = token_priority_graphs((ids[used], mask[used], last[used]), y[used])
+        self.graphs_ = token_priority_graphs(PaddedSequences(ids[used], mask[used], last[used]),
+                                            y[used])
         self.sccs_ = strongly_connected_components(self.graphs_)
         self.is_acyclic_ = is_acyclic(self.graphs_, self.sccs_)
         be = backend_of(self)
@@ -389,8 +391,8 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         if not self.compute_limits and self.solver != "svm":
             return
         ids, mask, last, y = self._data
-        wc, info = cyclic_correction(E, (ids, mask, last), y, self.sccs_, gamma=gamma,
-                                     loss=self.loss, return_info=True)
+        wc, info = cyclic_correction(E, PaddedSequences(ids, mask, last), y, self.sccs_,
+                                     gamma=gamma, loss=self.loss, return_info=True)
         self.finite_component_ = wc
         self.cyclic_basis_ = info["basis"]
         rows = cyclic_subspace_basis(E, self.sccs_)
@@ -580,7 +582,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         selected = (s > thr) & mask
         top = np.argmax(np.where(mask, s, -1.0), axis=1)
         selected[np.arange(ids.shape[0]), top] = True
-        graphs = pseudo_token_priority_graphs((ids, mask, last), selected)
+        graphs = pseudo_token_priority_graphs(PaddedSequences(ids, mask, last), selected)
         sccs = strongly_connected_components(graphs)
         E = self.embeddings_
         d = E.shape[1]
@@ -590,8 +592,8 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         direction = W_mm / nrm if nrm > 0 else np.zeros((d, d))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            W_cyc = cyclic_correction(E, (ids, mask, last), y, sccs, gamma=self._gamma,
-                                      loss=self.loss, keep=selected)
+            W_cyc = cyclic_correction(E, PaddedSequences(ids, mask, last), y, sccs,
+                                      gamma=self._gamma, loss=self.loss, keep=selected)
         rows = cyclic_subspace_basis(E, sccs)
         proj = SubspaceProjector(rows if rows.shape[0] else None, (d, d)).project(self.coef_)
         return Bunch(

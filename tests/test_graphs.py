@@ -253,6 +253,10 @@ def test_pseudo_graphs_from_selected_tokens():
 def test_token_sequence_validation():
     ids, mask, last = check_token_sequences([[1, 2, 3], [4], [0, 5]])
     assert ids.shape == (3, 3) and mask.sum() == 6 and last.tolist() == [3, 4, 5]
+    # a tuple of three sequences is three sequences (not a padded triple)
+    graphs = token_priority_graphs(([1, 2], [3], [4, 5]), [1, 3, 4])
+    assert {k: set(g.edges) for k, g in graphs.items()} == {2: {(1, 2)}, 3: set(),
+                                                             5: {(4, 5)}}
     ids, _, _ = check_token_sequences(np.array([[1.0, 2.0]]))
     assert ids.dtype == np.int64
     with pytest.raises(ValueError, match="non-integer"):
