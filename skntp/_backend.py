@@ -117,7 +117,6 @@ def get_backend(backend="numpy", device=None, dtype="float64"):
                 "backend='torch' needs PyTorch: pip install 'skntp[torch]'."
             )
         import torch
-        from sklearn.externals.array_api_compat import torch as _torch_xp
 
         dev = torch.device("cpu" if device is None else device)
         if dev.type == "cuda" and not torch.cuda.is_available():
@@ -125,8 +124,52 @@ def get_backend(backend="numpy", device=None, dtype="float64"):
                 f"device={device!r} was requested but CUDA is not available on this "
                 "machine; use device='cpu'."
             )
-        return Backend("torch", _torch_xp, dev, getattr(torch, dtype))
+        return Backend("torch", _torch_namespace(), dev, getattr(torch, dtype))
     raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}.")
+
+
+#: Binary functions whose torch wrappers reject Python scalars (array_api_compat);
+#: the Array API (2024.12) allows a scalar operand, and NumPy accepts one.
+_SCALAR_BINARY = ("maximum", "minimum", "atan2", "hypot", "logaddexp", "copysign")
+_TORCH_NAMESPACE = []
+
+
+def _torch_namespace():
+    """The torch namespace of ``array_api_compat`` with scalar-friendly binary functions.
+
+    ``xp.maximum(x, 0.0)`` is valid Array API (2024.12) and works with NumPy,
+    but the vendored torch wrappers require two tensors; these wrappers turn a
+    Python scalar operand into a tensor of the other operand's dtype and
+    device, so model code runs unchanged on both backends.  Everything else
+    is the vendored namespace itself.
+    """
+    if _TORCH_NAMESPACE:
+        return _TORCH_NAMESPACE[0]
+    import types
+
+    import torch
+    from sklearn.externals.array_api_compat import torch as compat
+
+    ns = types.ModuleType(compat.__name__, compat.__doc__)
+    ns.__dict__.update({k: v for k, v in vars(compat).items() if not k.startswith("__")})
+
+    def scalar_friendly(func):
+        def wrapper(x1, x2, /, **kwargs):
+            if not isinstance(x1, torch.Tensor):
+                x1 = torch.as_tensor(x1, dtype=x2.dtype, device=x2.device)
+            elif not isinstance(x2, torch.Tensor):
+                x2 = torch.as_tensor(x2, dtype=x1.dtype, device=x1.device)
+            return func(x1, x2, **kwargs)
+
+        wrapper.__name__ = wrapper.__qualname__ = func.__name__
+        wrapper.__doc__ = func.__doc__
+        return wrapper
+
+    for name in _SCALAR_BINARY:
+        if hasattr(compat, name):
+            setattr(ns, name, scalar_friendly(getattr(compat, name)))
+    _TORCH_NAMESPACE.append(ns)
+    return ns
 
 
 def to_numpy(a):
