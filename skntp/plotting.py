@@ -227,8 +227,7 @@ def plot_word_embeddings(fitted_decoder, words=None, contexts=None, *, max_words
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     ax = axes[0]
     masked = np.ma.masked_where(P <= 0, P)
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("black")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="black")
     im = ax.imshow(masked, cmap=cmap, aspect="auto", vmin=0, interpolation="nearest")
     fig.colorbar(im, ax=ax, fraction=0.046)
     ax.set_title("P: next-token probabilities", fontsize=10)
@@ -529,10 +528,13 @@ def plot_fig9_bars(dims, not_saturated, lmm, gmm, *, gaps=None):
     if gaps is not None:
         ax = axes[0, 1]
         if isinstance(gaps, dict):
+            every = [np.asarray(g, dtype=float) for g in gaps.values()]
+            every = np.concatenate(every) if every else np.zeros(0)
+            bins = np.histogram_bin_edges(every, bins=50) if every.size else 50
             for d, g in gaps.items():
                 g = np.asarray(g, dtype=float)
                 if g.size:
-                    ax.hist(g, bins=50, histtype="step", label=f"d = {d}")
+                    ax.hist(g, bins=bins, histtype="step", label=f"d = {d}")
             ax.legend(fontsize=7)
         else:
             ax.hist(np.asarray(gaps, dtype=float), bins=50, color="tab:blue")

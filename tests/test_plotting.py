@@ -1,0 +1,196 @@
+"""skntp.plotting, the progress bar, the real-text data and the command line."""
+
+import io
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from skntp import NTPDecoderClassifier
+from skntp._progress import ProgressBar, make_progress
+from skntp.datasets import load_text_ntp, make_ntp_2d_example, make_ntp_data
+
+
+def test_import_skntp_does_not_import_matplotlib():
+    code = ("import sys, skntp, skntp.datasets, skntp.plotting, skntp.svm; "
+            "print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.fixture(scope="module")
+def small_fit():
+    X, y = make_ntp_data(n_samples=300, n_contexts=8, n_features=12, n_tokens=5,
+                         support_size=3, random_state=0)
+    return NTPDecoderClassifier(solver="ngd", lr=0.1, max_iter=300, record_every=10,
+                                random_state=0).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def plt():
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    yield plt
+    plt.close("all")
+
+
+def test_training_curves(plt, small_fit):
+    from skntp.plotting import plot_training_curves
+
+    fig = plot_training_curves([small_fit, small_fit.history_], labels=["est", "dict"])
+    assert len(fig.axes) == 4
+    loss_ax, _, align_ax, dist_ax = fig.axes
+    # the entropy line is drawn at H, both runs and both alignments are drawn
+    assert any(np.allclose(line.get_ydata(), small_fit.entropy_)
+               for line in loss_ax.get_lines())
+    assert len([ln for ln in align_ax.get_lines() if len(ln.get_xdata())]) == 4
+    assert dist_ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="labels"):
+        plot_training_curves([small_fit], labels=["a", "b"])
+    with pytest.raises(ValueError, match="history_"):
+        plot_training_curves([object()])
+
+
+def test_word_embeddings_shared_rows(plt):
+    from skntp.plotting import plot_word_embeddings
+
+    H, P, w = make_ntp_2d_example()
+    svm = NTPDecoderClassifier(solver="svm").fit(H, P, sample_weight=w)
+    fig = plot_word_embeddings(svm)
+    assert len(fig.axes) == 4  # P, its colorbar, W^mm, W*
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    mm_texts = {t.get_text() for t in by_title["rows of W^mm (direction)"].texts}
+    star_texts = {t.get_text() for t in by_title["rows of W* (finite component)"].texts}
+    # words 0 and 4 follow the same contexts: one shared W^mm row, two W* rows
+    assert {"0,4", "4,0"} & mm_texts
+    assert {"0", "4"} <= star_texts
+    with pytest.raises(ValueError, match="compute_limits"):
+        plot_word_embeddings(NTPDecoderClassifier(compute_limits=False, max_iter=2)
+                             .fit(H, P, sample_weight=w))
+
+
+def test_attention_trajectories_and_bars(plt):
+    from skntp.plotting import plot_attention_trajectories, plot_fig9_bars
+
+    t = np.linspace(0, 1, 20)[:, None]
+    traj = np.hstack([t, 1 - t, 0 * t]) + 0.1
+    X = np.array([[[1.0, 0.0, 1.0], [0.0, 1.0, -1.0]]])
+    fig = plot_attention_trajectories([traj, {"query": traj}], X,
+                                      directions={"GMM": np.array([1.0, 0.0, 0.0])})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "GMM"
+    with pytest.raises(ValueError, match="'query'"):
+        plot_attention_trajectories({"loss": np.ones(3)})
+    fig = plot_fig9_bars([2, 10], [0.8, 0.0], [0.2, 1.0], [0.1, 0.5],
+                         gaps={2: np.array([0.1, -0.01]), 10: np.array([0.3])})
+    assert len(fig.axes) == 2
+    heights = sorted(round(p.get_height(), 3) for p in fig.axes[0].patches)
+    assert heights == sorted([0.8, 0.0, 0.2, 1.0, 0.1, 0.5])
+    with pytest.raises(ValueError, match="one fraction per dimension"):
+        plot_fig9_bars([2, 10], [0.8], [0.2, 1.0], [0.1, 0.5])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        plot_fig9_bars([2], [1.5], [0.2], [0.1])
+
+
+def test_token_priority_graphs(plt):
+    from skntp.graphs import token_priority_graphs
+    from skntp.plotting import plot_token_priority_graphs
+
+    X = np.array([[0, 1, 2], [1, 0, 2], [2, 3, 3]])
+    y = np.array([1, 0, 3])
+    graphs = token_priority_graphs(X, y)
+    fig = plot_token_priority_graphs(graphs)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert len(titles) == len(graphs)
+    assert any("1 cyclic" in t for t in titles)  # tokens 0 and 1 follow each other
+
+
+def test_progress_bar_text():
+    stream = io.StringIO()
+    bar = ProgressBar(10, desc="gd", stream=stream, min_interval=0.0)
+    for k in range(1, 11):
+        bar(k, 1.0 / k, {"alignment": 0.5, "alignment_corrected": 0.75})
+    text = stream.getvalue()
+    assert text.count("\r") == 10 and text.endswith("\n")
+    last = text.split("\r")[-1]
+    assert "10/10" in last and "loss 0.1" in last and "0.7500" in last
+    assert make_progress(0, 10) is None
+    # per-trial (batched) rows are averaged
+    stream = io.StringIO()
+    ProgressBar(1, stream=stream)(1, np.array([1.0, 3.0]), {"alignment": np.array([0.2, 0.4])})
+    assert "loss 2" in stream.getvalue() and "0.3000" in stream.getvalue()
+
+
+def test_decoder_verbose_prints_progress(capsys, small_fit):
+    X, y = make_ntp_data(n_samples=100, n_contexts=5, n_features=8, n_tokens=4,
+                         support_size=2, random_state=1)
+    NTPDecoderClassifier(solver="gd", max_iter=50, verbose=1).fit(X, y)
+    err = capsys.readouterr().err
+    assert "50/50" in err and "loss" in err and "cos(w-w*,mm)" in err
+    NTPDecoderClassifier(solver="gd", max_iter=50, verbose=0).fit(X, y)
+    assert capsys.readouterr().err == ""
+
+
+def test_load_text_ntp():
+    b = load_text_ntp(n_words=15)
+    X, y = b.data, b.target
+    m = len(set(b.contexts))
+    assert X.shape == (len(y), m + 8) and len(b.contexts) == len(y)
+    assert set(y) <= set(b.vocabulary) and len(b.vocabulary) == 15
+    assert all(1 <= len(c) <= 2 and set(c) <= set(b.vocabulary) for c in b.contexts)
+    # same context -> same embedding; different contexts -> different embeddings
+    assert np.unique(X, axis=0).shape[0] == m
+    X2, y2 = load_text_ntp(n_words=15, return_X_y=True)
+    np.testing.assert_array_equal(X, X2)
+    # d > m generic: NTP-separable and NTP_H-compatible (checked on the cvxpy path)
+    est = NTPDecoderClassifier(solver="svm", svm_method="cvxpy").fit(X, y)
+    assert est.is_ntp_separable_ and est.is_ntp_compatible_
+    assert est.history_["excess_loss"][-1] < 1e-6
+    onehot = load_text_ntp(n_words=15, embedding="onehot")
+    assert onehot.data.shape[1] == m
+    for bad in ({"embedding": "glove"}, {"context_size": 0}, {"n_words": 1},
+                {"n_features": 0}):
+        with pytest.raises(ValueError):
+            load_text_ntp(**bad)
+
+
+def test_text_words_with_same_contexts_share_mm_rows():
+    b = load_text_ntp(n_words=12, context_size=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = NTPDecoderClassifier(solver="svm", svm_method="cvxpy").fit(b.data, b.target)
+    support = np.asarray(est.next_token_probs_) > 0
+    cols = {}
+    for z, col in enumerate(support.T):
+        cols.setdefault(col.tobytes(), []).append(z)
+    groups = [g for g in cols.values() if len(g) > 1]
+    for g in groups:
+        np.testing.assert_allclose(est.mm_direction_[g], est.mm_direction_[[g[0]] * len(g)],
+                                   atol=1e-5)
+
+
+def test_reproduce_help_lists_every_reproduction(capsys):
+    from skntp.__main__ import main
+    from skntp._reproduce import REPRODUCTIONS
+
+    with pytest.raises(SystemExit) as exc:
+        main(["reproduce", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for name in ("ntp-fig1", "ntp-fig4", "ntp-real-text", "attention-fig1",
+                 "attention-fig9", "joint-fig3", "self-attention-figs"):
+        assert name in REPRODUCTIONS and name in out
+
+
+def test_reproduce_ntp_fig1_quick(capsys, tmp_path, plt):
+    from skntp.__main__ import main
+
+    out_png = tmp_path / "fig1.png"
+    assert main(["reproduce", "ntp-fig1", "--quick", "--plot", str(out_png)]) == 0
+    text = capsys.readouterr().out
+    assert "words 0 and 4" in text and out_png.stat().st_size > 1000
