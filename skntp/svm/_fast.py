@@ -69,7 +69,10 @@ Every iterate ``lam`` is dual feasible, so ``D(lam) <= D* = 1/2 ||w*||^2``.
 With ``w = A^T lam`` the iteration stops when both
 
 * the relative duality gap ``|‖w‖^2 - r^T lam| / ‖w‖^2 <= tol`` and
-* the largest constraint violation of ``w`` is ``<= tol * max(1, max|r|)``.
+* the largest constraint violation of ``w`` is ``<= tol * max(1, max|r|)``
+
+(both floored at 1000 units of roundoff of the computed scores,
+``1000 eps ||S|| ||w||``, below which no float64 method can certify).
 
 Then ``||w - w*||^2 <= 2 (D* - D(lam))``, which is bounded by the gap up to
 the (tiny) violation, so ``||w - w*|| / ||w*|| <~ sqrt(2 tol)``; in practice
@@ -341,6 +344,9 @@ class _Checker:
         self.eq = be.asbool(c.equality)
         self.space = space
         self.rscale = max(1.0, float(np.max(np.abs(c.rhs))))
+        self.eps = be.eps()
+        self.a_scale = 1.0
+        self.floor = 0.0
 
     def __call__(self, x, w):
         xp = self.xp
@@ -351,11 +357,20 @@ class _Checker:
         viol = xp.where(self.eq, xp.abs(v), xp.maximum(-v, 0.0))
         viol = float(xp.max(viol)) if viol.shape[0] else 0.0
         gap = abs(sq - rl) / sq if sq > 0 else (0.0 if rl <= 0 else math.inf)
-        bound = rl / math.sqrt(sq) if (rl > 0 and sq > 0) else (math.inf if rl > 0 else 0.0)
+        # ||w|| as computed carries a rounding error ~ eps ||S|| sum|lam|: never
+        # divide by less than that (keeps the certificate honest for huge lam).
+        w_floor = 10.0 * self.eps * self.a_scale * float(xp.sum(xp.abs(lam)))
+        wn = max(math.sqrt(sq), w_floor)
+        bound = rl / wn if (rl > 0 and wn > 0) else (math.inf if rl > 0 else 0.0)
+        self.floor = 1e3 * self.eps * self.a_scale * math.sqrt(sq)
         return lam, gap, viol, bound
 
+    def ok(self, gap, viol, tol):
+        """The stopping rule (tolerances floored at 1000 ulps of the scores)."""
+        return gap <= max(tol, 1e3 * self.eps) and viol <= max(tol * self.rscale, self.floor)
 
-def _cg_on_face(space, x0, mask, xp, max_iter):
+
+def _cg_on_face(space, x0, mask, xp, max_iter, L):
     """Maximize ``D`` on the affine face through ``x0`` (CG, tangent subspace)."""
     x = x0
     r = space.face_project(space.lin - space.apply(space.adjoint(x)), mask)
@@ -367,15 +382,38 @@ def _cg_on_face(space, x0, mask, xp, max_iter):
             break
         q = space.face_project(space.apply(space.adjoint(p)), mask)
         pq = _dot(xp, p, q)
-        if pq <= 0:
-            break
+        if pq <= 1e-14 * L * _dot(xp, p, p):
+            # (numerically) no curvature along an ascent direction: the face
+            # is unbounded, a candidate Farkas ray (checked by the caller).
+            return x, p
         alpha = rr / pq
         x = x + alpha * p
         r = r - alpha * q
         rr_new = _dot(xp, r, r)
         p = r + (rr_new / rr) * p
         rr = rr_new
-    return x
+    return x, None
+
+
+def _infeasible(problem, it):
+    return NotSeparableError(
+        f"{problem.name} is infeasible: {problem.infeasible_message}. "
+        f"(The dual certifies a normalized margin below {INFEASIBLE_MARGIN:g}; "
+        f"method 'fast', {it} iterations.)"
+    )
+
+
+def _raise_if_ray(problem, space, check, xp, x, ray, a_scale, it):
+    """Test the points ``x + s ray`` (projected) as infeasibility certificates."""
+    nx = math.sqrt(_dot(xp, x, x)) + 1.0
+    nr = math.sqrt(_dot(xp, ray, ray))
+    if nr == 0.0:
+        return
+    for s in (1e4, 1e8, 1e12):
+        xs = space.project(x + (s * nx / nr) * ray)
+        _, _, _, bound = check(xs, space.adjoint(xs))
+        if bound * a_scale > 1.0 / INFEASIBLE_MARGIN:
+            raise _infeasible(problem, it)
 
 
 def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
@@ -429,6 +467,7 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
     L = _lipschitz(space, xp, be)
     # largest constraint-row norm, for the normalized margin (<= sqrt(2 L))
     a_scale = math.sqrt(2.0 * L)
+    check.a_scale = a_scale
     step = 1.0 / L
 
     x = space.zeros()
@@ -448,15 +487,11 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
             if verbose > 1:
                 print(f"[{problem.name} fast/{kind}] it={it} gap={gap:.2e} viol={viol:.2e} "
                       f"||w*||>={bound:.3e}")
-            if gap <= tol and viol <= tol * check.rscale:
+            if check.ok(gap, viol, tol):
                 status = "optimal"
                 break
             if bound * a_scale > 1.0 / INFEASIBLE_MARGIN:
-                raise NotSeparableError(
-                    f"{problem.name} is infeasible: {problem.infeasible_message}. "
-                    f"(The dual certifies a normalized margin below {INFEASIBLE_MARGIN:g}; "
-                    f"method 'fast', {it} iterations.)"
-                )
+                raise _infeasible(problem, it)
             if best is None or gap + viol < best[0]:
                 best = (gap + viol, x, w, lam, gap, viol)
             if it >= max_iter:
@@ -464,14 +499,24 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
             if polish and it > 0:
                 new_face = space.set_face(x)
                 if face is not None and bool(xp.all(new_face == face)):
-                    xc = _cg_on_face(space, x, new_face, xp, max_iter=200)
-                    xc = space.project(xc)
-                    wc = space.adjoint(xc)
-                    n_polish += 1
-                    lam_c, gap_c, viol_c, _ = check(xc, wc)
+                    xc = x
+                    for _ in range(3):  # CG on the face, project, re-identify
+                        xc, ray = _cg_on_face(space, xc, new_face, xp, max_iter=200, L=L)
+                        if ray is not None:
+                            _raise_if_ray(problem, space, check, xp, xc, ray, a_scale, it)
+                        xc = space.project(xc)
+                        wc = space.adjoint(xc)
+                        n_polish += 1
+                        lam_c, gap_c, viol_c, _ = check(xc, wc)
+                        if check.ok(gap_c, viol_c, tol):
+                            break
+                        nf = space.set_face(xc)
+                        if bool(xp.all(nf == new_face)):
+                            break
+                        new_face = nf
                     if verbose > 1:
                         print(f"    polish: gap={gap_c:.2e} viol={viol_c:.2e}")
-                    if gap_c <= tol and viol_c <= tol * check.rscale:
+                    if check.ok(gap_c, viol_c, tol):
                         x, w, lam, gap, viol = xc, wc, lam_c, gap_c, viol_c
                         status = "optimal"
                         break
@@ -486,6 +531,11 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         w_new = space.adjoint(x_new)
         d_new = _dot(xp, space.lin, x_new) - 0.5 * _dot(xp, w_new, w_new)
         if d_new < dval:  # function-value restart
+            if tk == 1.0:
+                # a plain projected-gradient step cannot decrease D when
+                # step <= 1/||S||^2: the power-iteration estimate was low.
+                L *= 2.0
+                step = 1.0 / L
             tk = 1.0
             y, wy = x, w
             it += 1

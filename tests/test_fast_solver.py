@@ -1,0 +1,284 @@
+"""The fast max-margin method ('fast') against the cvxpy reference path.
+
+Random feasible programs of every kind (NTP-SVM, ATT-SVM, relaxed ATT-SVM,
+head SVM, Graph-SVM, and a general mix) are solved by both methods; the
+answers must agree (relative error <= 1e-5) and satisfy the KKT conditions.
+Infeasible programs must raise NotSeparableError with the program's message.
+"""
+
+import warnings
+import zlib
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from skntp.svm import (
+    BilinearScores,
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
+    NotSeparableError,
+    ntp_svm_problem,
+    solve_max_margin,
+)
+from skntp.svm._fast import anchored_structure, solve_fast
+
+
+# --------------------------------------------------------------------------
+# random programs
+# --------------------------------------------------------------------------
+def ntp_problem(rng, m, d, V, smax=3):
+    H = rng.standard_normal((m, d))
+    k = rng.integers(1, smax + 1, size=m)
+    ranks = np.argsort(np.argsort(rng.random((m, V)), axis=1), axis=1)
+    return ntp_svm_problem(H, ranks < k[:, None])
+
+
+def att_problem(rng, n, T, d, relaxed_frac=0.0, teacher=True):
+    K = rng.standard_normal((n, T, d))
+    sel = np.argmax(K @ rng.standard_normal(d), axis=1) if teacher else rng.integers(0, T, n)
+    i, t = np.nonzero(np.arange(T)[None, :] != sel[:, None])
+    rhs = np.where(rng.random(n) < relaxed_frac, 0.0, 1.0)[i]
+    return MaxMarginProblem(
+        KeyScores(K), Constraints(i, sel[i], t, rhs, np.zeros(i.size, bool)),
+        name="ATT-SVM", infeasible_message="the selected tokens are not separable",
+    )
+
+
+def head_problem(rng, n, d, separable=True):
+    R = rng.standard_normal((n, d))
+    y = np.sign(R @ rng.standard_normal(d)) if separable else rng.choice([-1.0, 1.0], n)
+    return MaxMarginProblem(
+        KeyScores((y[:, None] * R)[:, None, :]),
+        Constraints(np.arange(n), np.zeros(n), -np.ones(n), np.ones(n), np.zeros(n, bool)),
+        name="head SVM", infeasible_message="the labels are not linearly separable",
+    )
+
+
+def graph_problem(rng, K, d, n_edges, n_eq=0):
+    """Edges oriented by a teacher W0 (feasible); the first n_eq become ties.
+
+    With fewer constraints than the d*d unknowns the equalities keep it
+    feasible (generic full row rank).
+    """
+    E = rng.standard_normal((K, d))
+    S0 = (E @ rng.standard_normal((d, d)) @ E.T).T  # S0[k, i] = e_i^T W0 e_k
+    k, i, j = rng.integers(0, K, (3, n_edges))
+    keep = i != j
+    key = np.unique(np.stack([k, np.minimum(i, j), np.maximum(i, j)], 1)[keep], axis=0)
+    k, a, b = key.T
+    flip = S0[k, a] < S0[k, b]
+    i, j = np.where(flip, b, a), np.where(flip, a, b)
+    eq = np.arange(k.size) < n_eq
+    return MaxMarginProblem(
+        BilinearScores(E, E), Constraints(k, i, j, np.where(eq, 0.0, 1.0), eq),
+        name="Graph-SVM", infeasible_message="the graphs are not separable",
+    )
+
+
+def general_problem(rng):
+    """Random mixed constraints (= and >=, rhs in {0, 1}, some against 0)."""
+    B, T, d = 4, 5, 12
+    keys = rng.standard_normal((B, T, d))
+    n = int(rng.integers(3, 10))
+    b, p = rng.integers(0, B, n), rng.integers(0, T, n)
+    r = (p + rng.integers(1, T, n)) % T
+    r = np.where(rng.random(n) < 0.2, -1, r)
+    eq = rng.random(n) < 0.3
+    rhs = np.where(eq & (rng.random(n) < 0.5), 0.0, 1.0)
+    return MaxMarginProblem(KeyScores(keys), Constraints(b, p, r, rhs, eq), name="mixed")
+
+
+KINDS = {
+    "ntp": lambda rng: ntp_problem(rng, int(rng.integers(3, 9)), 10, int(rng.integers(3, 7))),
+    "ntp-onehot": lambda rng: ntp_problem(rng, 8, 10, 5, smax=1),
+    "att": lambda rng: att_problem(rng, int(rng.integers(2, 12)), 4, 6),
+    "att-random-selection": lambda rng: att_problem(rng, 3, 4, 12, teacher=False),
+    "relaxed-att": lambda rng: att_problem(rng, 4, 4, 14, relaxed_frac=0.5, teacher=False),
+    "head": lambda rng: head_problem(rng, int(rng.integers(5, 40)), 5),
+    "graph": lambda rng: graph_problem(rng, 5, 3, 30, n_eq=int(rng.integers(0, 3))),
+    "general": general_problem,
+}
+
+
+# --------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------
+def assert_kkt(problem, res, tol=1e-7):
+    """Stationarity, dual feasibility, complementary slackness, feasibility."""
+    c = problem.constraints
+    A = problem.constraint_matrix()
+    w = res.primal.ravel()
+    lam = res.dual
+    scale = max(1.0, np.linalg.norm(w))
+    # stationarity: w = A^T lam
+    assert np.linalg.norm(A.T @ lam - w) <= tol * scale * max(1.0, np.abs(lam).max())
+    # dual feasibility
+    assert np.all(lam[~c.equality] >= -tol * max(1.0, np.abs(lam).max()))
+    slack = A @ w - c.rhs
+    # primal feasibility
+    assert np.all(slack[~c.equality] >= -tol)
+    assert np.all(np.abs(slack[c.equality]) <= tol)
+    # complementary slackness
+    assert np.all(np.abs(lam[~c.equality] * slack[~c.equality]) <= tol * scale**2)
+
+
+def rel_err(a, b):
+    # w* = 0 (all right-hand sides 0): compare absolutely (solver noise ~1e-6)
+    nb = max(np.linalg.norm(a), np.linalg.norm(b))
+    return np.linalg.norm(a - b) / nb if nb > 1e-4 else np.linalg.norm(a - b)
+
+
+def tight_cvxpy(problem):
+    """The cvxpy/Clarabel program with tight tolerances (the core's path stops
+    at a relative gap ~1e-8, i.e. a relative error up to ~1e-4 in ``w``)."""
+    import cvxpy as cp
+
+    c = problem.constraints
+    A = problem.constraint_matrix()
+    w = cp.Variable(A.shape[1])
+    cons = []
+    if (~c.equality).any():
+        cons.append(A[~c.equality] @ w >= c.rhs[~c.equality])
+    if c.equality.any():
+        cons.append(A[c.equality] @ w == c.rhs[c.equality])
+    prob = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(w)), cons)
+    try:
+        prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11,
+                   max_iter=500)
+    except cp.error.SolverError:  # Clarabel could not reach these tolerances
+        return None
+    return np.asarray(w.value).reshape(problem.shape) if prob.status == "optimal" else None
+
+
+def is_feasible_reference(problem):
+    try:
+        return solve_max_margin(problem, method="cvxpy")
+    except NotSeparableError:
+        return None
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_matches_cvxpy_and_kkt(kind, n_instances=30):
+    rng = np.random.default_rng(zlib.crc32(kind.encode()))
+    n_checked = n_tight = 0
+    for _ in range(n_instances):
+        problem = KINDS[kind](rng)
+        ref = is_feasible_reference(problem)
+        if ref is None:
+            with pytest.raises(NotSeparableError):
+                solve_max_margin(problem, method="fast")
+            continue
+        res = solve_max_margin(problem, method="fast", tol=1e-10)
+        assert res.method == "fast" and res.status == "optimal"
+        assert res.gap <= 1e-10 and res.max_violation <= 1e-9
+        # the core's cvxpy path, up to its own reported accuracy ...
+        assert rel_err(res.primal, ref.primal) <= max(1e-5, 3 * np.sqrt(2 * abs(ref.gap)))
+        # ... and the same program solved by Clarabel to tight tolerances
+        tight = tight_cvxpy(problem)
+        if tight is not None:
+            assert rel_err(res.primal, tight) <= 1e-5
+            n_tight += 1
+        assert_kkt(problem, res)
+        n_checked += 1
+    assert n_checked >= n_instances // 2
+    assert n_tight >= n_checked // 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_matches_cvxpy_many(kind):
+    test_matches_cvxpy_and_kkt(kind, n_instances=300)
+
+
+def test_anchored_detection():
+    rng = np.random.default_rng(0)
+    assert anchored_structure(ntp_problem(rng, 5, 6, 4)) is not None
+    assert anchored_structure(att_problem(rng, 5, 4, 6)) is not None
+    assert anchored_structure(head_problem(rng, 5, 4)) is not None
+    # edges of a token-priority graph from several labels share no anchor
+    p = graph_problem(rng, 4, 3, 40)
+    if anchored_structure(p) is None:
+        res = solve_fast(p, tol=1e-10)
+        assert res.status == "optimal"
+
+
+def test_auto_uses_fast_for_ntp():
+    rng = np.random.default_rng(1)
+    res = solve_max_margin(ntp_problem(rng, 6, 8, 5))
+    assert res.method == "fast"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda rng: ntp_problem(rng, 30, 4, 6),  # m >> d, random supports
+        lambda rng: att_problem(rng, 30, 4, 3, teacher=False),
+        lambda rng: head_problem(rng, 40, 3, separable=False),
+        # contradictory edges i => j and j => i in the same graph
+        lambda rng: MaxMarginProblem(
+            BilinearScores(rng.standard_normal((3, 3)), rng.standard_normal((4, 3))),
+            Constraints([0, 0, 1], [1, 2, 0], [2, 1, 3], [1.0, 1.0, 1.0], [False] * 3),
+            name="Graph-SVM", infeasible_message="the graphs are not separable"),
+        # a tie and a strict priority between the same tokens
+        lambda rng: MaxMarginProblem(
+            BilinearScores(rng.standard_normal((2, 3)), rng.standard_normal((4, 3))),
+            Constraints([0, 0], [1, 1], [2, 2], [0.0, 1.0], [True, False]),
+            name="Graph-SVM", infeasible_message="the graphs are not separable"),
+    ],
+)
+def test_infeasible_raises(make):
+    rng = np.random.default_rng(3)
+    problem = make(rng)
+    with pytest.raises(NotSeparableError) as cv:
+        solve_max_margin(problem, method="cvxpy")
+    with pytest.raises(NotSeparableError) as fast:
+        solve_max_margin(problem, method="fast")
+    msg = str(fast.value)
+    assert msg.startswith(f"{problem.name} is infeasible")
+    assert problem.infeasible_message in msg and problem.infeasible_message in str(cv.value)
+
+
+def test_nonconvergence_warns():
+    rng = np.random.default_rng(2)
+    problem = ntp_problem(rng, 20, 25, 8)
+    with pytest.warns(ConvergenceWarning, match="relative duality gap"):
+        res = solve_max_margin(problem, method="fast", max_iter=3, tol=1e-14)
+    assert res.status == "max_iter" and res.n_iter == 3
+    assert res.gap > 1e-14 or res.max_violation > 1e-14
+
+
+def test_trivial_zero_solution():
+    rng = np.random.default_rng(4)
+    p = att_problem(rng, 3, 3, 8, relaxed_frac=1.0)  # all rhs = 0: w* = 0
+    res = solve_max_margin(p, method="fast")
+    assert np.all(res.primal == 0) and res.status == "optimal"
+
+
+def test_onehot_matches_linearsvc_crammer_singer():
+    from sklearn.svm import LinearSVC
+
+    rng = np.random.default_rng(5)
+    m, d, V = 60, 8, 4
+    H = rng.standard_normal((m, d))
+    y = np.argmax(H @ rng.standard_normal((V, d)).T, axis=1)
+    res = solve_max_margin(ntp_svm_problem(H, np.eye(V, dtype=bool)[y]), method="fast")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        svc = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=1e6,
+                        tol=1e-10, max_iter=200_000).fit(H, y)
+    W = svc.coef_
+    cos = np.sum(W * res.primal) / np.linalg.norm(W) / np.linalg.norm(res.primal)
+    assert cos > 1 - 1e-6
+
+
+def test_torch_backend_same_answer():
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    for problem in (ntp_problem(rng, 6, 8, 5), graph_problem(rng, 5, 4, 10, n_eq=1),
+                    head_problem(rng, 20, 4)):
+        a = solve_max_margin(problem, method="fast", tol=1e-10)
+        b = solve_max_margin(problem, method="fast", tol=1e-10, backend="torch")
+        assert isinstance(b.primal, np.ndarray)
+        assert rel_err(b.primal, a.primal) <= 1e-8
