@@ -51,3 +51,4 @@ html_theme_options = {
 }
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+html_sidebars = {"gallery": [], "getting_started": [], "api": []}
