@@ -522,8 +522,8 @@ def plot_fig9_bars(dims, not_saturated, lmm, gmm, *, gaps=None):
     ax.set_xticks(x, [str(d) for d in dims])
     ax.set_xlabel("d")
     ax.set_ylabel("fraction of trials")
-    ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, 1.22)
+    ax.legend(fontsize=7, loc="upper center", ncol=3)
     ax.set_title("(a) convergence of p(t)", fontsize=10)
     if gaps is not None:
         ax = axes[0, 1]
