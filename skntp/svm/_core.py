@@ -409,6 +409,9 @@ def solve_max_margin(
     max_iter : int, default=100_000
     backend, device, dtype :
         Array layer for iterative methods (see :func:`skntp._backend.get_backend`).
+        The solve always runs in float64: ``dtype="float32"`` (an estimator's
+        training precision) is accepted and upcast, since float32 cannot
+        certify the default ``tol``.
     verbose : int, default=0
 
     Returns
@@ -432,7 +435,12 @@ def solve_max_margin(
             gap=0.0,
             max_violation=0.0,
         )
-    be = get_backend(backend, device, dtype)
+    # Explicit programs are always solved in float64 (on the requested backend
+    # and device): their answers are certified to ``tol`` (1e-8 by default),
+    # beyond float32's precision, where iterative methods would run to
+    # max_iter without converging.  An estimator's float32 is for its training loop.
+    get_backend(backend, device, dtype)  # validates the request
+    be = get_backend(backend, device, "float64")
     if method == "auto":
         candidates = sorted(
             (prio, name) for name, (f, prio) in _METHODS.items() if prio is not None
