@@ -55,3 +55,20 @@ def test_example_runs(path, tmp_path):
     assert "nan" not in proc.stdout.lower().split(), proc.stdout
     if "--plot" in help_text.stdout:
         assert out_png.exists() and out_png.stat().st_size > 1000
+
+
+def _reproduction_names():
+    from skntp._reproduce import REPRODUCTIONS
+
+    return sorted(REPRODUCTIONS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _reproduction_names())
+def test_reproduction_quick(name, tmp_path):
+    """``python -m skntp reproduce NAME --quick --plot`` for every registered figure."""
+    out_png = tmp_path / f"{name}.png"
+    proc = _run(["-m", "skntp", "reproduce", name, "--quick", "--plot", out_png], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "paper" in proc.stdout.lower(), proc.stdout
+    assert out_png.exists() and out_png.stat().st_size > 1000
