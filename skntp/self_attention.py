@@ -21,6 +21,7 @@ from ._base import (
 )
 from ._data_graphs import random_unit_embeddings
 from ._optim import minimize
+from ._progress import make_progress
 from .graphs import (
     PaddedSequences,
     _component_index,
@@ -137,6 +138,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Seeds the embeddings (when drawn) and the ``"normal"`` initialization.
     verbose : int, default=0
+        ``> 0`` shows a progress bar of the gradient solvers on stderr.
 
     Attributes
     ----------
@@ -491,6 +493,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
             record_every=self.record_every,
             radii=radii,
             inner_max_iter=self.max_iter,
+            progress=make_progress(self.verbose, self.max_iter, desc=self.solver),
         )
         self.coef_ = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         self.n_iter_ = result.n_iter
