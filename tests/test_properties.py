@@ -27,7 +27,8 @@ from skntp.svm import (
     solve_max_margin,
 )
 
-SETTINGS = settings(max_examples=25, deadline=None,
+# database=None: no .hypothesis/ folder in the checkout; failures print their example
+SETTINGS = settings(max_examples=25, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -97,7 +98,8 @@ def test_aggregation_duplicated_rows_equal_integer_weights(data):
     _assert_same_aggregate(duplicated, weighted)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(ntp_rows())
 def test_decoder_probabilities_permutation_invariant(data):
     X, z, V, rng = data
@@ -208,5 +210,7 @@ def test_fast_methods_agree_with_cvxpy(kind, seed):
     problem = _build(kind, np.random.default_rng(seed))(1.0)
     ours = solve_max_margin(problem)
     ref = solve_max_margin(problem, method="cvxpy")
-    tol = 1e-5 * max(1.0, float(np.linalg.norm(ref.primal)))
+    # Clarabel's own accuracy is ~1e-5 absolute (e.g. it returns |w| ~ 5e-5 when
+    # every margin is relaxed to 0 and the exact answer is w = 0)
+    tol = 1e-4 * max(1.0, float(np.linalg.norm(ref.primal)))
     np.testing.assert_allclose(ours.primal, ref.primal, atol=tol)

@@ -18,10 +18,13 @@ from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from skntp import NTPDecoderClassifier
+from skntp._data_attention import make_attention_fig1c, make_attention_random
 from skntp._data_graphs import make_token_priority_data
 from skntp._data_joint import make_joint_fig3
 from skntp._joint import JointAttentionSVM
+from skntp.attention import AttentionSelector
 from skntp.datasets import make_ntp_data
+from skntp.graphs import token_priority_graphs
 from skntp.self_attention import NTPAttentionClassifier
 from skntp.svm import (
     BilinearScores,
@@ -33,6 +36,7 @@ from skntp.svm import (
     att_svm_prime,
     att_svm_problem,
     finite_component,
+    graph_svm,
     head_svm,
     joint_svm,
     log_odds_problem,
@@ -185,6 +189,195 @@ def test_decoder_unfitted(method):
 
 
 # --------------------------------------------------------------------------
+# The bad-input matrix: the attention estimators (sequences of token vectors)
+# --------------------------------------------------------------------------
+_XA, _YA, _VA = make_attention_random(n_samples=6, seq_len=4, n_features=3, random_state=0)
+_YA[:2] = [1.0, -1.0]  # both classes
+# every input is the same two tokens, with both labels: no head separates them
+_XA_NONSEP = np.tile(np.eye(2, 3), (2, 1, 1))
+_YA_NONSEP = np.array([1.0, -1.0])
+
+SEQUENCE_ESTIMATORS = {
+    "selector": lambda **kw: AttentionSelector(**{"head": _VA, "max_iter": 5, **kw}),
+    "joint": lambda **kw: JointAttentionSVM(**{"max_iter": 5, **kw}),
+}
+
+# (id, estimator parameters, X, y, exception, message pattern)
+SEQUENCE_FIT_CASES = [
+    ("X-nan", {}, _XA * np.where(np.arange(3) == 1, NAN, 1.0), _YA, ValueError, "NaN"),
+    ("X-inf", {}, _XA + np.where(np.arange(3) == 0, INF, 0.0), _YA, ValueError,
+     "infinity"),
+    ("X-4d", {}, _XA[..., None], _YA, ValueError, "3-D|dim"),
+    ("X-1d", {}, _XA[:, 0, 0], _YA, ValueError, "3-D|2-D|dim|sequence"),
+    ("X-ragged-dims", {}, [np.ones((3, 3)), np.ones((2, 2))], [1, -1], ValueError,
+     "token dimension|dim"),
+    ("X-empty", {}, np.zeros((0, 4, 3)), np.zeros(0), ValueError, "empty|0 sample"),
+    ("X-empty-sequence", {}, [np.ones((2, 3)), np.zeros((0, 3))], [1, -1], ValueError,
+     "empty"),
+    ("X-strings", {}, np.full((2, 2, 3), "a"), [1, -1], ValueError, "numeric|float"),
+    ("y-length", {}, _XA, _YA[:-1], ValueError, "samples|labels"),
+    ("y-one-class", {}, _XA, np.ones(6), ValueError, "2 classes|1 class"),
+    ("y-three-classes", {}, _XA, [0, 1, 2, 0, 1, 2], ValueError,
+     "binary|2 classes|two|Only"),
+    ("y-nan", {}, _XA, np.where(np.arange(6) == 3, NAN, _YA), ValueError, "NaN"),
+    ("y-continuous", {}, _XA, np.linspace(-1, 1, 6) + 0.01, ValueError,
+     "Unknown label type|continuous"),
+    ("svm-not-separable", {"solver": "svm"}, _XA_NONSEP, _YA_NONSEP, NotSeparableError,
+     "infeasible|not separable|not linearly separable"),
+    ("param-solver", {"solver": "sgd"}, _XA, _YA, ValueError, "'solver' parameter"),
+    ("param-lr", {"lr": 0.0}, _XA, _YA, ValueError, "'lr' parameter"),
+    ("param-max-iter", {"max_iter": 0}, _XA, _YA, ValueError, "'max_iter' parameter"),
+    ("param-tol", {"tol": -1.0}, _XA, _YA, ValueError, "'tol' parameter"),
+    ("param-dtype", {"dtype": "float16"}, _XA, _YA, ValueError, "'dtype' parameter"),
+    ("param-backend", {"backend": "jax"}, _XA, _YA, ValueError, "'backend' parameter"),
+    ("param-svm-radius", {"solver": "svm", "svm_radius": 0.0}, _XA, _YA, ValueError,
+     "'svm_radius' parameter"),
+    ("param-path-radii", {"solver": "regpath", "path_radii": [-1.0, 2.0]}, _XA, _YA,
+     ValueError, "path_radii"),
+    ("param-key-query-shape", {"key_query": np.eye(2)}, _XA, _YA, ValueError,
+     "key_query"),
+    ("param-key-query-nan", {"key_query": np.eye(3) * NAN}, _XA, _YA, ValueError,
+     "NaN|finite"),
+    ("param-svm-method", {"solver": "svm", "svm_method": "magic"}, _XA, _YA, ValueError,
+     "unknown max-margin method 'magic'"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENCE_ESTIMATORS))
+@pytest.mark.parametrize(
+    "params, X, y, exc, match", [pytest.param(*c[1:], id=c[0]) for c in SEQUENCE_FIT_CASES]
+)
+def test_sequence_estimators_reject_bad_input(name, params, X, y, exc, match):
+    est = SEQUENCE_ESTIMATORS[name](**params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(exc, match=match):
+            est.fit(X, y)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"head": np.ones(2)}, "head"),
+    ({"head": np.full(3, NAN)}, "NaN|finite"),
+    ({"train": "v"}, "'train' parameter"),
+    ({"loss": "hinge"}, "'loss' parameter"),
+    ({"query_init": np.ones(5)}, "query_init"),
+    ({"max_optimal_choices": 0}, "'max_optimal_choices' parameter"),
+])
+def test_selector_rejects_bad_parameters(params, match):
+    with pytest.raises(ValueError, match=match):
+        SEQUENCE_ESTIMATORS["selector"](**params).fit(_XA, _YA)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"head_init": np.ones(2)}, "head_init"),
+    ({"query_init": np.full(3, INF)}, "NaN|finite|infinity"),
+    ({"max_enumeration": 0}, "'max_enumeration' parameter"),
+])
+def test_joint_rejects_bad_parameters(params, match):
+    with pytest.raises(ValueError, match=match):
+        SEQUENCE_ESTIMATORS["joint"](**params).fit(_XA, _YA)
+
+
+SEQUENCE_PREDICT_CASES = [
+    ("n-features", _XA[:, :, :2], ValueError, "features|dimension"),
+    ("nan", _XA * NAN, ValueError, "NaN"),
+    ("4d", _XA[..., None], ValueError, "3-D|dim"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENCE_ESTIMATORS))
+@pytest.mark.parametrize("method", ["predict", "decision_function", "transform"])
+@pytest.mark.parametrize(
+    "X, exc, match", [pytest.param(*c[1:], id=c[0]) for c in SEQUENCE_PREDICT_CASES]
+)
+def test_sequence_estimators_predict_rejects_bad_input(name, method, X, exc, match):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SEQUENCE_ESTIMATORS[name](max_iter=20).fit(_XA, _YA)
+    with pytest.raises(exc, match=match):
+        getattr(est, method)(X)
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENCE_ESTIMATORS))
+def test_sequence_estimators_unfitted(name):
+    with pytest.raises(NotFittedError):
+        SEQUENCE_ESTIMATORS[name]().predict(_XA)
+
+
+# --------------------------------------------------------------------------
+# The bad-input matrix: NTPAttentionClassifier (sequences of token ids)
+# --------------------------------------------------------------------------
+_XI = np.array([[0, 1, 2], [2, 1, 3], [1, 3, 0], [3, 2, 1]])
+_YI = np.array([1, 2, 3, 2])
+_EI = np.linalg.qr(np.random.default_rng(5).standard_normal((4, 4)))[0]
+
+# (id, estimator parameters, X, y, exception, message pattern)
+TOKEN_FIT_CASES = [
+    ("X-fraction", {}, _XI + 0.5, _YI, ValueError, "integer"),
+    ("X-negative", {}, _XI - 1, _YI, ValueError, "negative|out of range|>= 0"),
+    ("X-out-of-vocabulary", {}, np.where(_XI == 3, 9, _XI), _YI, ValueError,
+     "out of range"),
+    ("X-nan", {}, np.where(_XI == 3, NAN, _XI), _YI, ValueError, "NaN|finite|integer"),
+    ("X-inf", {}, np.where(_XI == 3, INF, _XI), _YI, ValueError,
+     "infinity|finite|integer"),
+    ("X-3d", {}, _XI[:, :, None], _YI, ValueError, "2-D|1-D|dim"),
+    ("X-empty", {}, np.zeros((0, 3), int), np.zeros(0, int), ValueError,
+     "empty|0 sample"),
+    ("X-empty-sequence", {}, [[0, 1], []], [1, 0], ValueError, "empty"),
+    ("X-strings", {}, [["a", "b"], ["c", "d"]], [0, 1], ValueError,
+     "integer|numeric"),
+    ("y-length", {}, _XI, _YI[:-1], ValueError, "samples|labels"),
+    ("y-out-of-vocabulary", {}, _XI, [1, 2, 3, 7], ValueError, "out of range"),
+    ("y-negative", {}, _XI, [1, -2, 3, 2], ValueError, "negative|out of range|>= 0"),
+    ("y-fraction", {}, _XI, [1, 2.5, 3, 2], ValueError, "integer"),
+    ("y-nan", {}, _XI, [1, NAN, 3, 2], ValueError, "NaN|finite|integer"),
+    ("embeddings-nan", {"embeddings": _EI * NAN}, _XI, _YI, ValueError, "NaN"),
+    ("embeddings-1d", {"embeddings": _EI[0]}, _XI, _YI, ValueError, "2-D"),
+    ("embeddings-n-tokens", {"n_tokens": 5}, _XI, _YI, ValueError, "n_tokens"),
+    ("head-shape", {"head": np.ones((4, 2))}, _XI, _YI, ValueError, "head must have shape"),
+    ("head-nan", {"head": _EI * NAN}, _XI, _YI, ValueError, "NaN"),
+    ("identity-head-dependent", {"embeddings": np.ones((4, 4))}, _XI, _YI, ValueError,
+     "independent|rank|identity|Assumption 4"),
+    ("svm-not-separable", {"embeddings": np.eye(3)[[0, 0, 1]], "head": "embeddings",
+                           "solver": "svm"}, [[1, 2], [0, 2]], [0, 2], NotSeparableError,
+     "Graph-SVM is infeasible"),
+    ("param-loss", {"loss": "hinge"}, _XI, _YI, ValueError, "'loss' parameter"),
+    ("param-solver", {"solver": "sgd"}, _XI, _YI, ValueError, "'solver' parameter"),
+    ("param-init", {"init": "ones"}, _XI, _YI, ValueError, "'init' parameter"),
+    ("param-lr", {"lr": -0.1}, _XI, _YI, ValueError, "'lr' parameter"),
+    ("param-max-iter", {"max_iter": 0}, _XI, _YI, ValueError, "'max_iter' parameter"),
+    ("param-threshold", {"selection_threshold": 1.0}, _XI, _YI, ValueError,
+     "'selection_threshold' parameter"),
+    ("param-dtype", {"dtype": "int8"}, _XI, _YI, ValueError, "'dtype' parameter"),
+    ("param-svm-radius", {"solver": "svm", "svm_radius": -1.0}, _XI, _YI, ValueError,
+     "'svm_radius' parameter"),
+]
+
+
+@pytest.mark.parametrize(
+    "params, X, y, exc, match", [pytest.param(*c[1:], id=c[0]) for c in TOKEN_FIT_CASES]
+)
+def test_token_estimator_rejects_bad_input(params, X, y, exc, match):
+    est = NTPAttentionClassifier(**{"embeddings": _EI, "max_iter": 5, **params})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(exc, match=match):
+            est.fit(X, y)
+
+
+@pytest.mark.parametrize("X, match", [
+    pytest.param(np.where(_XI == 3, 9, _XI), "out of range", id="out-of-vocabulary"),
+    pytest.param(_XI + 0.5, "integer", id="fraction"),
+    pytest.param(np.zeros((0, 3), int), "empty|0 sample", id="empty"),
+])
+def test_token_estimator_predict_rejects_bad_input(X, match):
+    est = NTPAttentionClassifier(_EI, max_iter=5).fit(_XI, _YI)
+    for method in ("predict", "predict_proba"):
+        with pytest.raises(ValueError, match=match):
+            getattr(est, method)(X)
+
+
+# --------------------------------------------------------------------------
 # The bad-input matrix: skntp.svm functions
 # --------------------------------------------------------------------------
 _H = np.random.default_rng(2).standard_normal((4, 3))
@@ -211,8 +404,21 @@ def _contradictory_problem():
                             infeasible_message="the toy data are not separable")
 
 
+_E_DUP = np.eye(3)[[0, 0, 1]]  # tokens 0 and 1 share an embedding
+_G_DUP = token_priority_graphs([[1, 2], [0, 2]], [0, 2], n_tokens=3)  # needs 0 => 1
+
 # (id, call, exception, message pattern)
 SVM_FUNCTION_CASES = [
+    ("graph_svm-nan", lambda: graph_svm(_E_DUP * NAN, _G_DUP), ValueError, "NaN"),
+    ("graph_svm-1d", lambda: graph_svm(_E_DUP[0], _G_DUP), ValueError, "2-D"),
+    ("graph_svm-not-separable", lambda: graph_svm(_E_DUP, _G_DUP), NotSeparableError,
+     "Graph-SVM is infeasible"),
+    ("graph_svm-not-separable-cvxpy", lambda: graph_svm(_E_DUP, _G_DUP, method="cvxpy"),
+     NotSeparableError, "Graph-SVM is infeasible.*'infeasible'"),
+    ("token_priority_graphs-range", lambda: token_priority_graphs([[0, 5]], [1], n_tokens=3),
+     ValueError, "out of range"),
+    ("token_priority_graphs-negative", lambda: token_priority_graphs([[0, -1]], [1]),
+     ValueError, "negative"),
     ("ntp_svm-nan", lambda: ntp_svm(_with(_H, 0, 0, NAN), _S), ValueError, "NaN"),
     ("ntp_svm-inf", lambda: ntp_svm(_with(_H, 0, 0, INF), _S), ValueError, "infinity"),
     ("ntp_svm-3d", lambda: ntp_svm(_H[:, :, None], _S), ValueError, "2-D"),
@@ -334,6 +540,8 @@ def test_svm_functions_reject_bad_input(call, exc, match):
 # --------------------------------------------------------------------------
 _X1, _Y1 = _ntp_data(seed=3, support_size=1)  # one-hot: ||W|| grows linearly under NGD
 _XJ, _YJ = make_joint_fig3("a")
+_FIG1C = make_attention_fig1c()
+_SELECTOR = {"head": _FIG1C.head, "key_query": _FIG1C.key_query, "classes": [-1, 1]}
 _XT, _YT, _ET = make_token_priority_data(6, 6, 5, 4, acyclic=True, random_state=0)
 
 # name -> (factory(dtype, max_iter, record_every), X, y, smallest final norm).  lr is
@@ -346,6 +554,12 @@ EXTREME_MODELS = {
     "decoder-soft": (lambda dt, it, re: NTPDecoderClassifier(
         solver="ngd", lr=1.0, max_iter=it, dtype=dt, record_every=re, random_state=0),
         _X, _Y, 10.0),
+    "selector": (lambda dt, it, re: AttentionSelector(
+        **_SELECTOR, solver="ngd", lr=1.0, max_iter=it, dtype=dt, record_every=re,
+        random_state=0), _FIG1C.X, _FIG1C.y, 30.0),
+    "selector-W": (lambda dt, it, re: AttentionSelector(
+        **_SELECTOR, train="W", solver="ngd", lr=1.0, max_iter=it, dtype=dt, record_every=re,
+        random_state=0), _FIG1C.X, _FIG1C.y, 30.0),
     "joint": (lambda dt, it, re: JointAttentionSVM(
         solver="ngd", lr=1.0, max_iter=it, dtype=dt, record_every=re, random_state=0),
         _XJ, _YJ, 30.0),
@@ -356,9 +570,9 @@ EXTREME_MODELS = {
 
 
 def _param_norm(est):
-    if hasattr(est, "coef_"):
-        return float(np.linalg.norm(est.coef_))
-    return float(np.hypot(np.linalg.norm(est.head_), np.linalg.norm(est.query_)))
+    """Norm of the largest trained block (W, p, v or the key-query matrix)."""
+    return max(float(np.linalg.norm(getattr(est, name)))
+               for name in ("coef_", "query_", "head_", "key_query_") if hasattr(est, name))
 
 
 def _check_extreme_norms(name, dtype, max_iter):
@@ -509,7 +723,6 @@ def test_float32_max_margin_solve_does_not_spin():
 
 
 def test_fast_method_non_convergence_warns_with_gap():
-    pytest.importorskip("skntp.svm._fast", reason="the 'fast' max-margin method")
     rng = np.random.default_rng(0)
     support = rng.random((20, 8)) < 0.4
     support[np.arange(20), rng.integers(8, size=20)] = True
@@ -591,6 +804,15 @@ DETERMINISM_CASES = [
     ("joint-svm", JointAttentionSVM(solver="svm"), _XJB, _YJB),
     ("joint-torch", JointAttentionSVM(solver="ngd", max_iter=60, backend="torch",
                                       random_state=7), _XJB, _YJB),
+    ("selector-ngd", AttentionSelector(_VA, max_iter=60, query_init="random",
+                                       random_state=7), _XA, _YA),
+    ("selector-W-gd", AttentionSelector(_VA, train="W", solver="gd", max_iter=60,
+                                        query_init="random", random_state=7), _XA, _YA),
+    ("selector-regpath", AttentionSelector(**_SELECTOR, solver="regpath", max_iter=30,
+                                           path_radii=[0.5, 2.0]), _FIG1C.X, _FIG1C.y),
+    ("selector-svm", AttentionSelector(**_SELECTOR, solver="svm"), _FIG1C.X, _FIG1C.y),
+    ("selector-torch", AttentionSelector(_VA, max_iter=60, query_init="random",
+                                         backend="torch", random_state=7), _XA, _YA),
     ("self-attention-ngd", NTPAttentionClassifier(solver="ngd", lr=0.05, max_iter=60,
                                                   init="normal", n_tokens=6,
                                                   random_state=7), _XT, _YT),
