@@ -255,6 +255,17 @@ def test_sequence_estimators_reject_bad_input(name, params, X, y, exc, match):
             est.fit(X, y)
 
 
+@pytest.mark.parametrize("sample_weight, match", [
+    pytest.param(np.ones(3), "sample_weight.*shape|shape.*sample_weight", id="length"),
+    pytest.param(-np.ones(6), "[Nn]egative", id="negative"),
+    pytest.param(np.full(6, NAN), "NaN", id="nan"),
+    pytest.param(np.zeros(6), "non-zero|zero", id="all-zero"),
+])
+def test_selector_rejects_bad_sample_weight(sample_weight, match):
+    with pytest.raises(ValueError, match=match):
+        SEQUENCE_ESTIMATORS["selector"]().fit(_XA, _YA, sample_weight=sample_weight)
+
+
 @pytest.mark.parametrize("params, match", [
     ({"head": np.ones(2)}, "head"),
     ({"head": np.full(3, NAN)}, "NaN|finite"),
@@ -618,6 +629,48 @@ def test_extreme_norms(name, dtype):
 @pytest.mark.parametrize("name", sorted(EXTREME_MODELS))
 def test_extreme_norms_1e5(name, dtype):
     _check_extreme_norms(name, dtype, 100_000)
+
+
+HUGE_RADIUS_MODELS = {
+    "decoder": (NTPDecoderClassifier, {}, _X, _Y),
+    "selector": (AttentionSelector, _SELECTOR, _FIG1C.X, _FIG1C.y),
+    "joint": (JointAttentionSVM, {}, _XJ, _YJ),
+    "self-attention": (NTPAttentionClassifier, {"embeddings": _ET}, _XT, _YT),
+}
+
+
+@pytest.mark.parametrize("radius", [1e6, 1e12, 1e150])
+@pytest.mark.parametrize("name", sorted(HUGE_RADIUS_MODELS))
+def test_explicit_limit_at_huge_norm_is_finite(name, radius):
+    cls, params, X, y = HUGE_RADIUS_MODELS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow/invalid RuntimeWarning either
+        est = cls(**params, solver="svm", svm_radius=radius).fit(X, y)
+        assert _param_norm(est) >= 0.5 * radius
+        for method in ("predict_proba", "predict_log_proba", "decision_function",
+                       "transform"):
+            if hasattr(est, method):
+                out = getattr(est, method)(X)
+                assert np.all(np.isfinite(out)), method
+        for key, values in est.history_.items():
+            assert np.all(np.isfinite(values)), key
+    np.testing.assert_allclose(est.predict_proba(X).sum(axis=1), 1.0, rtol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_extreme_norms_torch(dtype):
+    pytest.importorskip("torch")
+    X, y = _X1, _Y1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = NTPDecoderClassifier(solver="ngd", lr=1.0, max_iter=10_000, dtype=dtype,
+                                   backend="torch", record_every=100,
+                                   random_state=0).fit(X, y)
+    assert all(np.all(np.isfinite(v)) for v in est.history_.values())
+    assert np.all(np.isfinite(est.coef_)) and np.linalg.norm(est.coef_) > 100
+    assert np.all(np.isfinite(est.predict_log_proba(X)))
+    if est.n_iter_ < 10_000:
+        assert any("underflowed to exactly zero" in str(w.message) for w in caught)
 
 
 def test_float32_saturation_stops_with_warning():
