@@ -69,10 +69,11 @@ def run(kind, trials):
             at = np.searchsorted(h["iteration"], CHECKPOINTS)
             rows["curve"].append(h["alignment"][np.minimum(at, len(h["iteration"]) - 1)])
             rows["corr"].append(h["alignment"][-1])
-            # NGD moves lr per step: a norm above half of lr * max_iter means the
-            # iterates kept moving outward (the softmax saturates), the regime of the
-            # SVM theory; below it GD circles a finite stationary point.
-            rows["diverged"].append(h["norm"][-1] > 0.5 * clf.lr * clf.max_iter)
+            # NGD moves lr per step: a norm above half of lr * (iterations run) means
+            # the iterates kept moving outward (the softmax saturates; the squared
+            # loss may even stop early when its gradient underflows), the regime of
+            # the SVM theory; below it GD circles a finite stationary point.
+            rows["diverged"].append(h["norm"][-1] > 0.5 * clf.lr * max(clf.n_iter_, 1))
             rows["dist"].append(h["finite_distance"][-1])
             if kind in ("fig5", "fig6"):
                 p = clf.pseudo_graphs(X, y)
