@@ -134,6 +134,8 @@ def ntp_fig1(seed=0, quick=False):
         f"\nGD after {gd.n_iter_} steps: cos(W - W*, W^mm) = {gd.alignment_:.4f}, "
         f"||P_F(W) - W*|| = {gd.history_['finite_distance'][-1]:.3g}, "
         f"CE - H = {gd.history_['excess_loss'][-1]:.3g}"
+        "\npaper (Fig. 2): words 1 and 5 (1-based) follow the same contexts: w_1 = w_5 in "
+        "W^mm but not in W*; (Fig. 1, right) cos -> 1 and ||P_F(W) - W*|| -> 0 under GD."
     )
 
     def plot():
