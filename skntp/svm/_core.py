@@ -314,6 +314,7 @@ def constraint_violation(problem, w):
 # Methods
 # --------------------------------------------------------------------------
 _METHODS = {}
+_AUTO_MAX_VIOLATION = 1e-3
 
 
 def register_method(name, func, *, auto_priority=None):
@@ -456,6 +457,11 @@ def solve_max_margin(
     for name in names:
         func = _METHODS[name][0]
         result = func(problem, tol, max_iter, be, verbose)
+        if (result is not None and method == "auto" and name != names[-1]
+                and not result.max_violation <= _AUTO_MAX_VIOLATION):
+            # An iterative method that ends far from feasibility has not
+            # decided the problem: let the next method (cvxpy last) decide.
+            continue
         if result is not None:
             result.primal = to_numpy(result.primal)
             result.dual = to_numpy(result.dual)
