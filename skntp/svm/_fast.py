@@ -238,9 +238,16 @@ class _TableSpace:
         v = u - theta[:, None]
         return xp.where(self.neg, xp.minimum(v, 0.0), v) * self.allowed_f
 
+    face_threshold = 0.0
+
     def face_mask(self, x):
-        """Coordinates free on the face of ``x``'s feasible set (bool table)."""
-        return self.free | (self.neg & (x < 0))
+        """Coordinates free on the face of ``x``'s feasible set (bool table).
+
+        Multipliers below ``face_threshold * max|x|`` count as zero (a guess
+        of the optimal face; the certificate decides).
+        """
+        cut = -self.face_threshold * float(self.xp.max(self.xp.abs(x)))
+        return self.free | (self.neg & (x < cut))
 
     def face_project(self, v, mask):
         """Project a direction onto the face's tangent subspace."""
@@ -383,6 +390,8 @@ def _cg_on_face(space, x0, mask, xp, max_iter, L):
         q = space.face_project(space.apply(space.adjoint(p)), mask)
         pq = _dot(xp, p, q)
         if pq <= 1e-14 * L * _dot(xp, p, p):
+            if rr <= 1e-20 * rr0 or _dot(xp, space.lin, p) <= 0:
+                break
             # (numerically) no curvature along an ascent direction: the face
             # is unbounded, a candidate Farkas ray (checked by the caller).
             return x, p
@@ -476,7 +485,7 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
     dval = 0.0
     tk = 1.0
     face = None
-    n_polish = 0
+    n_polish = n_attempt = 0
     best = None
     it = 0
     gap = viol = math.inf
@@ -499,11 +508,19 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
             if polish and it > 0:
                 new_face = space.set_face(x)
                 if face is not None and bool(xp.all(new_face == face)):
-                    xc = x
+                    xc, wc, gap_c, viol_c = x, w, gap, viol
+                    lam_c = lam
+                    # alternate the exact face and a thresholded guess
+                    space.face_threshold = 1e-6 if n_attempt % 2 else 0.0
+                    n_attempt += 1
+                    new_face = space.set_face(x)
                     for _ in range(3):  # CG on the face, project, re-identify
                         xc, ray = _cg_on_face(space, xc, new_face, xp, max_iter=200, L=L)
                         if ray is not None:
                             _raise_if_ray(problem, space, check, xp, xc, ray, a_scale, it)
+                            # unbounded face: a wrong guess, discard it
+                            xc, wc, gap_c, viol_c = x, w, gap, viol
+                            break
                         xc = space.project(xc)
                         wc = space.adjoint(xc)
                         n_polish += 1
@@ -530,13 +547,13 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         x_new = space.project(y + step * g)
         w_new = space.adjoint(x_new)
         d_new = _dot(xp, space.lin, x_new) - 0.5 * _dot(xp, w_new, w_new)
-        if d_new < dval:  # function-value restart
+        if d_new < dval and not (tk == 1.0 and d_new >= dval - 1e-12 * abs(dval)):
             if tk == 1.0:
                 # a plain projected-gradient step cannot decrease D when
                 # step <= 1/||S||^2: the power-iteration estimate was low.
                 L *= 2.0
                 step = 1.0 / L
-            tk = 1.0
+            tk = 1.0  # function-value restart
             y, wy = x, w
             it += 1
             continue

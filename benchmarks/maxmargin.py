@@ -1,0 +1,318 @@
+"""Benchmark of the max-margin core: method 'fast' vs cvxpy/Clarabel and liblinear.
+
+Prints one table; every ratio is measured in the same run.  Usage::
+
+    python benchmarks/maxmargin.py [--rows ntp,onehot,scale,att,head,graph]
+                                   [--cvxpy-timeout 600]
+
+cvxpy runs in a subprocess with a wall-clock limit; a row whose cvxpy run
+hits the limit reports the speed-up as a lower bound (">").
+Accuracy columns: ``relerr`` is ``||W - W_ref|| / ||W_ref||`` with ``W_ref``
+the cvxpy solution (or, where cvxpy cannot run, the KKT-certified 'fast'
+solution at tol=1e-12), ``viol`` the largest constraint violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import time
+import warnings
+
+import numpy as np
+
+from skntp.svm import (
+    BilinearScores,
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
+    ntp_svm_problem,
+    solve_max_margin,
+)
+from skntp.svm._core import constraint_violation
+
+
+# --------------------------------------------------------------------------
+# problem recipes (all feasible by construction: a teacher separates them)
+# --------------------------------------------------------------------------
+def ntp_random_supports(rng, m, d, V, smax):
+    """d > m: NTP-separable for any supports (overparameterized)."""
+    H = rng.standard_normal((m, d))
+    k = rng.integers(1, smax + 1, size=m)
+    ranks = np.argsort(np.argsort(rng.random((m, V)), axis=1), axis=1)
+    return ntp_svm_problem(H, ranks < k[:, None])
+
+
+def ntp_grouped(rng, m, d, V, smax):
+    """m >> d: tokens in groups of 1..smax share a teacher row; S_j = best group."""
+    sizes = []
+    while sum(sizes) < V:
+        sizes.append(int(rng.integers(1, smax + 1)))
+    sizes[-1] -= sum(sizes) - V
+    group = np.repeat(np.arange(len(sizes)), sizes)
+    G = rng.standard_normal((len(sizes), d))
+    H = rng.standard_normal((m, d))
+    best = np.argmax(H @ G.T, axis=1)
+    return ntp_svm_problem(H, group[None, :] == best[:, None])
+
+
+def onehot(rng, m, d, V):
+    H = rng.standard_normal((m, d))
+    y = np.argmax(H @ rng.standard_normal((V, d)).T, axis=1)
+    return H, y, ntp_svm_problem(H, np.eye(V, dtype=bool)[y])
+
+
+def att(rng, n, T, d):
+    K = rng.standard_normal((n, T, d))
+    sel = np.argmax(K @ rng.standard_normal(d), axis=1)
+    i, t = np.nonzero(np.arange(T)[None, :] != sel[:, None])
+    prob = MaxMarginProblem(KeyScores(K), Constraints(i, sel[i], t, np.ones(i.size),
+                                                      np.zeros(i.size, bool)), name="ATT-SVM")
+    diffs = K[i, sel[i]] - K[i, t]
+    return diffs, prob
+
+
+def head(rng, n, d):
+    R = rng.standard_normal((n, d))
+    y = np.sign(R @ rng.standard_normal(d))
+    prob = MaxMarginProblem(
+        KeyScores((y[:, None] * R)[:, None, :]),
+        Constraints(np.arange(n), np.zeros(n), -np.ones(n), np.ones(n), np.zeros(n, bool)),
+        name="head SVM")
+    return R, y, prob
+
+
+def graph(rng, K, d, n, length):
+    """Sequences of random tokens; label = the teacher's top-priority token.
+
+    Edges ``label => x`` for every other token ``x`` of a sequence, in the
+    graph of its last token (Graph-SVM of the self-attention paper, acyclic).
+    """
+    E = rng.standard_normal((K, d)) / np.sqrt(d)
+    S0 = (E @ rng.standard_normal((d, d)) @ E.T).T  # S0[k, i] = e_i^T W0 e_k
+    seq = np.stack([rng.choice(K, length, replace=False) for _ in range(n)])
+    last = seq[:, -1]
+    label = seq[np.arange(n), np.argmax(S0[last[:, None], seq], axis=1)]
+    k = np.repeat(last, length)
+    i = np.repeat(label, length)
+    j = seq.ravel()
+    keep = i != j
+    kij = np.unique(np.stack([k[keep], i[keep], j[keep]], 1), axis=0)
+    query = np.unique(kij[:, 0])
+    block_of = np.full(K, -1)
+    block_of[query] = np.arange(query.size)
+    return MaxMarginProblem(
+        BilinearScores(E[query], E),
+        Constraints(block_of[kij[:, 0]], kij[:, 1], kij[:, 2], np.ones(len(kij)),
+                    np.zeros(len(kij), bool)), name="Graph-SVM")
+
+
+def graph_cvxpy_matrix(problem):
+    """Constraint rows ``(e_i - e_j) (x) q_k`` without the dense score matrix."""
+    import scipy.sparse as sp
+
+    c = problem.constraints
+    E, Q = problem.scores.outputs, problem.scores.queries
+    rows = (E[c.pos] - E[c.ref])[:, :, None] * Q[c.block][:, None, :]
+    return sp.csr_matrix(rows.reshape(len(c), -1))
+
+
+# --------------------------------------------------------------------------
+# timed runs
+# --------------------------------------------------------------------------
+def _cvxpy_worker(problem, A, queue):
+    import cvxpy as cp
+
+    t = time.perf_counter()
+    if A is None:
+        res = solve_max_margin(problem, method="cvxpy")
+        queue.put((time.perf_counter() - t, res.primal))
+        return
+    c = problem.constraints
+    w = cp.Variable(A.shape[1])
+    prob = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(w)), [A @ w >= c.rhs])
+    prob.solve(solver=cp.CLARABEL)
+    queue.put((time.perf_counter() - t, np.asarray(w.value).reshape(problem.shape)))
+
+
+def run_cvxpy(problem, timeout, A=None):
+    """(seconds, W) or (timeout, None) if cvxpy did not finish in time."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_cvxpy_worker, args=(problem, A, queue))
+    proc.start()
+    proc.join(timeout)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        return timeout, None
+    return queue.get()
+
+
+def timed(f, repeat=1):
+    best, out = np.inf, None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = f()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def cosine_err(a, b):
+    return float(1.0 - np.sum(a * b) / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+ROWS = []
+
+
+def row(name, method, t, ref_name, t_ref, err, viol, note=""):
+    ratio = t_ref / t if t > 0 else np.inf
+    ROWS.append((name, method, t, ref_name, t_ref, ratio, err, viol, note))
+    print(f"  {name} | {method} {t:.3f}s | {ref_name} {t_ref:.3f}s | x{ratio:.1f} | "
+          f"relerr {err:.1e} | viol {viol:.1e} {note}", flush=True)
+
+
+def bench_ntp(args):
+    rng = np.random.default_rng(0)
+    p = ntp_random_supports(rng, 150, 160, 60, 3)
+    t, r = timed(lambda: solve_max_margin(p, method="fast"), repeat=3)
+    tc, Wc = run_cvxpy(p, args.cvxpy_timeout)
+    err = rel(r.primal, Wc) if Wc is not None else float("nan")
+    row("NTP-SVM m=150 d=160 V=60 |S|=1..3", "fast", t, "cvxpy", tc, err,
+        constraint_violation(p, r.primal), "" if Wc is not None else "(cvxpy timed out)")
+
+
+def bench_onehot(args):
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    rng = np.random.default_rng(1)
+    H, y, p = onehot(rng, 2000, 64, 32)
+    t, r = timed(lambda: solve_max_margin(p, method="fast"), repeat=3)
+    ref = solve_max_margin(p, method="fast", tol=1e-12).primal
+
+    def svc():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=1e6,
+                             tol=1e-8, max_iter=100_000).fit(H, y)
+
+    ts, s = timed(svc)
+    Ws = s.coef_
+    # equal accuracy: compare directions (LinearSVC's scale is C-dependent)
+    e_fast = cosine_err(r.primal, ref)
+    e_svc = cosine_err(Ws, ref)
+    row("one-hot CS m=2000 d=64 V=32", "fast", t, "LinearSVC-CS", ts, rel(r.primal, ref),
+        constraint_violation(p, r.primal),
+        f"(1-cos vs certified W^mm: fast {e_fast:.1e}, LinearSVC {e_svc:.1e}; "
+        f"LinearSVC relerr {rel(Ws, ref):.1e})")
+
+
+def bench_scale(args):
+    rng = np.random.default_rng(2)
+    p = ntp_grouped(rng, 10_000, 256, 500, 5)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        t, r = timed(lambda: solve_max_margin(p, method="fast", max_iter=args.scale_max_iter))
+    note = f"status={r.status} it={r.n_iter} gap={r.gap:.1e}"
+    if rec:
+        note += " (ConvergenceWarning)"
+    row("NTP-SVM m=10000 d=256 V=500 |S|<=5", "fast", t, "none", np.nan, np.nan,
+        r.max_violation, note)
+
+
+def bench_att(args):
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    rng = np.random.default_rng(3)
+    diffs, p = att(rng, 1000, 16, 64)
+    t, r = timed(lambda: solve_max_margin(p, method="fast"), repeat=3)
+    ta, ra = timed(lambda: solve_max_margin(p, method="auto"))
+    tc, Wc = run_cvxpy(p, args.cvxpy_timeout)
+    X = np.vstack([diffs, -diffs])
+    yy = np.r_[np.ones(len(diffs)), -np.ones(len(diffs))]
+
+    def svc():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return LinearSVC(loss="hinge", fit_intercept=False, C=1e6, tol=1e-8,
+                             max_iter=100_000).fit(X, yy)
+
+    ts, s = timed(svc)
+    ref = Wc if Wc is not None else r.primal
+    row("ATT-SVM n=1000 T=16 d=64", "fast", t, "cvxpy", tc, rel(r.primal, ref),
+        constraint_violation(p, r.primal))
+    row("ATT-SVM n=1000 T=16 d=64", "fast", t, "LinearSVC-hinge", ts, rel(r.primal, ref),
+        constraint_violation(p, r.primal),
+        f"(LinearSVC 1-cos {cosine_err(s.coef_.ravel(), ref):.1e}; "
+        f"auto -> {ra.method} {ta:.3f}s)")
+
+
+def bench_head(args):
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    rng = np.random.default_rng(4)
+    R, y, p = head(rng, 1000, 64)
+    t, r = timed(lambda: solve_max_margin(p, method="fast"), repeat=3)
+    ta, ra = timed(lambda: solve_max_margin(p, method="auto"))
+    tc, Wc = run_cvxpy(p, args.cvxpy_timeout)
+
+    def svc():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return LinearSVC(loss="hinge", fit_intercept=False, C=1e6, tol=1e-8,
+                             max_iter=100_000).fit(R, y)
+
+    ts, s = timed(svc)
+    ref = Wc if Wc is not None else r.primal
+    row("head SVM n=1000 d=64", "fast", t, "cvxpy", tc, rel(r.primal, ref),
+        constraint_violation(p, r.primal))
+    row("head SVM n=1000 d=64", "fast", t, "LinearSVC-hinge", ts, rel(r.primal, ref),
+        constraint_violation(p, r.primal),
+        f"(LinearSVC 1-cos {cosine_err(s.coef_.ravel(), ref):.1e}; "
+        f"auto -> {ra.method} {ta:.3f}s)")
+
+
+def bench_graph(args):
+    rng = np.random.default_rng(5)
+    p = graph(rng, 200, 64, 5000, args.graph_length)
+    t, r = timed(lambda: solve_max_margin(p, method="fast"))
+    tc, Wc = run_cvxpy(p, args.cvxpy_timeout, A=graph_cvxpy_matrix(p))
+    err = rel(r.primal, Wc) if Wc is not None else float("nan")
+    viol = float(np.max(np.maximum(p.constraints.rhs - graph_cvxpy_matrix(p) @ r.primal.ravel(),
+                                   0)))
+    row(f"Graph-SVM K=200 d=64 n=5000 ({len(p.constraints)} edges)", "fast", t, "cvxpy", tc,
+        err, viol, f"it={r.n_iter}" + ("" if Wc is not None else " (cvxpy timed out: ratio >)"))
+
+
+BENCHES = {"ntp": bench_ntp, "onehot": bench_onehot, "scale": bench_scale, "att": bench_att,
+           "head": bench_head, "graph": bench_graph}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=",".join(BENCHES))
+    ap.add_argument("--cvxpy-timeout", type=float, default=600.0)
+    ap.add_argument("--scale-max-iter", type=int, default=2000)
+    ap.add_argument("--graph-length", type=int, default=4)
+    args = ap.parse_args()
+    for name in args.rows.split(","):
+        print(f"[{name}]", flush=True)
+        BENCHES[name](args)
+    print()
+    print("| problem | method | time (s) | reference | ref time (s) | speed-up | "
+          "rel. error | max violation | notes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, m, t, rn, tr, ratio, err, viol, note in ROWS:
+        print(f"| {name} | {m} | {t:.3f} | {rn} | {tr:.3f} | {ratio:.1f}x | {err:.1e} | "
+              f"{viol:.1e} | {note} |")
+
+
+if __name__ == "__main__":
+    main()
