@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from numbers import Real
 
@@ -163,17 +164,33 @@ class _CrossEntropy:
                 H, pi = self.H[..., start:stop, :], self.pi[..., start:stop, :]
             L = H @ Wt
             L -= xp.max(L, axis=-1, keepdims=True)
-            picked = xp.reshape(L, (-1,))[flat_index]
+            flat = xp.reshape(L, (-1,))
+            picked = flat[flat_index]
             exp_(L)
             s = xp.sum(L, axis=-1, keepdims=True)
+            # Split every row's mass into its support S_j and the rest, each summed
+            # directly: at large norms p_z - p_hat_z = (q_z - p_hat_z) - q_z * out
+            # (q the softmax restricted to S_j, out the out-of-support mass) keeps
+            # the tiny out-of-support part that p_z - p_hat_z would round away.
+            e_in = flat[flat_index]
+            rows = flat_index // self.V
+            s_in = xp.reshape(scatter_add(xp, rows, e_in, math.prod(s.shape)), s.shape)
+            flat[flat_index] = 0.0
+            s_out = xp.sum(L, axis=-1, keepdims=True)
+            flat[flat_index] = e_in
+            has_in = s_in > 0
+            safe_in = xp.where(has_in, s_in, xp.ones_like(s_in))
+            log_s = xp.where(has_in, xp.log(safe_in) + xp.log1p(s_out / safe_in), xp.log(s))
             if self.batched:
-                part = xp.sum(pi * xp.log(s), axis=(-2, -1)) - scatter_add(
+                part = xp.sum(pi * log_s, axis=(-2, -1)) - scatter_add(
                     xp, trial, weighted_probs * picked, self.n_trials)
             else:
-                part = xp.sum(pi * xp.log(s)) - xp.sum(weighted_probs * picked)
+                part = xp.sum(pi * log_s) - xp.sum(weighted_probs * picked)
+            pi_flat = xp.reshape(xp.broadcast_to(pi, s.shape), (-1,))[rows]
+            q = e_in / xp.reshape(safe_in, (-1,))[rows]
+            out = xp.reshape(s_out / s, (-1,))[rows]
             L *= pi / s
-            flat = xp.reshape(L, (-1,))
-            flat[flat_index] -= weighted_probs
+            flat[flat_index] = (pi_flat * q - weighted_probs) - pi_flat * q * out
             g = (xp.matrix_transpose(L) if self.batched else L.T) @ H
             if grad is None:
                 loss, grad = part, g

@@ -15,14 +15,14 @@ from ._core import (
 __all__ = ["finite_component", "ntp_svm", "ntp_svm_problem", "log_odds_problem"]
 
 
-def _check_contexts(contexts, support):
+def _check_contexts(contexts, support, name="support"):
     contexts = np.asarray(contexts, dtype=float)
     support = np.asarray(support)
     if contexts.ndim != 2:
         raise ValueError(f"contexts must be 2-D (m, d), got shape {contexts.shape}.")
     if support.ndim != 2 or support.shape[0] != contexts.shape[0]:
         raise ValueError(
-            f"support must be 2-D (m, V) with m={contexts.shape[0]} rows, got shape "
+            f"{name} must be 2-D (m, V) with m={contexts.shape[0]} rows, got shape "
             f"{support.shape}."
         )
     if not np.all(np.isfinite(contexts)):
@@ -119,7 +119,7 @@ def log_odds_problem(contexts, next_token_probs):
     if sp.issparse(next_token_probs):
         next_token_probs = next_token_probs.toarray()
     probs = np.asarray(next_token_probs, dtype=float)
-    contexts, probs = _check_contexts(contexts, probs)
+    contexts, probs = _check_contexts(contexts, probs, "next_token_probs")
     if np.any(probs < 0) or not np.all(np.isfinite(probs)):
         raise ValueError("next_token_probs must be finite and non-negative.")
     sums = probs.sum(axis=1, keepdims=True)
