@@ -57,11 +57,17 @@ The iteration
 FISTA (accelerated projected gradient ascent on ``D``, step ``1 / ||S||^2``
 from a power iteration) over all blocks at once: two matrix products per
 iteration (``S`` and ``S^*``), NumPy or torch alike, with function-value
-restarts (which give linear convergence on this polyhedral QP).  When the
-face of the feasible set (the set of active multipliers) has stopped
-changing, a *polish* step maximizes ``D`` exactly on that face by conjugate
-gradients; if the face is the optimal one, this lands on ``lam*`` to machine
-precision.  Every polish result must pass the same certificate below.
+restarts (which give linear convergence on this polyhedral QP) and a
+backtracking safeguard on the power-iteration step.  When the face of the
+feasible set (the set of nonzero multipliers) has stopped changing between
+two checks, a *polish* step maximizes ``D`` exactly on that face by
+conjugate gradients (projecting and re-identifying the face up to three
+times; attempts alternate between the exact face and the face of the
+multipliers above ``1e-6 max|lam|``).  If the face is the optimal one this
+lands on ``lam*`` to machine precision; a face along which ``D`` is unbounded
+is either a Farkas ray (tested as an infeasibility certificate below) or a
+wrong guess (discarded).  Every polish result must pass the same
+certificate as any other iterate.
 
 Stopping rule (certified)
 -------------------------
@@ -353,7 +359,8 @@ class _Checker:
         self.rscale = max(1.0, float(np.max(np.abs(c.rhs))))
         self.eps = be.eps()
         self.a_scale = 1.0
-        self.floor = 0.0
+        self.tol = 0.0
+        self.last_ok = False
 
     def __call__(self, x, w):
         xp = self.xp
@@ -369,12 +376,11 @@ class _Checker:
         w_floor = 10.0 * self.eps * self.a_scale * float(xp.sum(xp.abs(lam)))
         wn = max(math.sqrt(sq), w_floor)
         bound = rl / wn if (rl > 0 and wn > 0) else (math.inf if rl > 0 else 0.0)
-        self.floor = 1e3 * self.eps * self.a_scale * math.sqrt(sq)
+        # the stopping rule, with tolerances floored at 1000 ulps of the scores
+        floor = 1e3 * self.eps * self.a_scale * math.sqrt(sq)
+        self.last_ok = gap <= max(self.tol, 1e3 * self.eps) and viol <= max(
+            self.tol * self.rscale, floor)
         return lam, gap, viol, bound
-
-    def ok(self, gap, viol, tol):
-        """The stopping rule (tolerances floored at 1000 ulps of the scores)."""
-        return gap <= max(tol, 1e3 * self.eps) and viol <= max(tol * self.rscale, self.floor)
 
 
 def _cg_on_face(space, x0, mask, xp, max_iter, L):
@@ -477,6 +483,7 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
     # largest constraint-row norm, for the normalized margin (<= sqrt(2 L))
     a_scale = math.sqrt(2.0 * L)
     check.a_scale = a_scale
+    check.tol = tol
     step = 1.0 / L
 
     x = space.zeros()
@@ -493,10 +500,11 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
     while True:
         if it % check_every == 0 or it >= max_iter:
             lam, gap, viol, bound = check(x, w)
+            ok = check.last_ok
             if verbose > 1:
                 print(f"[{problem.name} fast/{kind}] it={it} gap={gap:.2e} viol={viol:.2e} "
                       f"||w*||>={bound:.3e}")
-            if check.ok(gap, viol, tol):
+            if ok:
                 status = "optimal"
                 break
             if bound * a_scale > 1.0 / INFEASIBLE_MARGIN:
@@ -508,7 +516,7 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
             if polish and it > 0:
                 new_face = space.set_face(x)
                 if face is not None and bool(xp.all(new_face == face)):
-                    xc, wc, gap_c, viol_c = x, w, gap, viol
+                    xc, wc, gap_c, viol_c, ok_c = x, w, gap, viol, False
                     lam_c = lam
                     # alternate the exact face and a thresholded guess
                     space.face_threshold = 1e-6 if n_attempt % 2 else 0.0
@@ -519,13 +527,14 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
                         if ray is not None:
                             _raise_if_ray(problem, space, check, xp, xc, ray, a_scale, it)
                             # unbounded face: a wrong guess, discard it
-                            xc, wc, gap_c, viol_c = x, w, gap, viol
+                            xc, wc, gap_c, viol_c, ok_c = x, w, gap, viol, False
                             break
                         xc = space.project(xc)
                         wc = space.adjoint(xc)
                         n_polish += 1
                         lam_c, gap_c, viol_c, _ = check(xc, wc)
-                        if check.ok(gap_c, viol_c, tol):
+                        ok_c = check.last_ok
+                        if ok_c:
                             break
                         nf = space.set_face(xc)
                         if bool(xp.all(nf == new_face)):
@@ -533,7 +542,7 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
                         new_face = nf
                     if verbose > 1:
                         print(f"    polish: gap={gap_c:.2e} viol={viol_c:.2e}")
-                    if check.ok(gap_c, viol_c, tol):
+                    if ok_c:
                         x, w, lam, gap, viol = xc, wc, lam_c, gap_c, viol_c
                         status = "optimal"
                         break
