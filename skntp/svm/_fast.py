@@ -493,7 +493,6 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
     tk = 1.0
     face = None
     n_polish = n_attempt = 0
-    best = None
     it = 0
     gap = viol = math.inf
     status = "max_iter"
@@ -509,8 +508,6 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
                 break
             if bound * a_scale > 1.0 / INFEASIBLE_MARGIN:
                 raise _infeasible(problem, it)
-            if best is None or gap + viol < best[0]:
-                best = (gap + viol, x, w, lam, gap, viol)
             if it >= max_iter:
                 break
             if polish and it > 0:
@@ -574,7 +571,6 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         it += 1
 
     if status != "optimal":
-        _, x, w, lam, gap, viol = best
         from sklearn.exceptions import ConvergenceWarning
 
         warnings.warn(
