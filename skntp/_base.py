@@ -61,3 +61,34 @@ def default_radii(path_radii, start=0.5, stop=200.0, num=24):
     if radii.ndim == 1 and np.any(np.diff(radii) < 0):
         raise ValueError("path_radii must be increasing.")
     return radii
+
+
+def train(estimator, objective, params0, be, metrics):
+    """Run the shared training loop with an estimator's solver parameters.
+
+    ``estimator`` supplies ``solver``, ``lr``, ``max_iter``, ``tol``,
+    ``record_every``, ``path_radii`` and ``verbose``; the regularization path
+    solves ``max_iter`` inner iterations per radius.
+
+    Returns
+    -------
+    OptimResult
+    """
+    from ._optim import minimize
+    from ._progress import make_progress
+
+    radii = default_radii(estimator.path_radii) if estimator.solver == "regpath" else None
+    return minimize(
+        objective,
+        tuple(be.asarray(p) for p in params0),
+        xp=be.xp,
+        solver=estimator.solver,
+        lr=estimator.lr,
+        max_iter=estimator.max_iter,
+        tol=estimator.tol,
+        metrics=metrics,
+        record_every=estimator.record_every,
+        radii=radii,
+        inner_max_iter=estimator.max_iter,
+        progress=make_progress(estimator.verbose, estimator.max_iter, desc=estimator.solver),
+    )

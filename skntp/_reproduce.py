@@ -474,3 +474,20 @@ def self_attention_figs(seed=0, quick=False):
         return plot_token_priority_graphs(last, max_graphs=4)
 
     return Reproduction(table, {"last": last}, plot)
+
+
+def example_main(name, description, argv=None):
+    """Command line of an ``examples/`` script that runs reproduction ``name``."""
+    import argparse
+    import importlib.util
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="a smaller, faster run")
+    parser.add_argument("--plot", metavar="OUT.png", default=None,
+                        help="save the figure (default: none; needs matplotlib)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        print("matplotlib is not installed (pip install 'skntp[plot]'); no plot.")
+        args.plot = None
+    return run(name, plot=args.plot, seed=args.seed, quick=args.quick)

@@ -25,10 +25,8 @@ from ._base import (
     TRAINING_CONSTRAINTS,
     backend_kwargs,
     backend_of,
-    default_radii,
+    train,
 )
-from ._optim import minimize
-from ._progress import make_progress
 from .metrics import SubspaceProjector, alignment, history_metrics
 from .svm import NotSeparableError, log_odds_problem, ntp_svm_problem, solve_max_margin
 from .svm._core import solve_min_norm
@@ -577,21 +575,7 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         metrics = history_metrics(
             be, 0, self.mm_direction_, self.finite_component_, self._projector
         )
-        radii = default_radii(self.path_radii) if self.solver == "regpath" else None
-        result = minimize(
-            objective,
-            (be.asarray(W0),),
-            xp=be.xp,
-            solver=self.solver,
-            lr=self.lr,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            metrics=metrics,
-            record_every=self.record_every,
-            radii=radii,
-            inner_max_iter=self.max_iter,
-            progress=make_progress(self.verbose, self.max_iter, desc=self.solver),
-        )
+        result = train(self, objective, (W0,), be, metrics)
         self.coef_ = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         self.n_iter_ = result.n_iter
         hist = result.history

@@ -17,11 +17,9 @@ from ._base import (
     TRAINING_CONSTRAINTS,
     backend_kwargs,
     backend_of,
-    default_radii,
+    train,
 )
 from ._data_graphs import random_unit_embeddings
-from ._optim import minimize
-from ._progress import make_progress
 from .graphs import (
     PaddedSequences,
     _component_index,
@@ -480,21 +478,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
             W0 = np.zeros((d, d))
         metrics = history_metrics(be, 0, self.mm_direction_, self.finite_component_,
                                   self._projector)
-        radii = default_radii(self.path_radii) if self.solver == "regpath" else None
-        result = minimize(
-            risk,
-            (be.asarray(W0),),
-            xp=be.xp,
-            solver=self.solver,
-            lr=self.lr,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            metrics=metrics,
-            record_every=self.record_every,
-            radii=radii,
-            inner_max_iter=self.max_iter,
-            progress=make_progress(self.verbose, self.max_iter, desc=self.solver),
-        )
+        result = train(self, risk, (W0,), be, metrics)
         self.coef_ = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         self.n_iter_ = result.n_iter
         self.history_ = result.history
