@@ -210,23 +210,32 @@ def exp_(a):
     return a.exp_()
 
 
-def logsumexp(xp, a, axis=-1):
-    """Max-shifted log-sum-exp along ``axis`` (keeps the dimension)."""
+def _shifted(xp, a, axis):
+    """``(a - max, max)`` along ``axis``; a row of all ``-inf`` shifts by 0."""
     amax = xp.max(a, axis=axis, keepdims=True)
     amax = xp.where(xp.isfinite(amax), amax, xp.zeros_like(amax))
-    return amax + xp.log(xp.sum(xp.exp(a - amax), axis=axis, keepdims=True))
+    return a - amax, amax
+
+
+def logsumexp(xp, a, axis=-1):
+    """Max-shifted log-sum-exp along ``axis`` (keeps the dimension)."""
+    shifted, amax = _shifted(xp, a, axis)
+    return amax + xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
 
 
 def log_softmax(xp, a, axis=-1):
-    """Numerically stable log-softmax along ``axis``."""
-    return a - logsumexp(xp, a, axis=axis)
+    """Numerically stable log-softmax along ``axis``.
+
+    Subtracts the log-normalizer from the *shifted* logits, so huge logits
+    (norms of 1e12 and more) keep their differences exactly.
+    """
+    shifted, _ = _shifted(xp, a, axis)
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
 
 
 def softmax(xp, a, axis=-1):
     """Numerically stable softmax along ``axis``."""
-    amax = xp.max(a, axis=axis, keepdims=True)
-    amax = xp.where(xp.isfinite(amax), amax, xp.zeros_like(amax))
-    e = xp.exp(a - amax)
+    e = xp.exp(_shifted(xp, a, axis)[0])
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 

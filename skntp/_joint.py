@@ -394,7 +394,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
             self._fit_svm(X, K, y_pm, mask)
         else:
             self._fit_gradient(X, K, y_pm, mask)
-        s = self._attention_np(K, mask, self.query_)
+        s = attention_weights(np, K, self.query_, mask)
         self.attention_saturation_ = float(s.max(axis=1).mean())
         self.alignment_ = (alignment(self.query_, self.mm_direction_)
                            if self.mm_direction_ is not None else float("nan"))
@@ -485,7 +485,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         be = backend_of(self)
         obj = _JointObjective(be, X, K, y, mask)
         loss = float(obj((be.asarray(self.head_), be.asarray(self.query_)))[0])
-        s = self._attention_np(K, mask, self.query_)
+        s = attention_weights(np, K, self.query_, mask)
         f = np.einsum("nt,ntd,d->n", s, X, self.head_)
         self.history_ = {
             "iteration": np.array([0.0]),
@@ -564,7 +564,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         if regpath:
             if "radius_0" not in hist:
                 hist["radius_0"] = hist["radius_1"] = hist["radius"]
-        s = self._attention_np(K, mask, self.query_)
+        s = attention_weights(np, K, self.query_, mask)
         self._set_directions(X, K, y, mask, np.argmax(s, axis=1))
         Q, H = np.array(traj_p), np.array(traj_v)
         hist["query"], hist["head"] = Q, H
@@ -596,13 +596,6 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         return np.where((nw > 0) & (nd > 0), out, 0.0)
 
     # ------------------------------------------------------------- predict
-    @staticmethod
-    def _attention_np(K, mask, p):
-        logits = np.where(mask, K @ p, -np.inf)
-        logits -= logits.max(axis=1, keepdims=True)
-        e = np.exp(logits)
-        return e / e.sum(axis=1, keepdims=True)
-
     def _validated(self, X):
         X, mask = self._validate_X(X, reset=False)
         return X, mask, X @ self.key_query_.T
@@ -610,18 +603,18 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
     def attention(self, X):
         """Softmax attention ``S(K_i p)`` of shape (n, T) (zero at padding)."""
         X, mask, K = self._validated(X)
-        return self._attention_np(K, mask, self.query_)
+        return attention_weights(np, K, self.query_, mask)
 
     def transform(self, X):
         """Attention features ``X_i^T S(K_i p)`` of shape (n, d) (Sec. 3, ``x_i^p``)."""
         X, mask, K = self._validated(X)
-        s = self._attention_np(K, mask, self.query_)
+        s = attention_weights(np, K, self.query_, mask)
         return np.einsum("nt,ntd->nd", s, X)
 
     def decision_function(self, X):
         """``f(X_i) = v^T X_i^T S(K_i p)`` of shape (n,); positive means ``classes_[1]``."""
         X, mask, K = self._validated(X)
-        s = self._attention_np(K, mask, self.query_)
+        s = attention_weights(np, K, self.query_, mask)
         idx = np.argmax(s, axis=1)
         rows = np.arange(X.shape[0])
         h = X @ self.head_

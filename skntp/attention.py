@@ -53,13 +53,6 @@ SATURATION_THRESHOLD = 1.0 - 1e-5
 _SVM_NATS = 20.0
 
 
-def _softmax_np(logits, mask):
-    logits = np.where(mask, logits, -np.inf)
-    m = logits.max(axis=-1, keepdims=True)
-    e = np.exp(logits - m)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="auto",
                        threshold=SATURATION_THRESHOLD):
     """Classify what attention with query ``p`` selects (App. E, Fig. 9).
@@ -98,7 +91,7 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
     n, T, _ = keys.shape
     mask = np.ones((n, T), bool) if mask is None else np.asarray(mask, bool)
     query = np.asarray(query, dtype=float)
-    s = _softmax_np(keys @ query, mask)
+    s = attention_weights(np, keys, query, mask)
     selected = np.argmax(s, axis=1)
     saturation = float(s[np.arange(n), selected].mean())
     if optimal is None:

@@ -19,7 +19,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ._backend import exp_, row_chunks, scatter_add, to_numpy
+from ._backend import exp_, log_softmax, row_chunks, scatter_add, to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
     TRAINING_CONSTRAINTS,
@@ -605,9 +605,7 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_log_proba(self, X):
         """Log-softmax of the logits (max-shifted: finite at any norm)."""
-        L = self._logits(X)
-        L = L - L.max(axis=1, keepdims=True)
-        return L - np.log(np.exp(L).sum(axis=1, keepdims=True))
+        return log_softmax(np, self._logits(X), axis=1)
 
     def predict_proba(self, X):
         """Next-token probabilities ``softmax(W h)`` of shape (n, V)."""

@@ -11,7 +11,7 @@ from sklearn.utils import Bunch, column_or_1d
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from ._backend import get_backend, to_numpy
+from ._backend import get_backend, softmax, to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
     TRAINING_CONSTRAINTS,
@@ -519,9 +519,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         out = self._outputs(X)
         if self._identity:
             return np.clip(out, 0.0, None) / np.clip(out, 0.0, None).sum(axis=1, keepdims=True)
-        out = out - out.max(axis=1, keepdims=True)
-        e = np.exp(out)
-        return e / e.sum(axis=1, keepdims=True)
+        return softmax(np, out, axis=1)
 
     def decision_function(self, X):
         """Model outputs ``y_hat = C X^T softmax(X W x_bar)`` of shape (n_samples, K)."""
