@@ -110,6 +110,24 @@ def _all_finite(xp, arrays):
     return all(bool(xp.all(xp.isfinite(a))) for a in arrays)
 
 
+
+def _step(xp, solver, params, grads, lr, ngd_scales, m1, m2, k, betas, eps):
+    """One update of every block: GD, normalized GD (``ngd_scales`` = lr/||g||,
+    per block or per trial) or Adam (moments ``m1``, ``m2`` updated in place)."""
+    if solver == "gd":
+        return tuple(p - lr * g for p, g in zip(params, grads))
+    if solver == "ngd":
+        return tuple(p - s * g for p, g, s in zip(params, grads, ngd_scales))
+    b1, b2 = betas
+    new = []
+    for i, (p, g) in enumerate(zip(params, grads)):
+        m1[i] = b1 * m1[i] + (1 - b1) * g
+        m2[i] = b2 * m2[i] + (1 - b2) * g * g
+        mhat = m1[i] / (1 - b1**k)
+        vhat = m2[i] / (1 - b2**k)
+        new.append(p - lr * mhat / (xp.sqrt(vhat) + eps))
+    return tuple(new)
+
 def minimize(
     objective,
     params0,
@@ -201,9 +219,8 @@ def minimize(
     loss, grads = objective(params)
     gn = _block_norms(xp, grads)
     rec.record(0, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0, force=True)
-    if solver == "adam":
-        m1 = [xp.zeros_like(p) for p in params]
-        m2 = [xp.zeros_like(p) for p in params]
+    m1 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
+    m2 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
     stop_reason, k = "max_iter", 0
     for k in range(1, max_iter + 1):
         total = math.sqrt(sum(g * g for g in gn))
@@ -213,21 +230,8 @@ def minimize(
         if total <= tol:
             stop_reason, k = "tol", k - 1
             break
-        if solver == "gd":
-            new = tuple(p - lr * g for p, g in zip(params, grads))
-        elif solver == "ngd":
-            new = tuple(p - (lr / n) * g if n > 0 else p
-                        for p, g, n in zip(params, grads, gn))
-        else:
-            b1, b2 = betas
-            new = []
-            for i, (p, g) in enumerate(zip(params, grads)):
-                m1[i] = b1 * m1[i] + (1 - b1) * g
-                m2[i] = b2 * m2[i] + (1 - b2) * g * g
-                mhat = m1[i] / (1 - b1**k)
-                vhat = m2[i] / (1 - b2**k)
-                new.append(p - lr * mhat / (xp.sqrt(vhat) + eps))
-            new = tuple(new)
+        scales = [lr / n if n > 0 else 0.0 for n in gn] if solver == "ngd" else None
+        new = _step(xp, solver, params, grads, lr, scales, m1, m2, k, betas, eps)
         if project is not None:
             new = project(new)
         new_loss, new_grads = objective(new)
@@ -297,9 +301,8 @@ def _minimize_batched(objective, params0, *, xp, solver, lr, max_iter, tol, metr
     loss, grads = objective(params)
     gn = _block_norms(xp, grads, True)
     rec.record(0, params, loss, total_norm(gn), t0, force=True)
-    if solver == "adam":
-        m1 = [xp.zeros_like(p) for p in params]
-        m2 = [xp.zeros_like(p) for p in params]
+    m1 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
+    m2 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
     stop_reason, k = "max_iter", 0
     for k in range(1, max_iter + 1):
         total = total_norm(gn)
@@ -307,23 +310,9 @@ def _minimize_batched(objective, params0, *, xp, solver, lr, max_iter, tol, metr
         if not active.any():
             stop_reason, k = ("zero-gradient" if np.all(total == 0.0) else "tol"), k - 1
             break
-        if solver == "gd":
-            new = tuple(p - lr * g for p, g in zip(params, grads))
-        elif solver == "ngd":
-            new = tuple(
-                p - _per_trial(xp, np.divide(lr, n, out=np.zeros_like(n), where=n > 0), g) * g
-                for p, g, n in zip(params, grads, gn)
-            )
-        else:
-            b1, b2 = betas
-            new = []
-            for i, (p, g) in enumerate(zip(params, grads)):
-                m1[i] = b1 * m1[i] + (1 - b1) * g
-                m2[i] = b2 * m2[i] + (1 - b2) * g * g
-                mhat = m1[i] / (1 - b1**k)
-                vhat = m2[i] / (1 - b2**k)
-                new.append(p - lr * mhat / (xp.sqrt(vhat) + eps))
-            new = tuple(new)
+        scales = ([_per_trial(xp, np.divide(lr, n, out=np.zeros_like(n), where=n > 0), g)
+                   for g, n in zip(grads, gn)] if solver == "ngd" else None)
+        new = _step(xp, solver, params, grads, lr, scales, m1, m2, k, betas, eps)
         if not active.all():  # trials that reached tol stay where they are
             new = tuple(xp.where(_per_trial(xp, active, p) > 0, q, p)
                         for q, p in zip(new, params))
