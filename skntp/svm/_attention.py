@@ -329,15 +329,13 @@ def solve_ldp(G, h):
     return -r[:d] / r[d], u / denom
 
 
-def _solve_nnls(problem, tol, max_iter, be, verbose):
-    c = problem.constraints
-    if not isinstance(problem.scores, KeyScores) or c.equality.any():
-        return None
-    if len(c) * int(np.prod(problem.shape)) > _NNLS_MAX_ENTRIES:
-        return None
-    A = problem.constraint_matrix().toarray()
+def _solve_ldp_checked(G, h, problem):
+    """:func:`solve_ldp`, raising :class:`NotSeparableError` when infeasible.
+
+    Returns ``(x, lam)``, or ``None`` on the NNLS iteration limit.
+    """
     try:
-        x, lam = solve_ldp(A, c.rhs)
+        x, lam = solve_ldp(G, h)
     except RuntimeError:  # NNLS iteration limit: let another method try
         return None
     if x is None:
@@ -345,16 +343,138 @@ def _solve_nnls(problem, tol, max_iter, be, verbose):
             f"{problem.name} is infeasible (the least-distance NNLS has zero residual: "
             f"no solution with a margin above 1e-6): {problem.infeasible_message}."
         )
-    vals = A @ x - c.rhs
-    viol = float(np.maximum(-vals, 0.0).max()) if vals.size else 0.0
-    scale = max(1.0, float(np.abs(c.rhs).max()))
+    return x, lam
+
+
+class _KeyRows:
+    """Dense constraint rows of a key-score program, built on demand.
+
+    Row ``i`` is ``keys[block_i, pos_i] - keys[block_i, ref_i]`` (``ref_i = -1``:
+    ``keys[block_i, pos_i]``), the row ``i`` of ``problem.constraint_matrix()``.
+    ``values(x)`` gives every ``row_i . x`` from the scores ``keys @ x``
+    without forming the rows.
+    """
+
+    def __init__(self, problem):
+        c = problem.constraints
+        keys = problem.scores.keys
+        B, T, d = keys.shape
+        self.flat = keys.reshape(B * T, d)
+        self.pos = c.block * T + c.pos
+        self.has_ref = c.ref >= 0
+        self.all_ref = bool(self.has_ref.all())
+        self.ref = np.where(self.has_ref, c.block * T + c.ref, 0)
+
+    def rows(self, idx=None):
+        pos = self.pos if idx is None else self.pos[idx]
+        ref = self.ref if idx is None else self.ref[idx]
+        has_ref = self.has_ref if idx is None else self.has_ref[idx]
+        G = self.flat[pos]
+        if has_ref.all():
+            G -= self.flat[ref]
+        elif has_ref.any():
+            G[has_ref] -= self.flat[ref[has_ref]]
+        return G
+
+    def values(self, x):
+        s = self.flat @ x
+        v = s[self.pos]
+        if self.all_ref:
+            v -= s[self.ref]
+        elif self.has_ref.any():
+            v[self.has_ref] -= s[self.ref[self.has_ref]]
+        return v
+
+    def row_sum(self):
+        """``sum_i row_i`` (a cheap ascent direction)."""
+        n = self.flat.shape[0]
+        weight = np.bincount(self.pos, minlength=n).astype(float)
+        weight -= np.bincount(self.ref[self.has_ref], minlength=n)
+        return weight @ self.flat
+
+
+# working set: programs with at most this many constraints (or 2 (d + 1)) are
+# solved whole; larger ones start from this many constraints
+_WS_INITIAL = 300
+_WS_MAX_ROUNDS = 50
+
+
+def _initial_working_set(rows, h, k):
+    """The ``k`` constraints tightest at a cheap point ``x0 = c u``.
+
+    ``u`` is the normalized sum of the rows and ``c`` the smallest scale that
+    satisfies every constraint with ``row . u > 0``.
+    """
+    u = rows.row_sum()
+    nu = float(np.linalg.norm(u))
+    if not np.isfinite(nu) or nu == 0.0:
+        return np.argpartition(-h, k - 1)[:k]
+    au = rows.values(u / nu)
+    pos = au > 1e-12 * max(1.0, float(np.abs(au).max()))
+    ratio = h[pos] / au[pos]
+    scale = float(ratio.max()) if ratio.size and ratio.max() > 0 else 1.0
+    slack = scale * au - h
+    return np.argpartition(slack, k - 1)[:k]
+
+
+def _solve_nnls(problem, tol, max_iter, be, verbose):
+    c = problem.constraints
+    if not isinstance(problem.scores, KeyScores) or c.equality.any():
+        return None
+    if len(c) * int(np.prod(problem.shape)) > _NNLS_MAX_ENTRIES:
+        return None
+    m, d = len(c), int(np.prod(problem.shape))
+    h = c.rhs
+    scale = max(1.0, float(np.abs(h).max())) if m else 1.0
+    rows = _KeyRows(problem)
+    n_rounds = 1
+    if m <= max(_WS_INITIAL, 2 * (d + 1)):
+        solved = _solve_ldp_checked(rows.rows(), h, problem)
+        if solved is None:
+            return None
+        x, lam = solved
+        vals = rows.values(x) - h
+    else:
+        # working-set (cutting-plane) LDP: solve on W, keep the constraints
+        # with positive multipliers, add the most violated ones.  The optimal
+        # value grows strictly each round (the kept constraints fix the old
+        # optimum, a violated one cuts it off), so no working set repeats; at
+        # a point feasible for all constraints the working-set multipliers
+        # (zero elsewhere) are dual feasible with the same value: optimal.
+        work = np.sort(_initial_working_set(rows, h, _WS_INITIAL))
+        for rnd in range(1, _WS_MAX_ROUNDS + 1):
+            n_rounds = rnd
+            solved = _solve_ldp_checked(rows.rows(work), h[work], problem)
+            if solved is None:
+                return None
+            x, lam_w = solved
+            solved_set = work
+            vals = rows.values(x) - h
+            # stop when no constraint outside W is violated beyond 1e-9 * scale
+            # or beyond the NNLS's own accuracy on W (a large ||x||)
+            slack = vals.copy()
+            slack[work] = np.inf
+            if -slack.min() <= max(1e-9 * scale, -vals[work].min()):
+                break
+            # next working set: the constraints with positive multipliers and
+            # the 2 (d + 1) others of smallest value (the most violated first)
+            keep = work[lam_w > 0]
+            slack[work] = vals[work]
+            slack[keep] = np.inf
+            n_add = min(2 * (d + 1), m - keep.size)
+            if n_add <= 0:
+                break
+            work = np.union1d(keep, np.argpartition(slack, n_add - 1)[:n_add])
+        lam = np.zeros(m)
+        lam[solved_set] = lam_w
+    viol = float(np.maximum(-vals, 0.0).max()) if m else 0.0
     if viol > 1e-6 * scale:  # NNLS failed to reach its optimality conditions
         return None
     sq = float(x @ x)
-    gap = (sq - float(c.rhs @ lam)) / sq if sq > 0 else 0.0
+    gap = (sq - float(h @ lam)) / sq if sq > 0 else 0.0
     return MaxMarginResult(
         primal=x.reshape(problem.shape), dual=lam, method="nnls", status="optimal",
-        n_iter=0, gap=float(gap), max_violation=viol,
+        n_iter=n_rounds, gap=float(gap), max_violation=viol,
     )
 
 

@@ -1,0 +1,151 @@
+"""The working-set "nnls" method of the max-margin core (key-score programs)."""
+
+import numpy as np
+import pytest
+
+from skntp.svm import (
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
+    NotSeparableError,
+    _attention,
+    solve_max_margin,
+)
+
+pytest.importorskip("cvxpy")
+
+
+def _att(rng, n, T, d, relaxed=0.0):
+    """ATT-SVM-like: every other token below the teacher's choice (some rhs 0)."""
+    K = rng.standard_normal((n, T, d))
+    sel = np.argmax(K @ rng.standard_normal(d), axis=1)
+    i, t = np.nonzero(np.arange(T)[None, :] != sel[:, None])
+    rhs = np.where(rng.random(n) < relaxed, 0.0, 1.0)[i]
+    return MaxMarginProblem(
+        KeyScores(K), Constraints(i, sel[i], t, rhs, np.zeros(i.size, bool)),
+        name="ATT-SVM")
+
+
+def _head(rng, n, d):
+    """Head-SVM-like: ``y_i r_i^T v >= 1`` (ref = -1)."""
+    R = rng.standard_normal((n, d))
+    y = np.sign(R @ rng.standard_normal(d))
+    return MaxMarginProblem(
+        KeyScores((y[:, None] * R)[:, None, :]),
+        Constraints(np.arange(n), np.zeros(n), -np.ones(n), np.ones(n),
+                    np.zeros(n, bool)), name="head SVM")
+
+
+def _mixed(rng, n, T, d):
+    """Both kinds of rows in one program: differences and ``S[b, a] >= 1``."""
+    K = rng.standard_normal((n, T, d))
+    teacher = rng.standard_normal(d)
+    S = K @ teacher
+    sel = np.argmax(S, axis=1)
+    i, t = np.nonzero(np.arange(T)[None, :] != sel[:, None])
+    pos_blocks = np.flatnonzero(S[np.arange(n), sel] > 0)
+    block = np.concatenate([i, pos_blocks])
+    pos = np.concatenate([sel[i], sel[pos_blocks]])
+    ref = np.concatenate([t, -np.ones(pos_blocks.size, int)])
+    rhs = rng.uniform(0.5, 2.0, block.size)
+    return MaxMarginProblem(KeyScores(K), Constraints(block, pos, ref, rhs,
+                                                      np.zeros(block.size, bool)))
+
+
+CASES = (
+    [("att", 20, 6, 5), ("att", 60, 8, 10), ("att", 150, 10, 12), ("att", 300, 8, 20),
+     ("att", 120, 16, 30), ("att", 40, 30, 8), ("att", 500, 5, 6)]
+    + [("relaxed", 100, 8, 10), ("relaxed", 200, 6, 16), ("relaxed", 80, 12, 25)]
+    + [("head", 50, 5), ("head", 400, 10), ("head", 1000, 20), ("head", 2000, 8),
+       ("head", 1500, 40), ("head", 700, 3)]
+    + [("mixed", 50, 6, 7), ("mixed", 150, 8, 15), ("mixed", 300, 4, 10),
+       ("mixed", 100, 12, 24)]
+)
+
+
+def _build(case, seed):
+    rng = np.random.default_rng(seed)
+    kind, *args = case
+    if kind == "att":
+        return _att(rng, *args)
+    if kind == "relaxed":
+        return _att(rng, *args, relaxed=0.3)
+    if kind == "head":
+        return _head(rng, *args)
+    return _mixed(rng, *args)
+
+
+@pytest.mark.parametrize("initial", [None, 10])
+@pytest.mark.parametrize("k", range(len(CASES)))
+def test_nnls_matches_cvxpy_and_kkt(k, initial, monkeypatch):
+    if initial is not None:  # a tiny first working set: many rounds
+        monkeypatch.setattr(_attention, "_WS_INITIAL", initial)
+    problem = _build(CASES[k], 100 + k)
+    res = solve_max_margin(problem, method="nnls")
+    if initial is not None and len(problem.constraints) > 100:
+        assert res.n_iter >= 2
+    assert res.method == "nnls" and res.status == "optimal"
+    ref = solve_max_margin(problem, method="cvxpy")
+    x, x_ref = res.primal.ravel(), ref.primal.ravel()
+    assert np.linalg.norm(x - x_ref) <= 1e-5 * np.linalg.norm(x_ref)
+
+    A = problem.constraint_matrix().toarray()
+    h = problem.constraints.rhs
+    lam = np.asarray(res.dual)
+    assert lam.shape == (len(h),)
+    assert np.all(lam >= 0)
+    slack = A @ x - h
+    scale = max(1.0, np.abs(h).max())
+    assert slack.min() >= -1e-8 * scale
+    assert res.max_violation == pytest.approx(max(0.0, -slack.min()), abs=1e-12)
+    assert np.abs(lam * slack).max() <= 1e-8 * scale * max(1.0, lam.max())
+    assert np.linalg.norm(A.T @ lam - x) <= 1e-8 * max(1.0, np.linalg.norm(x))
+    assert abs(res.gap) <= 1e-8
+
+
+def test_several_rounds_happen():
+    problem = _att(np.random.default_rng(0), 200, 10, 60)
+    assert len(problem.constraints) > _attention._WS_INITIAL
+    res = solve_max_margin(problem, method="nnls")
+    assert res.n_iter >= 2
+    assert res.max_violation <= 1e-9
+    # outside the last working set the multipliers are exactly zero
+    assert np.count_nonzero(res.dual) <= 2 * (problem.shape[0] + 1) + _attention._WS_INITIAL
+
+
+def test_auto_uses_nnls():
+    problem = _head(np.random.default_rng(1), 800, 12)
+    assert solve_max_margin(problem, method="auto").method == "nnls"
+
+
+@pytest.mark.parametrize("n", [10, 400])
+def test_infeasible_raises(n):
+    """Two blocks with opposite rows: no ``p`` with both ``>= 1``."""
+    rng = np.random.default_rng(2)
+    feasible = _att(rng, n, 4, 6)
+    K = feasible.scores.keys
+    a, b = rng.standard_normal(6), rng.standard_normal(6)
+    bad = np.zeros((2, 4, 6))
+    bad[0, 0], bad[0, 1], bad[1, 0], bad[1, 1] = a, b, b, a
+    bad[:, 2:] = rng.standard_normal((2, 2, 6))
+    keys = np.concatenate([K, bad])
+    c = feasible.constraints
+    extra = Constraints([n, n + 1], [0, 0], [1, 1], [1.0, 1.0], [False, False])
+    problem = MaxMarginProblem(KeyScores(keys), Constraints.concatenate([c, extra]),
+                               name="ATT-SVM", infeasible_message="not separable")
+    with pytest.raises(NotSeparableError, match="ATT-SVM is infeasible"):
+        solve_max_margin(problem, method="nnls")
+
+
+@pytest.mark.parametrize("kind", ["att", "head", "mixed"])
+def test_dense_rows_match_constraint_matrix(kind):
+    problem = _build({"att": ("att", 30, 5, 4), "head": ("head", 40, 3),
+                      "mixed": ("mixed", 30, 5, 4)}[kind], 7)
+    rows = _attention._KeyRows(problem)
+    A = problem.constraint_matrix().toarray()
+    np.testing.assert_array_equal(rows.rows(), A)
+    idx = np.array([0, 3, len(A) - 1, 2])
+    np.testing.assert_array_equal(rows.rows(idx), A[idx])
+    x = np.random.default_rng(8).standard_normal(problem.shape)
+    np.testing.assert_allclose(rows.values(x), A @ x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rows.row_sum(), A.sum(axis=0), rtol=1e-12, atol=1e-12)
