@@ -282,3 +282,65 @@ def test_torch_backend_same_answer():
         b = solve_max_margin(problem, method="fast", tol=1e-10, backend="torch")
         assert isinstance(b.primal, np.ndarray)
         assert rel_err(b.primal, a.primal) <= 1e-8
+
+
+# --------------------------------------------------------------------------
+# the working-set outer loop and the exact projection
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_working_set_matches_whole_program(seed):
+    """Rounds of restricted solves end at the whole program's optimum."""
+    from skntp._backend import get_backend
+    from skntp.svm._fast import _solve_working_set
+
+    rng = np.random.default_rng(100 + seed)
+    m, d, V = int(rng.integers(10, 40)), int(rng.integers(4, 30)), int(rng.integers(8, 30))
+    problem = ntp_problem(rng, m, d, V, smax=int(rng.integers(1, 4)))
+    ref = is_feasible_reference(problem)
+    st = anchored_structure(problem)
+    be = get_backend("numpy")
+    if ref is None:
+        with pytest.raises(NotSeparableError):
+            _solve_working_set(problem, st, be, 1e-10, 100_000, 0, 10, True, initial=1, add=1)
+        return
+    res = _solve_working_set(problem, st, be, 1e-10, 100_000, 0, 10, True, initial=1, add=1)
+    whole = solve_fast(problem, tol=1e-10, working_set=False)
+    assert res.status == "optimal" and res.max_violation <= 1e-9
+    assert rel_err(res.primal, whole.primal) <= 1e-6
+    assert rel_err(res.primal, ref.primal) <= max(1e-5, 3 * np.sqrt(2 * abs(ref.gap)))
+    assert res.dual.shape == (len(problem.constraints),)
+    assert_kkt(problem, res)
+
+
+def test_working_set_is_used_for_large_vocabularies():
+    rng = np.random.default_rng(7)
+    problem = ntp_problem(rng, 30, 40, 80)
+    res = solve_max_margin(problem, method="fast", tol=1e-10)
+    assert res.status == "optimal"
+    assert_kkt(problem, res)
+    tight = tight_cvxpy(problem)
+    if tight is not None:
+        assert rel_err(res.primal, tight) <= 1e-5
+
+
+def test_table_projection_is_exact():
+    """The sort-based row projection against a brute-force bisection."""
+    from skntp._backend import get_backend
+    from skntp.svm._fast import _TableSpace
+
+    rng = np.random.default_rng(8)
+    problem = ntp_problem(rng, 40, 5, 12)
+    space = _TableSpace(problem, get_backend("numpy"), anchored_structure(problem))
+    u = rng.standard_normal((40, 12)) * 3
+    x = space.project(u)
+    allowed = space.free | space.neg
+    assert np.allclose(x.sum(axis=1), 0.0, atol=1e-12)
+    assert np.all(x[space.neg] <= 0) and np.all(x[~allowed] == 0)
+    for b in range(40):
+        lo, hi = -100.0, 100.0
+        for _ in range(200):  # f(theta) decreasing: bisection on the root
+            th = 0.5 * (lo + hi)
+            v = np.where(space.neg[b], np.minimum(u[b] - th, 0), u[b] - th)[allowed[b]]
+            lo, hi = (th, hi) if v.sum() > 0 else (lo, th)
+        v = np.where(space.neg[b], np.minimum(u[b] - lo, 0), u[b] - lo) * allowed[b]
+        np.testing.assert_allclose(x[b], v, atol=1e-10)

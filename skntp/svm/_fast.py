@@ -43,10 +43,12 @@ as ``rho_b = sum(c_b)``), and ``W = S^*(C)``; for the NTP decoder
 Crammer-Singer dual with the box bound ``C = inf`` (hard margin); the support
 coordinates are free.  The Euclidean projection onto ``K_b`` is
 ``c_t = clip(u_t - theta)``, with ``theta`` the root of the concave,
-decreasing, piecewise-linear ``f(theta) = sum_t clip(u_t - theta) - rho``,
-found exactly by a few vectorized Newton steps (monotone from the right,
-finite termination).  This metric is the natural one: in the multiplier
-space the "anchor" direction is ``V`` times stiffer, in ``C`` it is not.
+decreasing, piecewise-linear ``f(theta) = sum_t clip(u_t - theta) - rho``;
+``f`` is the minimum of the lines through its pieces, so the root is the
+smallest of their roots, found exactly from one sort of each row (the
+Crammer-Singer block update of liblinear, all rows at once).  This metric
+is the natural one: in the multiplier space the "anchor" direction is ``V``
+times stiffer, in ``C`` it is not.
 
 Other problems (Graph-SVM, whose constraints are the edges of token-priority
 graphs and share no anchor) are solved in the multiplier space, where the
@@ -58,16 +60,30 @@ FISTA (accelerated projected gradient ascent on ``D``, step ``1 / ||S||^2``
 from a power iteration) over all blocks at once: two matrix products per
 iteration (``S`` and ``S^*``), NumPy or torch alike, with function-value
 restarts (which give linear convergence on this polyhedral QP) and a
-backtracking safeguard on the power-iteration step.  When the face of the
-feasible set (the set of nonzero multipliers) has stopped changing between
-two checks, a *polish* step maximizes ``D`` exactly on that face by
-conjugate gradients (projecting and re-identifying the face up to three
-times; attempts alternate between the exact face and the face of the
-multipliers above ``1e-6 max|lam|``).  If the face is the optimal one this
-lands on ``lam*`` to machine precision; a face along which ``D`` is unbounded
-is either a Farkas ray (tested as an infeasibility certificate below) or a
-wrong guess (discarded).  Every polish result must pass the same
-certificate as any other iterate.
+backtracking safeguard on the power-iteration step.  Once the face of the
+feasible set (the set of nonzero multipliers) has nearly stopped changing
+between two checks (at most 0.2% of it), a *polish* runs primal-dual
+active-set cycles: maximize ``D`` exactly on the face by conjugate
+gradients, drop the multipliers that come out with the wrong sign, add the
+constraints that the face optimum violates, repeat (at most 10 cycles; the
+CG iterations are capped at 10 times the FISTA iterations so far).  If the face
+is the optimal one this lands on ``lam*`` to machine precision; a face along
+which ``D`` is unbounded is either a Farkas ray (tested as an infeasibility
+certificate below) or a wrong guess (discarded).  Every polish result must
+pass the same certificate as any other iterate; a failed one is a warm
+start when it improves ``D``.
+
+Working sets
+------------
+For anchored programs with many positions per block (the NTP-SVM with a
+large vocabulary) most inequalities are inactive at the optimum.  Then the
+method solves the program restricted to a working set of them (a
+:class:`GatheredScores` map over the kept positions, so every array is
+``(blocks, kept positions)``), evaluates all constraints at the restricted
+solution and adds the most violated ones per block; early rounds stop at a
+loose tolerance.  The restricted multipliers, zero elsewhere, are dual
+feasible for the whole program with the same value, so the final
+certificate is the whole program's.
 
 Stopping rule (certified)
 -------------------------
@@ -108,7 +124,14 @@ import warnings
 
 import numpy as np
 
-from ._core import MaxMarginResult, NotSeparableError, register_method
+from .._backend import scatter_add, to_numpy
+from ._core import (
+    Constraints,
+    MaxMarginProblem,
+    MaxMarginResult,
+    NotSeparableError,
+    register_method,
+)
 
 __all__ = ["solve_fast"]
 
@@ -199,6 +222,7 @@ class _TableSpace:
         self.allowed_f = be.asarray(st["allowed"].astype(float))
         self.free_f = be.asarray(st["free"].astype(float))
         self.n_free = xp.maximum(xp.sum(self.free_f, axis=1), 1.0)
+        self._counts = be.asarray(np.arange(1, self.T + 1, dtype=float))[None, :]
         self.lin = be.asarray(st["lin"])
         self.sum_type = be.asindex(st["sum_type"])
         self.flat_t = be.asindex(st["flat_t"])
@@ -218,19 +242,21 @@ class _TableSpace:
         return self.smap.adjoint(self.xp, x)
 
     def _theta(self, u):
-        """Root of ``f(theta) = sum_t clip(u_t - theta) = 0`` per row (Newton)."""
+        """Root of ``f(theta) = sum_t clip(u_t - theta) = 0`` per row (exact, one sort).
+
+        ``f`` is the minimum of the lines ``g_i(theta) = F + S_i - (n_free + i) theta``
+        (``F`` the sum over free coordinates, ``S_i`` the sum of the ``i``
+        smallest sign-constrained ones), so its root is ``min_i (F + S_i) / (n_free + i)``.
+        """
         xp = self.xp
-        negf = xp.astype(self.neg, u.dtype)
+        inf = xp.full_like(u, math.inf)
+        srt = xp.sort(xp.where(self.neg, u, inf), axis=1)
+        valid = srt < inf
+        prefix = xp.cumulative_sum(xp.where(valid, srt, xp.zeros_like(u)), axis=1)
         fsum = xp.sum(u * self.free_f, axis=1)
-        theta = fsum / self.n_free  # f(theta0) <= 0: start right of the root
-        for _ in range(64):
-            act = negf * xp.astype(u < theta[:, None], u.dtype)
-            n_act = xp.sum(act, axis=1)
-            new = (fsum + xp.sum(u * act, axis=1)) / (self.n_free + n_act)
-            if bool(xp.all(new >= theta)):
-                break
-            theta = xp.minimum(new, theta)
-        return theta
+        cand = (fsum[:, None] + prefix) / (self.n_free[:, None] + self._counts)
+        cand = xp.min(xp.where(valid, cand, inf), axis=1)
+        return xp.minimum(fsum / self.n_free, cand)
 
     def project(self, u):
         xp = self.xp
@@ -277,6 +303,29 @@ class _TableSpace:
             self._rho_active = (self.sum_type == 1) & (s <= 1e-12 * (1.0 + scale))
         return self.face_mask(x)
 
+    def restrict(self, x, mask):
+        """Zero the coordinates off the face, keeping row sums (on free coordinates)."""
+        xp = self.xp
+        kept = x * xp.astype(mask, x.dtype)
+        shift = (xp.sum(x, axis=1) - xp.sum(kept, axis=1)) / self.n_free
+        return kept + shift[:, None] * self.free_f
+
+    def wrong_sign(self, x, mask):
+        return self.neg & mask & (x > 0)
+
+    def entering(self, w, mask, tol):
+        """Off-face coordinates whose constraint ``w`` violates by more than ``tol``.
+
+        On a face optimum the gradient ``g`` of ``D`` is constant (``theta_b``)
+        over the row's face coordinates; moving mass onto ``t`` increases
+        ``D`` iff ``g_t < theta_b``, i.e. iff its constraint is violated.
+        """
+        xp = self.xp
+        g = self.lin - self.apply(w)
+        mf = xp.astype(mask, g.dtype)
+        theta = xp.sum(g * mf, axis=1) / xp.maximum(xp.sum(mf, axis=1), 1.0)
+        return self.neg & ~mask & (g < theta[:, None] - tol)
+
     def to_lam(self, x):
         xp = self.xp
         vals = -self.sigma * xp.take(xp.reshape(x, (-1,)), self.flat_t)
@@ -315,6 +364,15 @@ class _LamSpace:
 
     def face_project(self, v, mask):
         return v * self.xp.astype(mask, v.dtype)
+
+    def restrict(self, x, mask):
+        return x * self.xp.astype(mask, x.dtype)
+
+    def wrong_sign(self, x, mask):
+        return self.ineq & mask & (x < 0)
+
+    def entering(self, w, mask, tol):
+        return self.ineq & ~mask & (self.lin - self.apply(w) > tol)
 
     def to_lam(self, x):
         return x
@@ -384,14 +442,20 @@ class _Checker:
 
 
 def _cg_on_face(space, x0, mask, xp, max_iter, L):
-    """Maximize ``D`` on the affine face through ``x0`` (CG, tangent subspace)."""
+    """Maximize ``D`` on the affine face through ``x0`` (CG, tangent subspace).
+
+    Returns ``(x, ray, n_iter)``; ``ray`` is a direction of unbounded ascent or None.
+    """
     x = x0
     r = space.face_project(space.lin - space.apply(space.adjoint(x)), mask)
     p = r
     rr = _dot(xp, r, r)
     rr0 = rr
-    for _ in range(max_iter):
-        if rr <= 1e-30 * max(rr0, 1e-300):
+    k = 0
+    for k in range(1, max_iter + 1):
+        # a residual reduction by 1e-10 is as far as float64 CG goes on these
+        # (often singular) faces; iterating on only accumulates drift.
+        if rr <= 1e-20 * max(rr0, 1e-300):
             break
         q = space.face_project(space.apply(space.adjoint(p)), mask)
         pq = _dot(xp, p, q)
@@ -400,14 +464,14 @@ def _cg_on_face(space, x0, mask, xp, max_iter, L):
                 break
             # (numerically) no curvature along an ascent direction: the face
             # is unbounded, a candidate Farkas ray (checked by the caller).
-            return x, p
+            return x, p, k
         alpha = rr / pq
         x = x + alpha * p
         r = r - alpha * q
         rr_new = _dot(xp, r, r)
         p = r + (rr_new / rr) * p
         rr = rr_new
-    return x, None
+    return x, None, k
 
 
 def _infeasible(problem, it):
@@ -431,68 +495,80 @@ def _raise_if_ray(problem, space, check, xp, x, ray, a_scale, it):
             raise _infeasible(problem, it)
 
 
-def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
-               check_every=10, polish=True, structure="auto"):
-    """Solve a :class:`MaxMarginProblem` by restarted FISTA on its dual.
+def _polish(problem, space, check, xp, x, w, dval, L, a_scale, it, cycles=10):
+    """Active-set cycles from ``x``: maximize ``D`` exactly on a guessed face.
 
-    See the module docstring for the dual, the stopping rule and the
-    infeasibility certificate.
+    A primal-dual active-set iteration with conjugate-gradient solves: on the
+    face (the nonzero multipliers of ``x``) maximize ``D`` by CG ignoring the
+    sign constraints; multipliers that come out with the wrong sign leave the
+    face, constraints that the face optimum violates join it; repeat.  A
+    point whose signs are right is dual feasible and is judged by the same
+    certificate as every other iterate; if no cycle certifies, the best
+    feasible point found is returned as a warm start.
 
-    Parameters
-    ----------
-    problem : MaxMarginProblem
-    tol : float, default=1e-8
-        Relative duality gap and (``max(1, max|r|)``-scaled) violation target.
-    max_iter : int, default=100_000
-        Maximum number of FISTA iterations.
-    be : Backend, optional
-        Array layer (NumPy by default).
-    verbose : int, default=0
-    check_every : int, default=10
-        Certificate / face check period (iterations).
-    polish : bool, default=True
-        Try the exact face maximization (conjugate gradients) once the face
-        is stable.
-    structure : {"auto", "table", "lam"}, default="auto"
-        Dual space: the anchored coefficient table when detected, else the
-        multipliers.
-
-    Returns
-    -------
-    MaxMarginResult
-
-    Raises
-    ------
-    NotSeparableError
-        When the dual certifies that the normalized margin is below
-        :data:`INFEASIBLE_MARGIN`.
+    Returns ``(x, w, D, lam, gap, violation, certified, n_cg)`` with ``n_cg``
+    the number of CG iterations spent.
     """
-    if be is None:
-        from .._backend import get_backend
+    best = (x, w, dval)
+    mask = space.set_face(x)
+    xk = x
+    enter_tol = 0.1 * check.tol * check.rscale
+    n_cg = 0
+    for _ in range(cycles):
+        xk = space.restrict(xk, mask)
+        xc, ray, n = _cg_on_face(space, xk, mask, xp, max_iter=200, L=L)
+        n_cg += n
+        if ray is not None:
+            _raise_if_ray(problem, space, check, xp, xc, ray, a_scale, it)
+            break
+        bad = space.wrong_sign(xc, mask)
+        if bool(xp.any(bad)):
+            mask = mask & ~bad
+            xk = xc
+            continue
+        xc = space.project(xc)  # a no-op up to roundoff
+        wc = space.adjoint(xc)
+        dc = _dot(xp, space.lin, xc) - 0.5 * _dot(xp, wc, wc)
+        lam, gap, viol, _ = check(xc, wc)
+        if check.last_ok:
+            return xc, wc, dc, lam, gap, viol, True, n_cg
+        if dc > best[2]:
+            best = (xc, wc, dc)
+        new = space.entering(wc, mask, enter_tol)
+        if not bool(xp.any(new)):
+            break
+        mask = mask | new
+        xk = xc
+    x, w, dval = best
+    lam, gap, viol, _ = check(x, w)
+    return x, w, dval, lam, gap, viol, check.last_ok, n_cg
 
-        be = get_backend("numpy")
+
+def _fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None, L=None):
+    """Restarted FISTA with face polishing on one problem (see the module docstring).
+
+    Returns ``(result, x, L)``: the result (``status`` "optimal" or
+    "max_iter"), the final dual variable in the problem's dual space and the
+    step constant used, for warm starts.
+    """
     xp = be.xp
-    t0 = time.perf_counter()
-    st = anchored_structure(problem) if structure in ("auto", "table") else None
-    if structure == "table" and st is None:
-        raise ValueError(f"{problem.name}: the constraints are not anchored.")
     space = _TableSpace(problem, be, st) if st is not None else _LamSpace(problem, be)
     kind = "table" if st is not None else "lam"
     check = _Checker(problem, be, space)
-    L = _lipschitz(space, xp, be)
+    L = max(L or 0.0, _lipschitz(space, xp, be, n_iter=10 if L else 50))
     # largest constraint-row norm, for the normalized margin (<= sqrt(2 L))
     a_scale = math.sqrt(2.0 * L)
     check.a_scale = a_scale
     check.tol = tol
     step = 1.0 / L
 
-    x = space.zeros()
+    x = space.zeros() if x0 is None else x0
     w = space.adjoint(x)
     y, wy = x, w
-    dval = 0.0
+    dval = _dot(xp, space.lin, x) - 0.5 * _dot(xp, w, w)
     tk = 1.0
     face = None
-    n_polish = n_attempt = 0
+    n_polish = n_cg = 0
     it = 0
     gap = viol = math.inf
     status = "max_iter"
@@ -510,40 +586,23 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
                 raise _infeasible(problem, it)
             if it >= max_iter:
                 break
-            if polish and it > 0:
+            # polish while it has cost no more products than the iterations
+            if polish and it > 0 and n_cg <= 10 * it:
                 new_face = space.set_face(x)
-                if face is not None and bool(xp.all(new_face == face)):
-                    xc, wc, gap_c, viol_c, ok_c = x, w, gap, viol, False
-                    lam_c = lam
-                    # alternate the exact face and a thresholded guess
-                    space.face_threshold = 1e-6 if n_attempt % 2 else 0.0
-                    n_attempt += 1
-                    new_face = space.set_face(x)
-                    for _ in range(3):  # CG on the face, project, re-identify
-                        xc, ray = _cg_on_face(space, xc, new_face, xp, max_iter=200, L=L)
-                        if ray is not None:
-                            _raise_if_ray(problem, space, check, xp, xc, ray, a_scale, it)
-                            # unbounded face: a wrong guess, discard it
-                            xc, wc, gap_c, viol_c, ok_c = x, w, gap, viol, False
-                            break
-                        xc = space.project(xc)
-                        wc = space.adjoint(xc)
-                        n_polish += 1
-                        lam_c, gap_c, viol_c, _ = check(xc, wc)
-                        ok_c = check.last_ok
-                        if ok_c:
-                            break
-                        nf = space.set_face(xc)
-                        if bool(xp.all(nf == new_face)):
-                            break
-                        new_face = nf
+                # polish once the face has (nearly) settled: at most 1% of its
+                # coordinates changed since the last check
+                if face is not None and float(xp.sum(xp.astype(new_face != face, x.dtype))) <= (
+                        0.002 * float(xp.sum(xp.astype(new_face, x.dtype)))):
+                    xc, wc, dc, lam_c, gap_c, viol_c, ok_c, k = _polish(
+                        problem, space, check, xp, x, w, dval, L, a_scale, it)
+                    n_polish += 1
+                    n_cg += k
                     if verbose > 1:
-                        print(f"    polish: gap={gap_c:.2e} viol={viol_c:.2e}")
+                        print(f"    polish ({k} CG iterations): gap={gap_c:.2e} viol={viol_c:.2e}")
                     if ok_c:
                         x, w, lam, gap, viol = xc, wc, lam_c, gap_c, viol_c
                         status = "optimal"
                         break
-                    dc = _dot(xp, space.lin, xc) - 0.5 * _dot(xp, wc, wc)
                     if dc > dval:  # adopt as a warm start, reset momentum
                         x, w, y, wy, dval, tk = xc, wc, xc, wc, dc, 1.0
                     face = None
@@ -570,20 +629,10 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         x, w, dval, tk = x_new, w_new, d_new, t_next
         it += 1
 
-    if status != "optimal":
-        from sklearn.exceptions import ConvergenceWarning
-
-        warnings.warn(
-            f"{problem.name}: method 'fast' stopped after {it} iterations with relative "
-            f"duality gap {gap:.3e} and constraint violation {viol:.3e} (tol={tol:g}); "
-            "increase max_iter or use method='cvxpy'.",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
     if verbose:
         print(f"[{problem.name} fast/{kind}] {status}: {it} iterations, {n_polish} polish, "
-              f"gap={gap:.2e}, violation={viol:.2e}, {time.perf_counter() - t0:.3f}s")
-    return MaxMarginResult(
+              f"gap={gap:.2e}, violation={viol:.2e}")
+    result = MaxMarginResult(
         primal=xp.reshape(w, problem.shape),
         dual=lam,
         method="fast",
@@ -592,6 +641,255 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         gap=float(gap),
         max_violation=float(viol),
     )
+    return result, x, L
+
+
+# --------------------------------------------------------------------------
+# Working sets: anchored programs restricted to a few positions per block
+# --------------------------------------------------------------------------
+class GatheredScores:
+    """The score map restricted to ``K`` positions per block.
+
+    ``S'[b, k] = S[b, index[b, k]]``; the adjoint scatters the table back to
+    the full positions.  Both are one product of the underlying map.
+    """
+
+    def __init__(self, base, index):
+        self.base = base
+        self.index = np.asarray(index, dtype=np.int64)
+        self.n_blocks, self.n_positions = self.index.shape
+        self.shape = base.shape
+        self._flat = (np.arange(self.n_blocks)[:, None] * base.n_positions
+                      + self.index).ravel()
+
+    def to_backend(self, be):
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.base = self.base.to_backend(be)
+        new._flat = be.asindex(self._flat)
+        return new
+
+    def forward(self, xp, w):
+        s = xp.reshape(self.base.forward(xp, w), (-1,))
+        return xp.reshape(xp.take(s, self._flat), (self.n_blocks, self.n_positions))
+
+    def adjoint(self, xp, c):
+        size = self.n_blocks * self.base.n_positions
+        table = scatter_add(xp, self._flat, xp.reshape(c, (-1,)), size)
+        return self.base.adjoint(xp, xp.reshape(table, (self.n_blocks, self.base.n_positions)))
+
+
+def _restrict(problem, keep):
+    """The program with only the constraints ``keep`` and, per block, their positions.
+
+    Returns ``(sub_problem, index)`` with ``index`` the ``(B, K)`` table of
+    kept positions (rows padded with a repeated position, never constrained).
+    """
+    c = problem.constraints
+    B, T = problem.scores.n_blocks, problem.scores.n_positions
+    blk, pos, ref = c.block[keep], c.pos[keep], c.ref[keep]
+    has_ref = ref >= 0
+    keys = np.unique(np.concatenate([blk * T + pos, (blk * T + ref)[has_ref]]))
+    kb = keys // T
+    start = np.searchsorted(kb, np.arange(B + 1))
+    counts = np.diff(start)
+    K = max(int(counts.max()), 1)
+    slot = np.arange(keys.size) - start[kb]
+    index = np.zeros((B, K), dtype=np.int64)
+    first = np.where(counts > 0, keys[np.minimum(start[:-1], keys.size - 1)] % T, 0)
+    index[:] = first[:, None]
+    index[kb, slot] = keys % T
+
+    def local(p):
+        return np.searchsorted(keys, blk * T + p) - start[blk]
+
+    new_pos = local(pos)
+    new_ref = np.where(has_ref, local(np.where(has_ref, ref, 0)), -1)
+    sub = MaxMarginProblem(
+        GatheredScores(problem.scores, index),
+        Constraints(blk, new_pos, new_ref, c.rhs[keep], c.equality[keep]),
+        name=problem.name, infeasible_message=problem.infeasible_message,
+    )
+    return sub, index
+
+
+def _table_to_full(be, x, index, T):
+    """Scatter a restricted table into a full ``(B, T)`` one."""
+    B, K = index.shape
+    flat = be.asindex((np.arange(B)[:, None] * T + index).ravel())
+    return be.xp.reshape(scatter_add(be.xp, flat, be.xp.reshape(x, (-1,)), B * T), (B, T))
+
+
+def _table_from_full(be, full, index):
+    B, K = index.shape
+    T = full.shape[1]
+    flat = be.asindex((np.arange(B)[:, None] * T + index).ravel())
+    out = be.xp.take(be.xp.reshape(full, (-1,)), flat)
+    # padding slots repeat a position: keep the value in the first slot only
+    dup = np.zeros((B, K), dtype=bool)
+    dup[:, 1:] = index[:, 1:] == index[:, :1]
+    return be.xp.reshape(out, (B, K)) * be.asarray((~dup).astype(float))
+
+
+def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, polish,
+                       initial=8, add=8, max_rounds=50):
+    """Solve an anchored program on a growing working set of inequalities.
+
+    Equalities (the support constraints of the NTP-SVM) and anchor-only
+    constraints are always kept; of the inequalities each block starts with
+    the ``initial`` ones with the smallest value at a class-mean-like
+    direction (the projection of the dual's linear term).  Each round solves
+    the restricted program to ``tol`` (warm-started), evaluates every
+    constraint at its solution and adds, per block, up to ``add`` of the
+    most violated ones.  The restricted multipliers (zero elsewhere) are dual
+    feasible for the whole program with the same dual value, so once no
+    constraint is violated beyond ``tol`` the whole program's certificate is
+    the restricted one.
+    """
+    xp = be.xp
+    c = problem.constraints
+    B, T = problem.scores.n_blocks, problem.scores.n_positions
+    values, _ = problem.operators(be)
+    rhs = be.asarray(c.rhs)
+    eq = be.asbool(c.equality)
+    rscale = max(1.0, float(np.max(np.abs(c.rhs))))
+    ineq2 = ~c.equality & ~st["is_rho"]
+
+    full_space = _TableSpace(problem, be, st)
+    w0 = full_space.adjoint(full_space.project(full_space.lin))
+    keep = ~ineq2
+    keep |= ineq2 & _smallest_per_block(c.block, to_numpy(values(w0)), ineq2, initial, B)
+
+    x_full = None
+    L = None
+    total = 0
+    # early rounds only need the restricted solution roughly: its violations
+    # outside decide the next working set
+    inner_tol = max(tol, 1e-3)
+    for rnd in range(max_rounds):
+        sub, index = _restrict(problem, keep)
+        st_sub = anchored_structure(sub)
+        x0 = None if x_full is None else _table_from_full(be, x_full, index)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res, x, L = _fista(sub, st_sub, be, inner_tol, max(max_iter - total, 1), verbose,
+                               check_every, polish, x0=x0, L=L)
+        total += res.n_iter
+        w = xp.reshape(res.primal, problem.shape)
+        v = values(w) - rhs
+        viol_all = xp.where(eq, xp.abs(v), xp.maximum(-v, 0.0))
+        viol = float(xp.max(viol_all))
+        if verbose:
+            print(f"[{problem.name} fast/working-set] round {rnd}: {int(keep.sum())} of "
+                  f"{len(c)} constraints, K={index.shape[1]}, tol={inner_tol:.0e}, "
+                  f"{res.n_iter} iterations, violation {viol:.2e}")
+        x_full = _table_to_full(be, x, index, T)
+        if res.status != "optimal" or total >= max_iter:
+            break
+        viol_np = to_numpy(viol_all)
+        new = ~keep & (viol_np > max(tol * rscale, res.max_violation))
+        if not new.any():
+            if inner_tol <= tol:
+                break
+            inner_tol = tol
+            continue
+        keep |= _smallest_per_block(c.block, -viol_np, new, add, B)
+        inner_tol = max(tol, 0.1 * inner_tol)
+    lam_np = np.zeros(len(c))
+    lam_np[keep] = to_numpy(res.dual)
+    lam = be.asarray(lam_np)
+    result = MaxMarginResult(
+        primal=res.primal, dual=lam, method="fast", status=res.status,
+        n_iter=int(total), gap=res.gap, max_violation=max(viol, res.max_violation),
+    )
+    return result
+
+
+def _smallest_per_block(block, score, eligible, k, n_blocks):
+    """Mask of at most ``k`` eligible entries per block with the smallest ``score``."""
+    idx = np.flatnonzero(eligible)
+    if idx.size == 0:
+        return np.zeros(block.shape, dtype=bool)
+    order = idx[np.lexsort((score[idx], block[idx]))]
+    b = block[order]
+    start = np.searchsorted(b, np.arange(n_blocks))
+    rank = np.arange(order.size) - start[b]
+    out = np.zeros(block.shape, dtype=bool)
+    out[order[rank < k]] = True
+    return out
+
+
+def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
+               check_every=10, polish=True, structure="auto", working_set="auto"):
+    """Solve a :class:`MaxMarginProblem` by restarted FISTA on its dual.
+
+    See the module docstring for the dual, the stopping rule and the
+    infeasibility certificate.
+
+    Parameters
+    ----------
+    problem : MaxMarginProblem
+    tol : float, default=1e-8
+        Relative duality gap and (``max(1, max|r|)``-scaled) violation target.
+    max_iter : int, default=100_000
+        Maximum number of FISTA iterations (over all working-set rounds).
+    be : Backend, optional
+        Array layer (NumPy by default).
+    verbose : int, default=0
+    check_every : int, default=10
+        Certificate / face check period (iterations).
+    polish : bool, default=True
+        Try the exact face maximization (conjugate gradients) once the face
+        is stable.
+    structure : {"auto", "table", "lam"}, default="auto"
+        Dual space: the anchored coefficient table when detected, else the
+        multipliers.
+    working_set : {"auto", True, False}, default="auto"
+        Solve anchored programs on a growing working set of inequalities
+        (see :func:`_solve_working_set`); ``"auto"`` does so when blocks
+        have more than 16 positions.
+
+    Returns
+    -------
+    MaxMarginResult
+
+    Raises
+    ------
+    NotSeparableError
+        When the dual certifies that the normalized margin is below
+        :data:`INFEASIBLE_MARGIN`.
+    """
+    if be is None:
+        from .._backend import get_backend
+
+        be = get_backend("numpy")
+    t0 = time.perf_counter()
+    st = anchored_structure(problem) if structure in ("auto", "table") else None
+    if structure == "table" and st is None:
+        raise ValueError(f"{problem.name}: the constraints are not anchored.")
+    use_ws = st is not None and (
+        working_set is True
+        or (working_set == "auto" and problem.scores.n_positions > 16))
+    if use_ws:
+        result = _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every,
+                                    polish)
+    else:
+        result = _fista(problem, st, be, tol, max_iter, verbose, check_every, polish)[0]
+    if result.status != "optimal":
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn(
+            f"{problem.name}: method 'fast' stopped after {result.n_iter} iterations with "
+            f"relative duality gap {result.gap:.3e} and constraint violation "
+            f"{result.max_violation:.3e} (tol={tol:g}); increase max_iter or use "
+            "method='cvxpy'.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    if verbose:
+        print(f"[{problem.name} fast] {result.status}: {result.n_iter} iterations, "
+              f"{time.perf_counter() - t0:.3f}s")
+    return result
 
 
 def _method(problem, tol, max_iter, be, verbose):
