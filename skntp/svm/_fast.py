@@ -138,6 +138,9 @@ __all__ = ["solve_fast"]
 #: Normalized-margin threshold below which a problem is declared infeasible.
 INFEASIBLE_MARGIN = 1e-9
 
+#: Smallest dual table (blocks x positions) solved on a working set by default.
+WORKING_SET_MIN_TABLE = 1_000_000
+
 
 # --------------------------------------------------------------------------
 # Structure detection
@@ -847,7 +850,9 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
     working_set : {"auto", True, False}, default="auto"
         Solve anchored programs on a growing working set of inequalities
         (see :func:`_solve_working_set`); ``"auto"`` does so when blocks
-        have more than 16 positions.
+        have more than 64 positions and the dual table has at least
+        :data:`WORKING_SET_MIN_TABLE` entries (below that, the whole table
+        is cheap and the rounds cost more than they save).
 
     Returns
     -------
@@ -867,9 +872,10 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
     st = anchored_structure(problem) if structure in ("auto", "table") else None
     if structure == "table" and st is None:
         raise ValueError(f"{problem.name}: the constraints are not anchored.")
+    B, T = problem.scores.n_blocks, problem.scores.n_positions
     use_ws = st is not None and (
         working_set is True
-        or (working_set == "auto" and problem.scores.n_positions > 16))
+        or (working_set == "auto" and T > 64 and B * T >= WORKING_SET_MIN_TABLE))
     if use_ws:
         result = _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every,
                                     polish)
