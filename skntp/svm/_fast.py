@@ -742,9 +742,10 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
     constraints are always kept; of the inequalities each block starts with
     the ``initial`` ones with the smallest value at a class-mean-like
     direction (the projection of the dual's linear term).  Each round solves
-    the restricted program to ``tol`` (warm-started), evaluates every
-    constraint at its solution and adds, per block, up to ``add`` of the
-    most violated ones.  The restricted multipliers (zero elsewhere) are dual
+    the restricted program (warm-started; to ``1e-3`` first, ten times
+    tighter each round, ``tol`` at the end), evaluates every constraint at
+    its solution and adds, per block, up to ``add`` of the most violated
+    ones.  The restricted multipliers (zero elsewhere) are dual
     feasible for the whole program with the same dual value, so once no
     constraint is violated beyond ``tol`` the whole program's certificate is
     the restricted one.
@@ -766,6 +767,7 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
     x_full = None
     L = None
     total = 0
+    status = "max_iter"
     # early rounds only need the restricted solution roughly: its violations
     # outside decide the next working set
     inner_tol = max(tol, 1e-3)
@@ -773,10 +775,8 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
         sub, index = _restrict(problem, keep)
         st_sub = anchored_structure(sub)
         x0 = None if x_full is None else _table_from_full(be, x_full, index)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res, x, L = _fista(sub, st_sub, be, inner_tol, max(max_iter - total, 1), verbose,
-                               check_every, polish, x0=x0, L=L)
+        res, x, L = _fista(sub, st_sub, be, inner_tol, max(max_iter - total, 1), verbose,
+                           check_every, polish, x0=x0, L=L)
         total += res.n_iter
         w = xp.reshape(res.primal, problem.shape)
         v = values(w) - rhs
@@ -793,6 +793,7 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
         new = ~keep & (viol_np > max(tol * rscale, res.max_violation))
         if not new.any():
             if inner_tol <= tol:
+                status = "optimal"
                 break
             inner_tol = tol
             continue
@@ -802,7 +803,7 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
     lam_np[keep] = to_numpy(res.dual)
     lam = be.asarray(lam_np)
     result = MaxMarginResult(
-        primal=res.primal, dual=lam, method="fast", status=res.status,
+        primal=res.primal, dual=lam, method="fast", status=status,
         n_iter=int(total), gap=res.gap, max_violation=max(viol, res.max_violation),
     )
     return result
