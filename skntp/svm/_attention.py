@@ -11,9 +11,11 @@
 All programs go through the shared max-margin core with the score map
 :class:`~skntp.svm.KeyScores`.  This module also registers the ``"nnls"``
 method of the core: the least-distance program ``min ||p|| s.t. G p >= h``
-solved exactly by one non-negative least-squares problem (Lawson & Hanson,
-*Solving Least Squares Problems*, ch. 23), used for small key-score
-programs without equalities.
+solved exactly by non-negative least squares (Lawson & Hanson, *Solving
+Least Squares Problems*, ch. 23) on a working set of constraints that grows
+by the most violated ones (cutting planes) until none is violated; used for
+key-score programs without equalities (ATT-SVM, relaxed ATT-SVM, head SVM)
+whose dense rows fit in memory.
 """
 
 from __future__ import annotations
