@@ -344,3 +344,15 @@ def test_table_projection_is_exact():
             lo, hi = (th, hi) if v.sum() > 0 else (lo, th)
         v = np.where(space.neg[b], np.minimum(u[b] - lo, 0), u[b] - lo) * allowed[b]
         np.testing.assert_allclose(x[b], v, atol=1e-10)
+
+
+def test_working_set_torch_backend_same_answer():
+    pytest.importorskip("torch")
+    from skntp._backend import get_backend
+
+    rng = np.random.default_rng(9)
+    problem = ntp_problem(rng, 12, 16, 20)
+    a = solve_fast(problem, tol=1e-10, working_set=True)
+    b = solve_fast(problem, tol=1e-10, working_set=True, be=get_backend("torch"))
+    assert a.status == b.status == "optimal"
+    assert rel_err(np.asarray(b.primal.cpu()), np.asarray(a.primal)) <= 1e-8
