@@ -66,7 +66,7 @@ between two checks (at most 0.2% of it), a *polish* runs primal-dual
 active-set cycles: maximize ``D`` exactly on the face by conjugate
 gradients, drop the multipliers that come out with the wrong sign, add the
 constraints that the face optimum violates, repeat (at most 10 cycles; the
-CG iterations are capped at 10 times the FISTA iterations so far).  If the face
+CG iterations are capped at 3 times the FISTA iterations so far).  If the face
 is the optimal one this lands on ``lam*`` to machine precision; a face along
 which ``D`` is unbounded is either a Farkas ray (tested as an infeasibility
 certificate below) or a wrong guess (discarded).  Every polish result must
@@ -273,16 +273,9 @@ class _TableSpace:
         v = u - theta[:, None]
         return xp.where(self.neg, xp.minimum(v, 0.0), v) * self.allowed_f
 
-    face_threshold = 0.0
-
     def face_mask(self, x):
-        """Coordinates free on the face of ``x``'s feasible set (bool table).
-
-        Multipliers below ``face_threshold * max|x|`` count as zero (a guess
-        of the optimal face; the certificate decides).
-        """
-        cut = -self.face_threshold * float(self.xp.max(self.xp.abs(x)))
-        return self.free | (self.neg & (x < cut))
+        """Coordinates free on the face of ``x``'s feasible set (bool table)."""
+        return self.free | (self.neg & (x < 0))
 
     def face_project(self, v, mask):
         """Project a direction onto the face's tangent subspace."""
@@ -589,10 +582,10 @@ def _fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None
                 raise _infeasible(problem, it)
             if it >= max_iter:
                 break
-            # polish while it has cost no more products than the iterations
-            if polish and it > 0 and n_cg <= 10 * it:
+            # polish while its CG iterations are at most 3x the FISTA iterations
+            if polish and it > 0 and n_cg <= 3 * it:
                 new_face = space.set_face(x)
-                # polish once the face has (nearly) settled: at most 1% of its
+                # polish once the face has (nearly) settled: at most 0.2% of its
                 # coordinates changed since the last check
                 if face is not None and float(xp.sum(xp.astype(new_face != face, x.dtype))) <= (
                         0.002 * float(xp.sum(xp.astype(new_face, x.dtype)))):
