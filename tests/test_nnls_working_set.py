@@ -149,3 +149,19 @@ def test_dense_rows_match_constraint_matrix(kind):
     x = np.random.default_rng(8).standard_normal(problem.shape)
     np.testing.assert_allclose(rows.values(x), A @ x, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(rows.row_sum(), A.sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_large_program_goes_to_nnls_and_is_optimal():
+    """37 500 constraints (dense rows 2.4e6 entries): auto still solves it exactly."""
+    rng = np.random.default_rng(21)
+    problem = _att(rng, 2500, 16, 64)
+    res = solve_max_margin(problem)
+    assert res.method == "nnls" and res.status == "optimal"
+    c = problem.constraints
+    A = problem.constraint_matrix()
+    x, lam = res.primal.ravel(), res.dual
+    slack = A @ x - c.rhs
+    assert slack.min() >= -1e-9
+    assert lam.min() >= 0
+    np.testing.assert_allclose(A.T @ lam, x, atol=1e-8 * max(1.0, np.abs(lam).max()))
+    assert np.abs(lam * slack).max() <= 1e-8 * max(1.0, x @ x)

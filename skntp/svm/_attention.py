@@ -45,7 +45,9 @@ __all__ = [
     "svm_neighbors",
 ]
 
-_NNLS_MAX_ENTRIES = 2_000_000
+#: Largest parameter dimension for the "nnls" method: its least-distance
+#: solves work on dense (d + 1) x (working set) matrices.
+_NNLS_MAX_DIM = 2_000
 
 
 def _check_keys(keys, mask):
@@ -398,7 +400,7 @@ class _KeyRows:
 # working set: programs with at most this many constraints (or 2 (d + 1)) are
 # solved whole; larger ones start from this many constraints
 _WS_INITIAL = 300
-_WS_MAX_ROUNDS = 50
+_WS_MAX_ROUNDS = 500
 
 
 def _initial_working_set(rows, h, k):
@@ -423,7 +425,7 @@ def _solve_nnls(problem, tol, max_iter, be, verbose):
     c = problem.constraints
     if not isinstance(problem.scores, KeyScores) or c.equality.any():
         return None
-    if len(c) * int(np.prod(problem.shape)) > _NNLS_MAX_ENTRIES:
+    if int(np.prod(problem.shape)) > _NNLS_MAX_DIM:
         return None
     m, d = len(c), int(np.prod(problem.shape))
     h = c.rhs
