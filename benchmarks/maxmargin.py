@@ -2,7 +2,7 @@
 
 Prints one table; every ratio is measured in the same run.  Usage::
 
-    python benchmarks/maxmargin.py [--rows ntp,onehot,scale,att,head,graph]
+    python benchmarks/maxmargin.py [--rows ntp,onehot,scale,att,att-large,head,graph]
                                    [--cvxpy-timeout 600]
 
 cvxpy runs in a subprocess with a wall-clock limit; a row whose cvxpy run
@@ -265,6 +265,16 @@ def bench_att(args):
         f"status={r.status} it={r.n_iter}" + (" (ConvergenceWarning)" if rec else ""))
 
 
+def bench_att_large(args):
+    rng = np.random.default_rng(11)
+    _, p = att(rng, 10_000, 16, 64)
+    ta, ra = timed(lambda: solve_max_margin(p, method="auto"))
+    tc, Wc = run_cvxpy(p, args.cvxpy_timeout)
+    ref = Wc if Wc is not None else ra.primal
+    row("ATT-SVM n=10000 T=16 d=64", f"auto (-> {ra.method})", ta, "cvxpy", tc,
+        rel(ra.primal, ref), constraint_violation(p, ra.primal), f"rounds={ra.n_iter}")
+
+
 def bench_head(args):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.svm import LinearSVC
@@ -306,6 +316,7 @@ def bench_graph(args):
 
 
 BENCHES = {"ntp": bench_ntp, "onehot": bench_onehot, "scale": bench_scale, "att": bench_att,
+           "att-large": bench_att_large,
            "head": bench_head, "graph": bench_graph}
 
 
