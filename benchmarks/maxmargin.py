@@ -233,29 +233,26 @@ def bench_scale(args):
         r.max_violation, note)
 
 
-def bench_att(args):
+def key_score_rows(name, p, X, y, args, *, auto_repeat, fast_max_iter, svc_max_iter):
+    """Rows for a key-score program: auto and 'fast' vs cvxpy, auto vs LinearSVC(hinge)
+    on the equivalent binary problem ``(X, y)`` (no intercept)."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.svm import LinearSVC
 
-    rng = np.random.default_rng(3)
-    diffs, p = att(rng, 1000, 16, 64)
-    ta, ra = timed(lambda: solve_max_margin(p, method="auto"), repeat=3)
+    ta, ra = timed(lambda: solve_max_margin(p, method="auto"), repeat=auto_repeat)
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        t, r = timed(lambda: solve_max_margin(p, method="fast", max_iter=args.att_max_iter))
+        t, r = timed(lambda: solve_max_margin(p, method="fast", max_iter=fast_max_iter))
     tc, Wc = run_cvxpy(p, args.cvxpy_timeout)
-    X = np.vstack([diffs, -diffs])
-    yy = np.r_[np.ones(len(diffs)), -np.ones(len(diffs))]
 
     def svc():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             return LinearSVC(loss="hinge", fit_intercept=False, C=1e6, tol=1e-8,
-                             max_iter=args.svc_max_iter).fit(X, yy)
+                             max_iter=svc_max_iter).fit(X, y)
 
     ts, s = timed(svc)
     ref = Wc if Wc is not None else ra.primal
-    name = "ATT-SVM n=1000 T=16 d=64"
     row(name, f"auto (-> {ra.method})", ta, "cvxpy", tc, rel(ra.primal, ref),
         constraint_violation(p, ra.primal))
     row(name, f"auto (-> {ra.method})", ta, "LinearSVC-hinge", ts, rel(ra.primal, ref),
@@ -263,6 +260,15 @@ def bench_att(args):
         f"(LinearSVC 1-cos {cosine_err(s.coef_.ravel(), ref):.1e})")
     row(name, "fast", t, "cvxpy", tc, rel(r.primal, ref), constraint_violation(p, r.primal),
         f"status={r.status} it={r.n_iter}" + (" (ConvergenceWarning)" if rec else ""))
+
+
+def bench_att(args):
+    rng = np.random.default_rng(3)
+    diffs, p = att(rng, 1000, 16, 64)
+    X = np.vstack([diffs, -diffs])
+    y = np.r_[np.ones(len(diffs)), -np.ones(len(diffs))]
+    key_score_rows("ATT-SVM n=1000 T=16 d=64", p, X, y, args, auto_repeat=3,
+                   fast_max_iter=args.att_max_iter, svc_max_iter=args.svc_max_iter)
 
 
 def bench_att_large(args):
@@ -276,31 +282,10 @@ def bench_att_large(args):
 
 
 def bench_head(args):
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.svm import LinearSVC
-
     rng = np.random.default_rng(4)
     R, y, p = head(rng, 1000, 64)
-    ta, ra = timed(lambda: solve_max_margin(p, method="auto"), repeat=20)
-    t, r = timed(lambda: solve_max_margin(p, method="fast"), repeat=3)
-    tc, Wc = run_cvxpy(p, args.cvxpy_timeout)
-
-    def svc():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            return LinearSVC(loss="hinge", fit_intercept=False, C=1e6, tol=1e-8,
-                             max_iter=100_000).fit(R, y)
-
-    ts, s = timed(svc)
-    ref = Wc if Wc is not None else ra.primal
-    name = "head SVM n=1000 d=64"
-    row(name, f"auto (-> {ra.method})", ta, "cvxpy", tc, rel(ra.primal, ref),
-        constraint_violation(p, ra.primal))
-    row(name, f"auto (-> {ra.method})", ta, "LinearSVC-hinge", ts, rel(ra.primal, ref),
-        constraint_violation(p, ra.primal),
-        f"(LinearSVC 1-cos {cosine_err(s.coef_.ravel(), ref):.1e})")
-    row(name, "fast", t, "cvxpy", tc, rel(r.primal, ref), constraint_violation(p, r.primal),
-        f"status={r.status} it={r.n_iter}")
+    key_score_rows("head SVM n=1000 d=64", p, R, y, args, auto_repeat=20,
+                   fast_max_iter=100_000, svc_max_iter=100_000)
 
 
 def bench_graph(args):
