@@ -709,22 +709,21 @@ def _restrict(problem, keep):
     return sub, index
 
 
-def _table_to_full(be, x, index, T):
-    """Scatter a restricted table into a full ``(B, T)`` one."""
-    B, K = index.shape
-    flat = be.asindex((np.arange(B)[:, None] * T + index).ravel())
+def _table_to_full(be, x, scores):
+    """Scatter a restricted table (over ``GatheredScores`` positions) into a full one."""
+    B, T = scores.n_blocks, scores.base.n_positions
+    flat = be.asindex(scores._flat)
     return be.xp.reshape(scatter_add(be.xp, flat, be.xp.reshape(x, (-1,)), B * T), (B, T))
 
 
-def _table_from_full(be, full, index):
-    B, K = index.shape
-    T = full.shape[1]
-    flat = be.asindex((np.arange(B)[:, None] * T + index).ravel())
-    out = be.xp.take(be.xp.reshape(full, (-1,)), flat)
-    # padding slots repeat a position: keep the value in the first slot only
-    dup = np.zeros((B, K), dtype=bool)
+def _table_from_full(be, full, scores):
+    """Gather a full table onto ``GatheredScores`` positions (padding slots get 0)."""
+    index = scores.index
+    out = be.xp.take(be.xp.reshape(full, (-1,)), be.asindex(scores._flat))
+    # padding slots repeat a row's first position: keep its value in the first slot only
+    dup = np.zeros(index.shape, dtype=bool)
     dup[:, 1:] = index[:, 1:] == index[:, :1]
-    return be.xp.reshape(out, (B, K)) * be.asarray((~dup).astype(float))
+    return be.xp.reshape(out, index.shape) * be.asarray((~dup).astype(float))
 
 
 def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, polish,
@@ -745,7 +744,7 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
     """
     xp = be.xp
     c = problem.constraints
-    B, T = problem.scores.n_blocks, problem.scores.n_positions
+    B = problem.scores.n_blocks
     values, _ = problem.operators(be)
     rhs = be.asarray(c.rhs)
     eq = be.asbool(c.equality)
@@ -767,7 +766,7 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
     for rnd in range(max_rounds):
         sub, index = _restrict(problem, keep)
         st_sub = anchored_structure(sub)
-        x0 = None if x_full is None else _table_from_full(be, x_full, index)
+        x0 = None if x_full is None else _table_from_full(be, x_full, sub.scores)
         res, x, L = _fista(sub, st_sub, be, inner_tol, max(max_iter - total, 1), verbose,
                            check_every, polish, x0=x0, L=L)
         total += res.n_iter
@@ -779,7 +778,7 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
             print(f"[{problem.name} fast/working-set] round {rnd}: {int(keep.sum())} of "
                   f"{len(c)} constraints, K={index.shape[1]}, tol={inner_tol:.0e}, "
                   f"{res.n_iter} iterations, violation {viol:.2e}")
-        x_full = _table_to_full(be, x, index, T)
+        x_full = _table_to_full(be, x, sub.scores)
         if res.status != "optimal" or total >= max_iter:
             break
         viol_np = to_numpy(viol_all)
