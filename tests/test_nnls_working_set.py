@@ -113,9 +113,11 @@ def test_several_rounds_happen():
     assert np.count_nonzero(res.dual) <= 2 * (problem.shape[0] + 1) + _attention._WS_INITIAL
 
 
-def test_auto_uses_nnls():
+def test_auto_uses_dual_active_set_then_nnls():
+    """auto tries "dual-active-set" first; "nnls" stays registered behind it."""
     problem = _head(np.random.default_rng(1), 800, 12)
-    assert solve_max_margin(problem, method="auto").method == "nnls"
+    assert solve_max_margin(problem, method="auto").method == "dual-active-set"
+    assert solve_max_margin(problem, method="nnls").method == "nnls"
 
 
 @pytest.mark.parametrize("n", [10, 400])
@@ -151,12 +153,15 @@ def test_dense_rows_match_constraint_matrix(kind):
     np.testing.assert_allclose(rows.row_sum(), A.sum(axis=0), rtol=1e-12, atol=1e-12)
 
 
-def test_large_program_goes_to_nnls_and_is_optimal():
-    """37 500 constraints (dense rows 2.4e6 entries): auto still solves it exactly."""
+@pytest.mark.parametrize("method", ["auto", "nnls"])
+def test_large_program_is_solved_exactly(method):
+    """37 500 constraints (dense rows 2.4e6 entries): auto (dual active set) and
+    nnls solve it exactly."""
     rng = np.random.default_rng(21)
     problem = _att(rng, 2500, 16, 64)
-    res = solve_max_margin(problem)
-    assert res.method == "nnls" and res.status == "optimal"
+    res = solve_max_margin(problem, method=method)
+    assert res.method == {"auto": "dual-active-set"}.get(method, method)
+    assert res.status == "optimal"
     c = problem.constraints
     A = problem.constraint_matrix()
     x, lam = res.primal.ravel(), res.dual

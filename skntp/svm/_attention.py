@@ -9,13 +9,18 @@
 * SVM-neighbors and local optimality (Def. 2).
 
 All programs go through the shared max-margin core with the score map
-:class:`~skntp.svm.KeyScores`.  This module also registers the ``"nnls"``
-method of the core: the least-distance program ``min ||p|| s.t. G p >= h``
-solved exactly by non-negative least squares (Lawson & Hanson, *Solving
-Least Squares Problems*, ch. 23) on a working set of constraints that grows
-by the most violated ones (cutting planes) until none is violated; used for
-key-score programs without equalities (ATT-SVM, relaxed ATT-SVM, head SVM)
-whose dense rows fit in memory.
+:class:`~skntp.svm.KeyScores`.  This module also registers two exact methods
+of the core for key-score programs without equalities (ATT-SVM, relaxed
+ATT-SVM, head SVM) in a parameter dimension up to 2000, both solving the
+least-distance program ``min ||p|| s.t. G p >= h``:
+
+* ``"dual-active-set"`` (tried first by ``auto``): the dual active-set
+  method of Goldfarb & Idnani (1983) for the identity Hessian, which starts
+  at ``p = 0`` and adds the most violated constraint one at a time, dropping
+  active constraints whose multipliers would turn negative;
+* ``"nnls"``: non-negative least squares (Lawson & Hanson, *Solving Least
+  Squares Problems*, ch. 23) on a working set of constraints that grows by
+  the most violated ones (cutting planes) until none is violated.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import itertools
 import math
 
 import numpy as np
+from scipy.linalg import solve_triangular
+from scipy.linalg.blas import daxpy, dger
 
 from ._core import (
     Constraints,
@@ -483,3 +490,299 @@ def _solve_nnls(problem, tol, max_iter, be, verbose):
 
 
 register_method("nnls", _solve_nnls, auto_priority=5)
+
+
+# --------------------------------------------------------------------------
+# The "dual-active-set" method: Goldfarb & Idnani for the identity Hessian
+# --------------------------------------------------------------------------
+class _Infeasible(Exception):
+    """Raised by :func:`_dual_active_set` on a proof of infeasibility."""
+
+
+class _DenseRows:
+    """Dense constraint rows ``G`` with the interface of :class:`_KeyRows`."""
+
+    def __init__(self, G):
+        self.G = G
+
+    def rows(self, idx=None):
+        return self.G if idx is None else self.G[idx]
+
+    def values(self, x):
+        return self.G @ x
+
+
+# selection of the violated constraint: programs with at most 2 * _DAS_POOL
+# constraints look at every row at every step; larger ones at a pool of the
+# rows of smallest normalized slack of the last scan of all rows (pool size
+# m / 50 clipped to [_DAS_POOL, 2000], a rescan every pool / 16 additions, at
+# least 8, or when no pool row is violated)
+_DAS_POOL = 100
+_DAS_POOL_MAX = 2_000
+_DAS_NORM_CHUNK = 8_192
+_DAS_DENSE_MAX = 4_000_000  # normalized rows kept densely up to this many entries
+_DAS_MAX_ADD = 50  # additions allowed per parameter dimension (+ 1)
+
+
+def _row_norms(rows, m):
+    out = np.empty(m)
+    for start in range(0, m, _DAS_NORM_CHUNK):
+        block = rows.rows(slice(start, min(m, start + _DAS_NORM_CHUNK)))
+        out[start:start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
+    return out
+
+
+def _dual_active_set(rows, h, d, *, max_add=None, pool=None, scan_every=None):
+    """``min 1/2 ||x||^2`` s.t. ``G x >= h`` exactly, by the dual active-set method.
+
+    Goldfarb & Idnani, "A numerically stable dual method for solving strictly
+    convex quadratic programs", *Math. Programming* 27 (1983), with the
+    identity Hessian.  From ``x = 0`` (the unconstrained minimum, active set
+    ``A`` empty) each step picks the most violated constraint ``p`` (largest
+    violation over row norm) and moves along the dual direction: the primal
+    step is ``z = Z g_p``, the part of ``g_p`` orthogonal to the active rows,
+    and the active multipliers change by ``-t r`` with ``r = N g_p``
+    (``g_p = G_A^T r + z``).  A full step makes ``p`` active; a partial step
+    stops where an active multiplier reaches zero and drops that constraint
+    first.  Every iterate is optimal for the constraints in ``A``
+    (``x = G_A^T u``, ``u >= 0``, ``G_A x = h_A``) and the objective grows at
+    each step, so the method ends when no constraint is violated.
+
+    The operators of the paper are kept explicitly and updated by rank-one
+    terms (cheaper in numpy than the updates of a QR factorization):
+    ``Z = I - G_A^T (G_A G_A^T)^{-1} G_A`` and the pseudo-inverse
+    ``N = (G_A G_A^T)^{-1} G_A`` (``N G_A^T = I``).  Adding ``p``:
+    ``N <- [N - r z^T / (z.g_p); z^T / (z.g_p)]`` and
+    ``Z <- Z - z z^T / (z.g_p)``; dropping ``k`` with ``w = N_k``:
+    ``Z <- Z + w w^T / ||w||^2`` and ``N <- N - (N w) w^T / ||w||^2`` less
+    row ``k``.  Rows are normalized (``||g_i|| = 1``) inside.
+
+    Parameters
+    ----------
+    rows : _KeyRows or _DenseRows
+        The constraint rows ``G`` (``m x d``): ``rows.values(x) = G x`` and
+        ``rows.rows(idx) = G[idx]``.
+    h : ndarray of shape (m,)
+    d : int
+    max_add : int, optional
+        Largest number of constraint additions, ``_DAS_MAX_ADD (d + 1)`` (50
+        (d + 1)) by default.
+    pool, scan_every : int, optional
+        Pool size and rescan period of the selection (defaults above).
+
+    Returns
+    -------
+    (x, lam, n_add) or None
+        The minimizer, the multipliers (``x = G^T lam``) and the number of
+        additions; ``None`` when ``max_add`` additions did not end.
+
+    Raises
+    ------
+    _Infeasible
+        When a violated constraint is a non-positive combination of the
+        active ones (no multiplier can drop: the dual is unbounded), or is a
+        zero row with ``h > 0``.
+    """
+    m = h.size
+    if m == 0:
+        return np.zeros(d), np.zeros(0), 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _dual_active_set_loop(rows, h, d, max_add, pool, scan_every)
+
+
+def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
+    m = h.size
+    max_add = _DAS_MAX_ADD * (d + 1) if max_add is None else max_add
+    if pool is None:
+        pool = min(max(_DAS_POOL, m // 50), _DAS_POOL_MAX)
+    if scan_every is None:
+        scan_every = max(8, pool // 16)
+    scale = max(1.0, float(np.abs(h).max()))
+    G = rows.rows() if m * (d + 1) <= _DAS_DENSE_MAX else None
+    if G is not None:
+        norms = np.sqrt(np.einsum("ij,ij->i", G, G))
+    else:
+        norms = _row_norms(rows, m)
+    zero = norms == 0.0
+    if zero.any():
+        if (h[zero] > 0).any():
+            raise _Infeasible
+        norms[zero] = np.inf  # never violated: inverse norm 0
+    inv = 1.0 / norms
+    thr = (1e-10 * scale) * inv  # tolerance on the normalized slacks
+
+    def build(idx):
+        # normalized rows with the column -h / ||g||: slacks are Pa @ [x, 1]
+        Pa = np.empty((idx.size, d + 1))
+        np.multiply(rows.rows(idx), inv[idx, None], out=Pa[:, :d])
+        np.multiply(h[idx], -inv[idx], out=Pa[:, d])
+        return Pa
+
+    whole = m <= 2 * pool
+    dense = None
+    if G is not None:
+        dense = np.empty((m, d + 1))
+        np.multiply(G, inv[:, None], out=dense[:, :d])
+        np.multiply(h, -inv, out=dense[:, d])
+        del G
+    pidx = np.arange(m)
+    Pa = dense
+    xa = np.zeros(d + 1)
+    xa[d] = 1.0
+    x = xa[:d]
+    Z = np.eye(d, order="F")
+    NT = np.zeros((d, d), order="F")  # column j: row j of N
+    u = np.zeros(d)
+    infs = np.full(d, np.inf)
+    zeros = np.zeros(d)
+    act = np.zeros(d, dtype=np.intp)
+    isact = np.zeros(m, dtype=bool)
+    q = n_add = 0
+    since = scan_every
+    while True:
+        # -- the violated constraint p, normalized slack sp < 0, row n_p
+        p = -1
+        xtol = 1e-14 * math.sqrt(x.dot(x))  # roundoff of the slacks
+        if whole or since < scan_every:
+            sn = Pa.dot(xa)
+            j = int(sn.argmin())
+            sp, p = float(sn[j]), int(pidx[j])
+            if sp >= -(thr[p] + xtol) or isact[p]:
+                bad = sn < -(thr[pidx] + xtol)
+                bad &= ~isact[pidx]
+                if bad.any():
+                    sn[~bad] = np.inf
+                    j = int(sn.argmin())
+                    sp, p = float(sn[j]), int(pidx[j])
+                elif whole:
+                    break
+                else:
+                    p = -1
+            n_p = Pa[j, :d]
+        if p < 0:  # scan all rows, refill the pool
+            if dense is not None:
+                sn = dense.dot(xa)
+            else:
+                sn = rows.values(x)
+                sn -= h
+                sn *= inv
+            sn[isact] = np.inf
+            bad = sn < -(thr + xtol)
+            if not bad.any():
+                break
+            p = int(np.flatnonzero(bad)[sn[bad].argmin()])
+            sp = float(sn[p])
+            pidx = np.argpartition(sn, pool - 1)[:pool]
+            Pa = dense[pidx] if dense is not None else build(pidx)
+            n_p = dense[p, :d] if dense is not None else build(np.array([p]))[0, :d]
+            since = 0
+        since += 1
+        n_add += 1
+        if n_add > max_add:
+            return None
+        u_p = 0.0
+        # -- steps for p: partial ones (dropping a constraint) until a full one
+        while True:
+            z = Z.dot(n_p)
+            zn = float(z.dot(n_p))  # = ||z||^2 in exact arithmetic
+            t1 = math.inf  # largest dual step keeping u >= 0, blocked by k
+            if q:
+                r = n_p.dot(NT[:, :q])
+                w = r / u[:q]  # the blocking k maximizes r_k / u_k > 0
+                k = int(w.argmax())
+                wk = w[k]
+                if wk > 0:
+                    t1 = float(u[k] / r[k])
+                elif wk != wk:  # 0 / 0: u_k = r_k = 0
+                    ratios = np.divide(u[:q], r, out=infs[:q].copy(), where=r > 0)
+                    k = int(ratios.argmin())
+                    t1 = float(ratios[k])
+            if q == d or z.dot(z) <= 1e-20:  # g_p in the span of the active rows
+                if t1 == math.inf:
+                    raise _Infeasible
+                t, full = t1, False
+            else:
+                t2 = -sp / zn  # full step: g_p x = h_p
+                full = t2 <= t1
+                t = t2 if full else t1
+                daxpy(z, x, a=t)
+                sp += t * zn
+            if q:
+                daxpy(r, u, a=-t, n=q)
+                if not full or t >= 0.999 * t1:  # near ties: no roundoff below 0
+                    np.maximum(u[:q], zeros[:q], out=u[:q])
+            u_p += t
+            if full:
+                iz = 1.0 / zn
+                if q:
+                    dger(-iz, z, r, a=NT[:, :q], overwrite_a=1)
+                np.multiply(z, iz, out=NT[:, q])
+                dger(-iz, z, z, a=Z, overwrite_a=1)
+                u[q] = u_p
+                act[q] = p
+                isact[p] = True
+                q += 1
+                break
+            isact[act[k]] = False
+            w = NT[:, k].copy()
+            iw = 1.0 / float(w.dot(w))
+            dger(iw, w, w, a=Z, overwrite_a=1)
+            dger(-iw, w, w.dot(NT[:, :q]), a=NT[:, :q], overwrite_a=1)
+            q -= 1
+            if k < q:  # the order of the active set is free: move the last to k
+                NT[:, k] = NT[:, q]
+                u[k] = u[q]
+                act[k] = act[q]
+            NT[:, q] = 0.0
+    lam = np.zeros(m)
+    if q == 0:
+        return np.zeros(d), lam, n_add
+    # the rank-one updates drift (relative 1e-10 on large multipliers): solve
+    # the final active equations G_A x = h_A, x = G_A^T u afresh by QR
+    a = act[:q]
+    ga = rows.rows(a) * inv[a, None]
+    Q, Rq = np.linalg.qr(ga.T)
+    y = solve_triangular(Rq, h[a] * inv[a], trans="T", check_finite=False)
+    un = solve_triangular(Rq, y, check_finite=False)
+    if np.all(np.isfinite(un)) and un.min() >= -1e-9 * max(1.0, float(un.max())):
+        x = Q.dot(y)
+        lam[a] = np.maximum(un, 0.0) * inv[a]
+    else:  # pragma: no cover - near-dependent active rows: keep the iterate
+        lam[a] = u[:q] * inv[a]
+        x = x.copy()
+    return x, lam, n_add
+
+
+def _solve_dual_active_set(problem, tol, max_iter, be, verbose):
+    c = problem.constraints
+    if not isinstance(problem.scores, KeyScores) or c.equality.any():
+        return None
+    d = int(np.prod(problem.shape))
+    if d > _NNLS_MAX_DIM:
+        return None
+    m, h = len(c), c.rhs
+    rows = _KeyRows(problem)
+    try:
+        out = _dual_active_set(rows, h, d)
+    except _Infeasible:
+        raise NotSeparableError(
+            f"{problem.name} is infeasible (dual active set: a violated constraint is a "
+            f"non-positive combination of active ones, the dual is unbounded): "
+            f"{problem.infeasible_message}."
+        ) from None
+    if out is None:  # addition limit: let another method try
+        return None
+    x, lam, n_add = out
+    scale = max(1.0, float(np.abs(h).max())) if m else 1.0
+    viol = float(np.maximum(h - rows.values(x), 0.0).max()) if m else 0.0
+    if viol > 1e-6 * scale:  # roundoff beyond the optimality conditions
+        return None
+    sq = float(x @ x)
+    gap = (sq - float(h @ lam)) / sq if sq > 0 else 0.0
+    return MaxMarginResult(
+        primal=x.reshape(problem.shape), dual=lam, method="dual-active-set",
+        status="optimal", n_iter=n_add, gap=float(gap), max_violation=viol,
+    )
+
+
+register_method("dual-active-set", _solve_dual_active_set, auto_priority=4.5)

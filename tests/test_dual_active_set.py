@@ -1,0 +1,192 @@
+"""The "dual-active-set" method (Goldfarb & Idnani) of the max-margin core."""
+
+import numpy as np
+import pytest
+
+from skntp.svm import (
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
+    NotSeparableError,
+    _attention,
+    att_svm_problem,
+    solve_max_margin,
+)
+
+pytest.importorskip("cvxpy")
+
+METHOD = "dual-active-set"
+
+
+def _head_from_rows(X, rhs=None, name="head SVM"):
+    """Binary SVM without bias with signed rows ``X``: ``X_i v >= rhs_i``."""
+    n = X.shape[0]
+    rhs = np.ones(n) if rhs is None else rhs
+    return MaxMarginProblem(
+        KeyScores(np.asarray(X, float)[:, None, :]),
+        Constraints(np.arange(n), np.zeros(n), -np.ones(n), rhs, np.zeros(n, bool)),
+        name=name, infeasible_message="the labelled points are not separable")
+
+
+def _head(rng, n, d):
+    R = rng.standard_normal((n, d))
+    y = np.sign(R @ rng.standard_normal(d))
+    y[y == 0] = 1.0
+    return _head_from_rows(y[:, None] * R)
+
+
+def _att(rng, n, T, d):
+    K = rng.standard_normal((n, T, d))
+    sel = np.argmax(K @ rng.standard_normal(d), axis=1)
+    return att_svm_problem(K, sel)
+
+
+def _degenerate(rng, kind):
+    if kind == "duplicates":  # repeated rows
+        base = _head(rng, int(rng.integers(20, 80)), int(rng.integers(2, 12)))
+        X = base.scores.keys[:, 0]
+        X = np.vstack([X, X[rng.integers(0, len(X), len(X) // 2)]])
+        return _head_from_rows(X)
+    if kind == "multiples":  # rows that are exact positive multiples of others
+        base = _head(rng, int(rng.integers(20, 80)), int(rng.integers(2, 12)))
+        X = base.scores.keys[:, 0]
+        pick = rng.integers(0, len(X), len(X) // 2)
+        X = np.vstack([X, X[pick] * rng.choice([0.5, 2.0, 3.0], pick.size)[:, None]])
+        return _head_from_rows(X)
+    if kind == "wide":  # fewer constraints than dimensions
+        d = int(rng.integers(5, 30))
+        return _head(rng, int(rng.integers(1, d)), d)
+    # duplicated rows with mixed right-hand sides (some 0, some 2)
+    base = _head(rng, int(rng.integers(30, 90)), int(rng.integers(2, 10)))
+    X = base.scores.keys[:, 0]
+    X = np.vstack([X, X[: len(X) // 3]])
+    rhs = rng.choice([0.0, 1.0, 2.0], len(X))
+    return _head_from_rows(X, rhs)
+
+
+def _build(kind, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "head":
+        return _head(rng, int(rng.integers(50, 401)), int(rng.integers(2, 31)))
+    if kind == "att":
+        return _att(rng, int(rng.integers(10, 60)), int(rng.integers(3, 10)),
+                    int(rng.integers(2, 25)))
+    return _degenerate(rng, ("duplicates", "multiples", "wide", "mixed-rhs")[seed % 4])
+
+
+def _check(problem, res, ref=None):
+    """KKT to roundoff, and agreement with cvxpy."""
+    assert res.method == METHOD and res.status == "optimal"
+    A = problem.constraint_matrix().toarray()
+    h = problem.constraints.rhs
+    x, lam = res.primal.ravel(), np.asarray(res.dual)
+    scale = max(1.0, np.abs(h).max())
+    slack = A @ x - h
+    assert lam.shape == h.shape and lam.min() >= 0
+    assert slack.min() >= -1e-9 * scale
+    assert res.max_violation == pytest.approx(max(0.0, -slack.min()), abs=1e-12)
+    assert np.abs(lam * slack).max() <= 1e-8 * scale * max(1.0, lam.max())
+    assert np.linalg.norm(A.T @ lam - x) <= 1e-8 * max(1.0, np.linalg.norm(x))
+    assert abs(res.gap) <= 1e-8
+    if ref is not None:
+        x_ref = ref.primal.ravel()
+        assert np.linalg.norm(x - x_ref) <= 1e-5 * max(np.linalg.norm(x_ref), 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("kind", ["head", "att", "degenerate"])
+def test_matches_cvxpy_and_kkt(kind, seed):
+    problem = _build(kind, 1000 * (1 + ["head", "att", "degenerate"].index(kind)) + seed)
+    res = solve_max_margin(problem, method=METHOD)
+    _check(problem, res, solve_max_margin(problem, method="cvxpy"))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_scan_paths(seed, monkeypatch):
+    """Pool selection with rescans, from dense rows and from the key scores."""
+    problem = _build("att", 50 + seed)
+    ref = solve_max_margin(problem, method="cvxpy")
+    monkeypatch.setattr(_attention, "_DAS_POOL", 10)
+    _check(problem, solve_max_margin(problem, method=METHOD), ref)
+    monkeypatch.setattr(_attention, "_DAS_DENSE_MAX", 0)
+    _check(problem, solve_max_margin(problem, method=METHOD), ref)
+
+
+def test_zero_rhs_everywhere_gives_zero():
+    problem = _head_from_rows(np.random.default_rng(0).standard_normal((30, 4)),
+                              np.zeros(30))
+    res = solve_max_margin(problem, method=METHOD)
+    assert np.all(res.primal == 0) and np.all(res.dual == 0)
+
+
+def _infeasible(seed):
+    rng = np.random.default_rng(seed)
+    kind = seed % 3
+    if kind == 0:  # a point and its negation with the same label
+        base = _head(rng, int(rng.integers(10, 300)), int(rng.integers(2, 30)))
+        X = base.scores.keys[:, 0]
+        i = int(rng.integers(0, len(X)))
+        return _head_from_rows(np.vstack([X, -X[i] * rng.uniform(0.5, 2.0)]))
+    if kind == 1:  # ATT-SVM: two inputs with swapped keys
+        K = rng.standard_normal((int(rng.integers(5, 40)), 4, 6))
+        a, b = rng.standard_normal(6), rng.standard_normal(6)
+        K[0, 0], K[0, 1], K[1, 0], K[1, 1] = a, b, b, a
+        sel = np.argmax(K @ rng.standard_normal(6), axis=1)
+        sel[0] = sel[1] = 0
+        return att_svm_problem(K, sel)
+    # a positive combination of rows against the negated sum (Farkas)
+    d = int(rng.integers(2, 20))
+    X = rng.standard_normal((int(rng.integers(2, 10)), d))
+    return _head_from_rows(np.vstack([X, -X.sum(axis=0)]))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_infeasible_raises(seed):
+    problem = _infeasible(seed)
+    with pytest.raises(NotSeparableError, match="is infeasible"):
+        solve_max_margin(problem, method=METHOD)
+    with pytest.raises(NotSeparableError):
+        solve_max_margin(problem, method="cvxpy")
+
+
+def test_zero_row_with_positive_rhs_is_infeasible():
+    X = np.random.default_rng(3).standard_normal((5, 3))
+    X[2] = 0.0
+    with pytest.raises(NotSeparableError, match="head SVM is infeasible"):
+        solve_max_margin(_head_from_rows(X), method=METHOD)
+
+
+def test_auto_routes_key_scores_here():
+    problem = _head(np.random.default_rng(1), 800, 12)
+    assert solve_max_margin(problem, method="auto").method == METHOD
+
+
+def test_addition_limit_falls_back(monkeypatch):
+    problem = _head(np.random.default_rng(2), 300, 10)
+    rows = _attention._KeyRows(problem)
+    assert _attention._dual_active_set(rows, problem.constraints.rhs, 10, max_add=3) is None
+    monkeypatch.setattr(_attention, "_DAS_MAX_ADD", 0)
+    with pytest.raises(ValueError, match="no max-margin method accepts"):
+        solve_max_margin(problem, method=METHOD)
+    res = solve_max_margin(problem, method="auto")
+    assert res.method == "nnls"
+
+
+def test_declines_other_programs():
+    problem = _head(np.random.default_rng(4), 20, 3)
+    big = MaxMarginProblem(KeyScores(np.zeros((1, 1, _attention._NNLS_MAX_DIM + 1))),
+                           Constraints([0], [0], [-1], [1.0], [False]))
+    assert _attention._solve_dual_active_set(big, 1e-8, 100, None, 0) is None
+    eq = MaxMarginProblem(problem.scores, Constraints(
+        problem.constraints.block, problem.constraints.pos, problem.constraints.ref,
+        problem.constraints.rhs, np.r_[True, np.zeros(19, bool)]))
+    assert _attention._solve_dual_active_set(eq, 1e-8, 100, None, 0) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(300))
+def test_sweep(seed):
+    kind = ("head", "att", "degenerate")[seed % 3]
+    problem = _build(kind, 5000 + seed)
+    _check(problem, solve_max_margin(problem, method=METHOD),
+           solve_max_margin(problem, method="cvxpy"))
