@@ -499,19 +499,6 @@ class _Infeasible(Exception):
     """Raised by :func:`_dual_active_set` on a proof of infeasibility."""
 
 
-class _DenseRows:
-    """Dense constraint rows ``G`` with the interface of :class:`_KeyRows`."""
-
-    def __init__(self, G):
-        self.G = G
-
-    def rows(self, idx=None):
-        return self.G if idx is None else self.G[idx]
-
-    def values(self, x):
-        return self.G @ x
-
-
 # selection of the violated constraint: programs with at most 2 * _DAS_POOL
 # constraints look at every row at every step; larger ones at a pool of the
 # rows of smallest normalized slack of the last scan of all rows (pool size
@@ -530,6 +517,23 @@ def _row_norms(rows, m):
         block = rows.rows(slice(start, min(m, start + _DAS_NORM_CHUNK)))
         out[start:start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
     return out
+
+
+def _smallest(values, k):
+    """Indices of about the ``k`` smallest values (exactly ``k`` for short arrays).
+
+    Long arrays are cut at the matching quantile of a strided sample, cheaper
+    than a full partition; the pool needs no exact size.
+    """
+    m = values.size
+    if m <= 16 * k:
+        return np.argpartition(values, k - 1)[:k]
+    sample = values[:: m // (4 * k)]
+    cut = np.partition(sample, k * sample.size // m)[k * sample.size // m]
+    idx = np.flatnonzero(values <= cut)
+    if idx.size > 4 * k:  # many ties at the cut
+        idx = idx[np.argpartition(values[idx], k - 1)[:k]]
+    return idx
 
 
 def _dual_active_set(rows, h, d, *, max_add=None, pool=None, scan_every=None):
@@ -559,9 +563,9 @@ def _dual_active_set(rows, h, d, *, max_add=None, pool=None, scan_every=None):
 
     Parameters
     ----------
-    rows : _KeyRows or _DenseRows
+    rows : _KeyRows
         The constraint rows ``G`` (``m x d``): ``rows.values(x) = G x`` and
-        ``rows.rows(idx) = G[idx]``.
+        ``rows.rows(idx) = G[idx]`` (a new array).
     h : ndarray of shape (m,)
     d : int
     max_add : int, optional
@@ -611,25 +615,21 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
     inv = 1.0 / norms
     thr = (1e-10 * scale) * inv  # tolerance on the normalized slacks
 
+    hn = h * inv  # normalized rows P = G / ||g||: slacks P x - hn
+
     def build(idx):
-        # normalized rows with the column -h / ||g||: slacks are Pa @ [x, 1]
-        Pa = np.empty((idx.size, d + 1))
-        np.multiply(rows.rows(idx), inv[idx, None], out=Pa[:, :d])
-        np.multiply(h[idx], -inv[idx], out=Pa[:, d])
-        return Pa
+        P = rows.rows(idx)
+        P *= inv[idx, None]
+        return P
 
     whole = m <= 2 * pool
     dense = None
     if G is not None:
-        dense = np.empty((m, d + 1))
-        np.multiply(G, inv[:, None], out=dense[:, :d])
-        np.multiply(h, -inv, out=dense[:, d])
-        del G
+        dense = G
+        dense *= inv[:, None]
     pidx = np.arange(m)
-    Pa = dense
-    xa = np.zeros(d + 1)
-    xa[d] = 1.0
-    x = xa[:d]
+    Pa, hp = dense, hn
+    x = np.zeros(d)
     Z = np.eye(d, order="F")
     NT = np.zeros((d, d), order="F")  # column j: row j of N
     u = np.zeros(d)
@@ -644,7 +644,8 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
         p = -1
         xtol = 1e-14 * math.sqrt(x.dot(x))  # roundoff of the slacks
         if whole or since < scan_every:
-            sn = Pa.dot(xa)
+            sn = Pa.dot(x)
+            sn -= hp
             j = int(sn.argmin())
             sp, p = float(sn[j]), int(pidx[j])
             if sp >= -(thr[p] + xtol) or isact[p]:
@@ -658,10 +659,11 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
                     break
                 else:
                     p = -1
-            n_p = Pa[j, :d]
+            n_p = Pa[j]
         if p < 0:  # scan all rows, refill the pool
             if dense is not None:
-                sn = dense.dot(xa)
+                sn = dense.dot(x)
+                sn -= hn
             else:
                 sn = rows.values(x)
                 sn -= h
@@ -672,9 +674,10 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
                 break
             p = int(np.flatnonzero(bad)[sn[bad].argmin()])
             sp = float(sn[p])
-            pidx = np.argpartition(sn, pool - 1)[:pool]
+            pidx = _smallest(sn, pool)
             Pa = dense[pidx] if dense is not None else build(pidx)
-            n_p = dense[p, :d] if dense is not None else build(np.array([p]))[0, :d]
+            hp = hn[pidx]
+            n_p = dense[p] if dense is not None else build(np.array([p]))[0]
             since = 0
         since += 1
         n_add += 1
