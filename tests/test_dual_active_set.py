@@ -118,6 +118,8 @@ def test_scan_paths(seed, monkeypatch):
     _check(problem, solve_max_margin(problem, method=METHOD), ref)
     monkeypatch.setattr(_attention, "_DAS_DENSE_MAX", 0)
     _check(problem, solve_max_margin(problem, method=METHOD), ref)
+    monkeypatch.setattr(_attention, "_DAS_POOL", 1000)  # whole, but no dense rows
+    _check(problem, solve_max_margin(problem, method=METHOD), ref)
 
 
 def test_zero_rhs_everywhere_gives_zero():

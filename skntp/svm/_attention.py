@@ -526,6 +526,8 @@ def _smallest(values, k):
     than a full partition; the pool needs no exact size.
     """
     m = values.size
+    if k >= m:
+        return np.arange(m)
     if m <= 16 * k:
         return np.argpartition(values, k - 1)[:k]
     sample = values[:: m // (4 * k)]
@@ -622,11 +624,11 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
         P *= inv[idx, None]
         return P
 
-    whole = m <= 2 * pool
     dense = None
     if G is not None:
         dense = G
         dense *= inv[:, None]
+    whole = m <= 2 * pool and dense is not None
     pidx = np.arange(m)
     Pa, hp = dense, hn
     x = np.zeros(d)
@@ -700,7 +702,7 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
                     ratios = np.divide(u[:q], r, out=infs[:q].copy(), where=r > 0)
                     k = int(ratios.argmin())
                     t1 = float(ratios[k])
-            if q == d or z.dot(z) <= 1e-20:  # g_p in the span of the active rows
+            if q == d or zn <= 1e-20 or z.dot(z) <= 1e-20:  # g_p in span(G_A^T)
                 if t1 == math.inf:
                     raise _Infeasible
                 t, full = t1, False
@@ -778,7 +780,7 @@ def _solve_dual_active_set(problem, tol, max_iter, be, verbose):
     x, lam, n_add = out
     scale = max(1.0, float(np.abs(h).max())) if m else 1.0
     viol = float(np.maximum(h - rows.values(x), 0.0).max()) if m else 0.0
-    if viol > 1e-6 * scale:  # roundoff beyond the optimality conditions
+    if viol > 1e-9 * scale:  # not exact to roundoff (a drifted update): let nnls try
         return None
     sq = float(x @ x)
     gap = (sq - float(h @ lam)) / sq if sq > 0 else 0.0
