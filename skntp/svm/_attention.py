@@ -702,7 +702,8 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
                     ratios = np.divide(u[:q], r, out=infs[:q].copy(), where=r > 0)
                     k = int(ratios.argmin())
                     t1 = float(ratios[k])
-            if q == d or zn <= 1e-20 or z.dot(z) <= 1e-20:  # g_p in span(G_A^T)
+            # g_p in span(G_A^T) (||g_p|| = 1: zn >= 1e-8 implies ||z|| >= 1e-8)
+            if q == d or zn <= 1e-20 or (zn < 1e-8 and z.dot(z) <= 1e-20):
                 if t1 == math.inf:
                     raise _Infeasible
                 t, full = t1, False
