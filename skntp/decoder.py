@@ -28,7 +28,7 @@ from ._base import (
     train,
 )
 from .metrics import SubspaceProjector, alignment, history_metrics
-from .svm import NotSeparableError, log_odds_problem, ntp_svm_problem, solve_max_margin
+from .svm import NotSeparableError, log_odds_problem, solve_ntp_svm
 from .svm._core import solve_min_norm
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
@@ -504,9 +504,8 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         self._projector = SubspaceProjector(
             equations.constraint_matrix(), self.finite_component_.shape
         )
-        problem = ntp_svm_problem(contexts, probs.toarray() > 0)
         try:
-            res = solve_max_margin(problem, method=self.svm_method,
+            _, res = solve_ntp_svm(contexts, probs.toarray() > 0, method=self.svm_method,
                                    **backend_kwargs(self))
         except NotSeparableError as exc:
             if self.solver == "svm":

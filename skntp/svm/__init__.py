@@ -32,7 +32,14 @@ from ._joint import (
     relaxed_att_svm_problem,
     support_vectors,
 )
-from ._ntp import finite_component, log_odds_problem, ntp_svm, ntp_svm_problem
+from ._ntp import (
+    exchangeable_tokens,
+    finite_component,
+    log_odds_problem,
+    ntp_svm,
+    ntp_svm_problem,
+    solve_ntp_svm,
+)
 
 __all__ = [
     "BilinearScores",
@@ -56,6 +63,8 @@ __all__ = [
     "log_odds_problem",
     "ntp_svm",
     "ntp_svm_problem",
+    "exchangeable_tokens",
+    "solve_ntp_svm",
     "min_score_gap",
     "solve_max_margin",
     "solve_min_norm",

@@ -75,17 +75,25 @@ class BilinearScores:
         ``None`` for the identity (then ``n_positions = p`` must be given).
     n_outputs : int, optional
         Number of positions when ``outputs`` is None.
+    output_scale : ndarray of shape (n_positions,), optional
+        Only with ``outputs=None``: a diagonal ``E`` (``S[b, t] = s_t e_t^T W
+        Q[b]``) without the dense ``(n_positions, n_positions)`` product.
     """
 
-    def __init__(self, queries, outputs=None, n_outputs=None):
+    def __init__(self, queries, outputs=None, n_outputs=None, output_scale=None):
         self.queries = np.asarray(queries, dtype=float)
         self.outputs = None if outputs is None else np.asarray(outputs, dtype=float)
+        self.output_scale = None
         if self.outputs is None:
             if n_outputs is None:
                 raise ValueError("n_outputs is required when outputs is None.")
             self.n_positions = int(n_outputs)
             p = self.n_positions
+            if output_scale is not None:
+                self.output_scale = np.asarray(output_scale, dtype=float).reshape(p)
         else:
+            if output_scale is not None:
+                raise ValueError("output_scale is only for outputs=None.")
             self.n_positions, p = self.outputs.shape
         self.n_blocks = self.queries.shape[0]
         self.shape = (p, self.queries.shape[1])
@@ -96,15 +104,21 @@ class BilinearScores:
         new.__dict__.update(self.__dict__)
         new.queries = be.asarray(self.queries)
         new.outputs = None if self.outputs is None else be.asarray(self.outputs)
+        if self.output_scale is not None:
+            new.output_scale = be.asarray(self.output_scale)
         return new
 
     def forward(self, xp, w):
         """Scores ``(n_blocks, n_positions)`` of the parameter ``w``."""
+        if self.output_scale is not None:  # scale the (small) parameter, not the table
+            return self.queries @ (w * self.output_scale[:, None]).T
         s = self.queries @ w.T
         return s if self.outputs is None else s @ self.outputs.T
 
     def adjoint(self, xp, c):
         """Adjoint: ``W = E^T C^T Q`` for a table ``C`` shaped like the scores."""
+        if self.output_scale is not None:
+            return (c.T @ self.queries) * self.output_scale[:, None]
         ct = c.T if self.outputs is None else self.outputs.T @ c.T
         return ct @ self.queries
 
@@ -114,8 +128,11 @@ class BilinearScores:
             # S[b, t] = sum_k Q[b, k] W[t, k]; W[t, k] sits at t * q + k.
             B, T, (_, q) = self.n_blocks, self.n_positions, self.shape
             b, t, k = np.meshgrid(np.arange(B), np.arange(T), np.arange(q), indexing="ij")
+            data = self.queries[b, k]
+            if self.output_scale is not None:
+                data = data * self.output_scale[t]
             return sp.csr_matrix(
-                (self.queries[b, k].ravel(), ((b * T + t).ravel(), (t * q + k).ravel())),
+                (data.ravel(), ((b * T + t).ravel(), (t * q + k).ravel())),
                 shape=(B * T, T * q),
             )
         # S[b, t] = sum_{a,c} E[t, a] W[a, c] Q[b, c] (dense: small problems only).

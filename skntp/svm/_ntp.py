@@ -8,11 +8,13 @@ from ._core import (
     BilinearScores,
     Constraints,
     MaxMarginProblem,
+    MaxMarginResult,
     solve_max_margin,
     solve_min_norm,
 )
 
-__all__ = ["finite_component", "ntp_svm", "ntp_svm_problem", "log_odds_problem"]
+__all__ = ["exchangeable_tokens", "finite_component", "ntp_svm", "ntp_svm_problem",
+           "log_odds_problem", "solve_ntp_svm"]
 
 
 def _check_contexts(contexts, support, name="support"):
@@ -79,6 +81,97 @@ def ntp_svm_problem(contexts, support):
     )
 
 
+def exchangeable_tokens(support):
+    """Group the tokens whose support columns are identical.
+
+    Two tokens ``v, v'`` with ``v in S_j <=> v' in S_j`` for every context
+    are exchangeable in the NTP-SVM: swapping rows ``v`` and ``v'`` of ``W``
+    maps the feasible set of (4a)-(4b) onto itself and keeps ``||W||``, so
+    the unique solution has ``w_v = w_v'``.  Typical cases are tokens never
+    in any support and tokens that always occur together.
+
+    Parameters
+    ----------
+    support : ndarray of shape (m, V), bool
+
+    Returns
+    -------
+    representative : ndarray of shape (n_classes,)
+        The first token of each class, in increasing order.
+    token_class : ndarray of shape (V,)
+        The class of every token.
+    counts : ndarray of shape (n_classes,)
+        Class sizes.
+    """
+    packed = np.ascontiguousarray(np.packbits(np.asarray(support, dtype=bool), axis=0).T)
+    _, first, inverse = np.unique(packed, axis=0, return_index=True, return_inverse=True)
+    inverse = np.asarray(inverse).ravel()
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    token_class = rank[inverse]
+    return first[order], token_class, np.bincount(token_class)
+
+
+def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, **kwargs):
+    """Solve the NTP-SVM through the max-margin core, merging exchangeable tokens.
+
+    Tokens with identical support columns share their row of ``W^mm`` (see
+    :func:`exchangeable_tokens`).  With ``n_c`` tokens in class ``c`` and the
+    common row ``u_c``, ``||W||^2 = sum_c n_c ||u_c||^2``, so the program in
+    ``U'`` with rows ``u'_c = sqrt(n_c) u_c`` is an NTP-SVM over the classes
+    with scores ``S[j, c] = u'_c^T h_j / sqrt(n_c)`` and the same constraints
+    (duplicates dropped): an exact reduction from ``V`` to ``n_classes``
+    positions per context.  The solution and the multipliers are mapped back
+    to the program of :func:`ntp_svm_problem` (a class's dual table entry is
+    shared equally by its tokens), so the returned result is that program's.
+
+    Parameters
+    ----------
+    contexts : array-like of shape (m, d)
+    support : array-like of shape (m, V), bool
+    method : str, default="auto"
+        Max-margin core method.
+    merge_exchangeable : bool, default=True
+        Solve the reduced program when some tokens are exchangeable.
+    **kwargs :
+        ``tol``, ``max_iter``, ``verbose``, ``backend``, ``device``, ``dtype``
+        of :func:`~skntp.svm.solve_max_margin`.
+
+    Returns
+    -------
+    problem : MaxMarginProblem
+        The full program (``V`` positions).
+    result : MaxMarginResult
+        Its solution: ``primal`` of shape (V, d), ``dual`` per constraint.
+    """
+    problem = ntp_svm_problem(contexts, support)
+    support = np.asarray(support, dtype=bool)
+    if merge_exchangeable:
+        representative, token_class, counts = exchangeable_tokens(support)
+    if not merge_exchangeable or counts.size == support.shape[1]:
+        return problem, solve_max_margin(problem, method=method, **kwargs)
+    contexts = problem.scores.queries
+    reduced = ntp_svm_problem(contexts, support[:, representative])
+    scale = 1.0 / np.sqrt(counts)
+    reduced.scores = BilinearScores(contexts, None, n_outputs=counts.size, output_scale=scale)
+    res = solve_max_margin(reduced, method=method, **kwargs)
+    primal = (res.primal * scale[:, None])[token_class]
+    # dual table of the reduced program -> the full one: C[j, v] = C'[j, c(v)] / n_c
+    c = reduced.constraints
+    table = np.zeros((support.shape[0], counts.size))
+    np.add.at(table, (c.block, c.pos), res.dual)
+    np.add.at(table, (c.block, c.ref), -res.dual)
+    table = (table / counts)[:, token_class]
+    full = problem.constraints
+    # equalities (z, anchor) carry C[j, z]; inequalities (anchor, v) carry -C[j, v]
+    dual = np.where(full.equality, table[full.block, full.pos], -table[full.block, full.ref])
+    return problem, MaxMarginResult(
+        primal=primal, dual=dual, method=res.method, status=res.status, n_iter=res.n_iter,
+        gap=res.gap, max_violation=res.max_violation,
+    )
+
+
 def ntp_svm(contexts, support, *, method="auto", tol=1e-8, max_iter=100_000,
             return_result=False, **backend):
     """Solve the NTP-SVM: ``W^mm = argmin ||W||_F`` s.t. (4a) and (4b).
@@ -107,8 +200,8 @@ def ntp_svm(contexts, support, *, method="auto", tol=1e-8, max_iter=100_000,
     NotSeparableError
         If the data are not NTP-separable.
     """
-    problem = ntp_svm_problem(contexts, support)
-    result = solve_max_margin(problem, method=method, tol=tol, max_iter=max_iter, **backend)
+    _, result = solve_ntp_svm(contexts, support, method=method, tol=tol, max_iter=max_iter,
+                              **backend)
     return (result.primal, result) if return_result else result.primal
 
 
