@@ -323,27 +323,32 @@ def test_working_set_default_rounds_match_cvxpy():
         assert rel_err(res.primal, tight) <= 1e-5
 
 
-def test_table_projection_is_exact():
-    """The sort-based row projection against a brute-force bisection."""
+@pytest.mark.parametrize("seed", range(3))
+def test_table_projection_is_exact(seed):
+    """The row projection (cold, then warm-started from the last roots)
+    against a brute-force bisection."""
     from skntp._backend import get_backend
     from skntp.svm._fast import _TableSpace
 
-    rng = np.random.default_rng(8)
+    rng = np.random.default_rng(8 + seed)
     problem = ntp_problem(rng, 40, 5, 12)
     space = _TableSpace(problem, get_backend("numpy"), anchored_structure(problem))
-    u = rng.standard_normal((40, 12)) * 3
-    x = space.project(u)
     allowed = space.free | space.neg
-    assert np.allclose(x.sum(axis=1), 0.0, atol=1e-12)
-    assert np.all(x[space.neg] <= 0) and np.all(x[~allowed] == 0)
-    for b in range(40):
-        lo, hi = -100.0, 100.0
-        for _ in range(200):  # f(theta) decreasing: bisection on the root
-            th = 0.5 * (lo + hi)
-            v = np.where(space.neg[b], np.minimum(u[b] - th, 0), u[b] - th)[allowed[b]]
-            lo, hi = (th, hi) if v.sum() > 0 else (lo, th)
-        v = np.where(space.neg[b], np.minimum(u[b] - lo, 0), u[b] - lo) * allowed[b]
-        np.testing.assert_allclose(x[b], v, atol=1e-10)
+    u0 = rng.standard_normal((40, 12)) * 3
+    # a small step keeps most roots valid warm starts, a big one invalidates them
+    for u in (u0, u0 + 0.1 * rng.standard_normal(u0.shape),
+              u0 + 5 * rng.standard_normal(u0.shape)):
+        x = space.project(u)
+        assert np.allclose(x.sum(axis=1), 0.0, atol=1e-12)
+        assert np.all(x[space.neg] <= 0) and np.all(x[~allowed] == 0)
+        for b in range(40):
+            lo, hi = -100.0, 100.0
+            for _ in range(200):  # f(theta) decreasing: bisection on the root
+                th = 0.5 * (lo + hi)
+                v = np.where(space.neg[b], np.minimum(u[b] - th, 0), u[b] - th)[allowed[b]]
+                lo, hi = (th, hi) if v.sum() > 0 else (lo, th)
+            v = np.where(space.neg[b], np.minimum(u[b] - lo, 0), u[b] - lo) * allowed[b]
+            np.testing.assert_allclose(x[b], v, atol=1e-10)
 
 
 def test_working_set_torch_backend_same_answer():

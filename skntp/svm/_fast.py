@@ -44,9 +44,10 @@ Crammer-Singer dual with the box bound ``C = inf`` (hard margin); the support
 coordinates are free.  The Euclidean projection onto ``K_b`` is
 ``c_t = clip(u_t - theta)``, with ``theta`` the root of the concave,
 decreasing, piecewise-linear ``f(theta) = sum_t clip(u_t - theta) - rho``;
-``f`` is the minimum of the lines through its pieces, so the root is the
-smallest of their roots, found exactly from one sort of each row (the
-Crammer-Singer block update of liblinear, all rows at once).  This metric
+``f`` is the minimum of the lines through its pieces, so the root is found
+exactly by Michelot's iteration from above (see ``_TableSpace._theta``; the
+Crammer-Singer block update of liblinear, all rows at once, on the few
+coordinates below the last root instead of a sort of each row).  This metric
 is the natural one: in the multiplier space the "anchor" direction is ``V``
 times stiffer, in ``C`` it is not.
 
@@ -64,7 +65,8 @@ backtracking safeguard on the power-iteration step.  Once the face of the
 feasible set (the set of nonzero multipliers) has nearly stopped changing
 between two checks (at most 0.2% of it), a *polish* runs primal-dual
 active-set cycles: maximize ``D`` exactly on the face by conjugate
-gradients, drop the multipliers that come out with the wrong sign, add the
+gradients (on the face's coordinates only: each step is the two products
+and vectors as small as the face), drop the multipliers that come out with the wrong sign, add the
 constraints that the face optimum violates, repeat (at most 10 cycles; the
 CG iterations are capped at 3 times the FISTA iterations so far).  If the face
 is the optimal one this lands on ``lam*`` to machine precision; a face along
@@ -137,6 +139,9 @@ __all__ = ["solve_fast"]
 
 #: Normalized-margin threshold below which a problem is declared infeasible.
 INFEASIBLE_MARGIN = 1e-9
+
+#: Polish once at most this fraction of the face changed between two checks.
+POLISH_FACE_CHANGE = 0.002
 
 #: Smallest dual table (blocks x positions) solved on a working set by default.
 WORKING_SET_MIN_TABLE = 1_000_000
@@ -225,7 +230,6 @@ class _TableSpace:
         self.allowed_f = be.asarray(st["allowed"].astype(float))
         self.free_f = be.asarray(st["free"].astype(float))
         self.n_free = xp.maximum(xp.sum(self.free_f, axis=1), 1.0)
-        self._counts = be.asarray(np.arange(1, self.T + 1, dtype=float))[None, :]
         self.lin = be.asarray(st["lin"])
         self.sum_type = be.asindex(st["sum_type"])
         self.flat_t = be.asindex(st["flat_t"])
@@ -234,32 +238,71 @@ class _TableSpace:
         self.blk = be.asindex(st["block"])
         self.shape = (self.B, self.T)
         self.has_rho_blocks = bool(np.any(st["sum_type"] > 0))
+        self.all_allowed = bool(st["allowed"].all())
+        free_b, free_t = np.nonzero(st["free"])
+        self.free_rows = be.asindex(free_b)
+        self.free_flat = be.asindex(free_b * self.T + free_t)
+        # the clip of the projection: min(v, 0) on sign-constrained coordinates
+        self.cap = be.asarray(np.where(st["neg"], 0.0, np.inf))
+        self._theta_last = None
 
     def zeros(self):
         return self.be.zeros(self.shape)
 
     def apply(self, w):
-        return self.smap.forward(self.xp, w) * self.allowed_f
+        s = self.smap.forward(self.xp, w)
+        return s if self.all_allowed else s * self.allowed_f
 
     def adjoint(self, x):
         return self.smap.adjoint(self.xp, x)
 
     def _theta(self, u):
-        """Root of ``f(theta) = sum_t clip(u_t - theta) = 0`` per row (exact, one sort).
+        """Root of ``f(theta) = sum_t clip(u_t - theta) = 0`` per row (exact, no sort).
 
-        ``f`` is the minimum of the lines ``g_i(theta) = F + S_i - (n_free + i) theta``
-        (``F`` the sum over free coordinates, ``S_i`` the sum of the ``i``
-        smallest sign-constrained ones), so its root is ``min_i (F + S_i) / (n_free + i)``.
+        ``f`` is the minimum over subsets ``A`` of the sign-constrained
+        coordinates of the lines ``g_A(theta) = F + sum_A u_t - (n_free + |A|) theta``
+        (``F`` the sum over free coordinates).  From ``theta_0 = F / n_free``
+        (``A`` empty), the root of ``g_A`` with ``A = {t : u_t < theta_k}`` lies
+        in ``[theta*, theta_k]`` (``g_A(theta_k) = f(theta_k) <= 0`` and
+        ``g_A >= f``), so the iteration decreases to the root and stops, exactly,
+        once ``A`` stops growing (Michelot's algorithm).  It starts from the
+        last call's root where that is still above the new one, and runs on
+        the gathered coordinates below the start only (the future ``A``):
+        all rows at once, a few passes over a short vector.
         """
         xp = self.xp
-        inf = xp.full_like(u, math.inf)
-        srt = xp.sort(xp.where(self.neg, u, inf), axis=1)
-        valid = srt < inf
-        prefix = xp.cumulative_sum(xp.where(valid, srt, xp.zeros_like(u)), axis=1)
-        fsum = xp.sum(u * self.free_f, axis=1)
-        cand = (fsum[:, None] + prefix) / (self.n_free[:, None] + self._counts)
-        cand = xp.min(xp.where(valid, cand, inf), axis=1)
-        return xp.minimum(fsum / self.n_free, cand)
+        flat = xp.reshape(u, (-1,))
+        fsum = scatter_add(xp, self.free_rows, xp.take(flat, self.free_flat), self.B)
+        theta = fsum / self.n_free
+        last = self._theta_last
+        idx = None
+        if last is not None:
+            # warm start: any theta_0 >= theta* (f(theta_0) <= 0) will do, and
+            # the last call's root usually is one, a pass or two from the new
+            idx = xp.nonzero(xp.reshape(self.neg & (u < last[:, None]), (-1,)))[0]
+            rows = idx // self.T
+            vals = xp.take(flat, idx)
+            f_last = fsum - self.n_free * last + scatter_add(
+                xp, rows, vals - xp.take(last, rows), self.B)
+            valid = f_last <= 0
+            theta = xp.where(valid, xp.minimum(last, theta), theta)
+            if not bool(xp.all(valid)):
+                idx = None
+        if idx is None:
+            # only coordinates below the start can ever join A: run on those
+            idx = xp.nonzero(xp.reshape(self.neg & (u < theta[:, None]), (-1,)))[0]
+            rows = idx // self.T
+            vals = xp.take(flat, idx)
+        count = None
+        for _ in range(self.T + 1):
+            below = xp.astype(vals < xp.take(theta, rows), u.dtype)
+            new_count = scatter_add(xp, rows, below, self.B)
+            if count is not None and not bool(xp.any(new_count != count)):
+                break
+            count = new_count
+            theta = (fsum + scatter_add(xp, rows, vals * below, self.B)) / (self.n_free + count)
+        self._theta_last = theta
+        return theta
 
     def project(self, u):
         xp = self.xp
@@ -270,26 +313,24 @@ class _TableSpace:
             s0 = xp.sum(clip0, axis=1)
             theta = xp.where((self.sum_type == 2) | ((self.sum_type == 1) & (s0 >= 0)),
                              xp.zeros_like(theta), theta)
-        v = u - theta[:, None]
-        return xp.where(self.neg, xp.minimum(v, 0.0), v) * self.allowed_f
+        v = xp.minimum(u - theta[:, None], self.cap)
+        return v if self.all_allowed else v * self.allowed_f
 
     def face_mask(self, x):
         """Coordinates free on the face of ``x``'s feasible set (bool table)."""
         return self.free | (self.neg & (x < 0))
 
-    def face_project(self, v, mask):
-        """Project a direction onto the face's tangent subspace."""
+    def face_project(self, v, rows):
+        """Project a direction, given on the face's coordinates (their rows in
+        ``rows``), onto the face's tangent subspace: fixed row sums stay fixed."""
         xp = self.xp
-        mf = xp.astype(mask, v.dtype)
-        v = v * mf
-        # row sums must stay fixed on "sum = 0" rows (and active "sum >= 0").
-        cnt = xp.maximum(xp.sum(mf, axis=1), 1.0)
         fix = self.sum_type == 0
         if self.has_rho_blocks:
-            # treat sum >= 0 rows with sum ~ 0 as fixed too (decided at face time)
             fix = fix | self._rho_active
-        mean = xp.sum(v, axis=1) / cnt
-        return v - xp.where(fix, mean, xp.zeros_like(mean))[:, None] * mf
+        sums = scatter_add(xp, rows, v, self.B)
+        cnt = scatter_add(xp, rows, xp.ones_like(v), self.B)
+        mean = xp.where(fix, sums / xp.maximum(cnt, 1.0), xp.zeros_like(sums))
+        return v - xp.take(mean, rows)
 
     def set_face(self, x):
         xp = self.xp
@@ -358,8 +399,8 @@ class _LamSpace:
     def set_face(self, x):
         return self.eq | (x > 0)
 
-    def face_project(self, v, mask):
-        return v * self.xp.astype(mask, v.dtype)
+    def face_project(self, v, rows):
+        return v
 
     def restrict(self, x, mask):
         return x * self.xp.astype(mask, x.dtype)
@@ -378,7 +419,7 @@ class _LamSpace:
 # The solver
 # --------------------------------------------------------------------------
 def _dot(xp, a, b):
-    return float(xp.sum(a * b))
+    return float(xp.vecdot(xp.reshape(a, (-1,)), xp.reshape(b, (-1,))))
 
 
 def _lipschitz(space, xp, be, n_iter=50, seed=0):
@@ -440,10 +481,29 @@ class _Checker:
 def _cg_on_face(space, x0, mask, xp, max_iter, L):
     """Maximize ``D`` on the affine face through ``x0`` (CG, tangent subspace).
 
+    The iteration runs on the face's coordinates only (a gathered vector):
+    each step is one product with ``S`` and one with ``S^*``, everything else
+    is as small as the face.  ``x0`` must vanish off the face.
+
     Returns ``(x, ray, n_iter)``; ``ray`` is a direction of unbounded ascent or None.
     """
-    x = x0
-    r = space.face_project(space.lin - space.apply(space.adjoint(x)), mask)
+    flat = xp.reshape(mask, (-1,))
+    idx = xp.nonzero(flat)[0]
+    size = int(flat.shape[0])
+    rows = idx // space.shape[1] if len(space.shape) == 2 else None
+
+    def scatter(v):
+        return xp.reshape(scatter_add(xp, idx, v, size), space.shape)
+
+    def tangent(v):
+        return space.face_project(v, rows)
+
+    def hess(v):  # minus the Hessian of D, on the face
+        return tangent(xp.take(xp.reshape(space.apply(space.adjoint(scatter(v))), (-1,)), idx))
+
+    z = xp.take(xp.reshape(x0, (-1,)), idx)
+    w0 = space.adjoint(x0)
+    r = tangent(xp.take(xp.reshape(space.lin - space.apply(w0), (-1,)), idx))
     p = r
     rr = _dot(xp, r, r)
     rr0 = rr
@@ -453,21 +513,21 @@ def _cg_on_face(space, x0, mask, xp, max_iter, L):
         # (often singular) faces; iterating on only accumulates drift.
         if rr <= 1e-20 * max(rr0, 1e-300):
             break
-        q = space.face_project(space.apply(space.adjoint(p)), mask)
+        q = hess(p)
         pq = _dot(xp, p, q)
         if pq <= 1e-14 * L * _dot(xp, p, p):
-            if rr <= 1e-20 * rr0 or _dot(xp, space.lin, p) <= 0:
+            if rr <= 1e-20 * rr0 or _dot(xp, xp.take(xp.reshape(space.lin, (-1,)), idx), p) <= 0:
                 break
             # (numerically) no curvature along an ascent direction: the face
             # is unbounded, a candidate Farkas ray (checked by the caller).
-            return x, p, k
+            return scatter(z), scatter(p), k
         alpha = rr / pq
-        x = x + alpha * p
+        z = z + alpha * p
         r = r - alpha * q
         rr_new = _dot(xp, r, r)
         p = r + (rr_new / rr) * p
         rr = rr_new
-    return x, None, k
+    return scatter(z), None, k
 
 
 def _infeasible(problem, it):
@@ -588,7 +648,7 @@ def _fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None
                 # polish once the face has (nearly) settled: at most 0.2% of its
                 # coordinates changed since the last check
                 if face is not None and float(xp.sum(xp.astype(new_face != face, x.dtype))) <= (
-                        0.002 * float(xp.sum(xp.astype(new_face, x.dtype)))):
+                        POLISH_FACE_CHANGE * float(xp.sum(xp.astype(new_face, x.dtype)))):
                     xc, wc, dc, lam_c, gap_c, viol_c, ok_c, k = _polish(
                         problem, space, check, xp, x, w, dval, L, a_scale, it)
                     n_polish += 1
