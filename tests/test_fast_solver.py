@@ -323,16 +323,34 @@ def test_working_set_default_rounds_match_cvxpy():
         assert rel_err(res.primal, tight) <= 1e-5
 
 
+def partial_table_problem(rng, B, T):
+    """Anchored blocks constraining a random subset of the positions only."""
+    blk, ref = [], []
+    for b in range(B):
+        others = rng.choice(np.arange(1, T), size=int(rng.integers(1, T - 1)), replace=False)
+        blk += [b] * len(others)
+        ref += list(others)
+    blk, ref = np.array(blk), np.array(ref)
+    return MaxMarginProblem(
+        BilinearScores(rng.standard_normal((B, 4)), None, n_outputs=T),
+        Constraints(blk, np.zeros_like(blk), ref, np.ones(blk.size), np.zeros(blk.size, bool)))
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_table_projection_is_exact(seed):
+@pytest.mark.parametrize("partial", [False, True])
+@pytest.mark.parametrize("dense_passes_above", [0.0, 1.0])
+def test_table_projection_is_exact(seed, partial, dense_passes_above, monkeypatch):
     """The row projection (cold, then warm-started from the last roots)
-    against a brute-force bisection."""
+    against a brute-force bisection; tables with every position constrained
+    and with some positions unconstrained (fixed at 0)."""
     from skntp._backend import get_backend
     from skntp.svm._fast import _TableSpace
 
     rng = np.random.default_rng(8 + seed)
-    problem = ntp_problem(rng, 40, 5, 12)
+    problem = partial_table_problem(rng, 40, 12) if partial else ntp_problem(rng, 40, 5, 12)
+    monkeypatch.setattr(_TableSpace, "dense_passes_above", dense_passes_above)
     space = _TableSpace(problem, get_backend("numpy"), anchored_structure(problem))
+    assert space.all_allowed != partial
     allowed = space.free | space.neg
     u0 = rng.standard_normal((40, 12)) * 3
     # a small step keeps most roots valid warm starts, a big one invalidates them
