@@ -76,6 +76,16 @@ def test_output_scale_matches_dense_diagonal():
 
 @pytest.mark.parametrize("seed", range(12))
 def test_reduced_solve_is_the_full_program(seed):
+    check_reduced_solve(seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(12, 200))
+def test_reduced_solve_is_the_full_program_many(seed):
+    check_reduced_solve(seed)
+
+
+def check_reduced_solve(seed):
     rng = np.random.default_rng(100 + seed)
     m, d = int(rng.integers(20, 70)), int(rng.integers(3, 9))
     H, S = grouped_supports(rng, m, d, int(rng.integers(6, 16)), n_unseen=seed % 3)
