@@ -152,3 +152,14 @@ def test_reduction_result_matches_problem_shape():
     assert res.dual.shape == (len(problem.constraints),)
     ref = solve_max_margin(problem, method="fast")
     assert rel_err(res.primal, ref.primal) <= 1e-5
+
+
+def test_reduction_torch_backend_same_answer():
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    H, S = grouped_supports(rng, 40, 5, 10, n_unseen=3)
+    _, a = solve_ntp_svm(H, S, method="fast", tol=1e-10)
+    _, b = solve_ntp_svm(H, S, method="fast", tol=1e-10, backend="torch")
+    assert isinstance(b.primal, np.ndarray) and isinstance(b.dual, np.ndarray)
+    assert rel_err(b.primal, a.primal) <= 1e-8
+    np.testing.assert_allclose(b.dual, a.dual, atol=1e-6 * max(1.0, np.abs(a.dual).max()))

@@ -159,10 +159,10 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
     primal = (res.primal * scale[:, None])[token_class]
     # dual table of the reduced program -> the full one: C[j, v] = C'[j, c(v)] / n_c
     c = reduced.constraints
-    table = np.zeros((support.shape[0], counts.size))
-    np.add.at(table, (c.block, c.pos), res.dual)
-    np.add.at(table, (c.block, c.ref), -res.dual)
-    table = (table / counts)[:, token_class]
+    size = support.shape[0] * counts.size
+    table = (np.bincount(c.block * counts.size + c.pos, res.dual, minlength=size)
+             - np.bincount(c.block * counts.size + c.ref, res.dual, minlength=size))
+    table = (table.reshape(-1, counts.size) / counts)[:, token_class]
     full = problem.constraints
     # equalities (z, anchor) carry C[j, z]; inequalities (anchor, v) carry -C[j, v]
     dual = np.where(full.equality, table[full.block, full.pos], -table[full.block, full.ref])
