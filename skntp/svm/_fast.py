@@ -66,9 +66,11 @@ feasible set (the set of nonzero multipliers) has nearly stopped changing
 between two checks (at most 0.2% of it), a *polish* runs primal-dual
 active-set cycles: maximize ``D`` exactly on the face by conjugate
 gradients (on the face's coordinates only: each step is the two products
-and vectors as small as the face), drop the multipliers that come out with the wrong sign, add the
-constraints that the face optimum violates, repeat (at most 10 cycles; the
-CG iterations are capped at 3 times the FISTA iterations so far).  If the face
+and vectors as small as the face), drop the multipliers that come out with
+the wrong sign, add the constraints that the face optimum violates, repeat
+(at most 10 cycles of at most 200 CG steps, one more on a consistent face
+whose CG stopped at that cap; the CG iterations are capped at 3 times the
+FISTA iterations so far).  If the face
 is the optimal one this lands on ``lam*`` to machine precision; a face along
 which ``D`` is unbounded is either a Farkas ray (tested as an infeasibility
 certificate below) or a wrong guess (discarded).  Every polish result must
@@ -270,10 +272,11 @@ class _TableSpace:
         (``A`` empty), the root of ``g_A`` with ``A = {t : u_t < theta_k}`` lies
         in ``[theta*, theta_k]`` (``g_A(theta_k) = f(theta_k) <= 0`` and
         ``g_A >= f``), so the iteration decreases to the root and stops, exactly,
-        once ``A`` stops growing (Michelot's algorithm).  It starts from the
-        last call's root where that is still above the new one, and runs on
-        the gathered coordinates below the start only (the future ``A``):
-        all rows at once, a few passes over a short vector.
+        once ``A`` stops growing (Michelot's algorithm).  Any start above the
+        root will do: after the first call it starts one step from the last
+        call's root (below), and once few coordinates lie below the start
+        (the only ones that can join ``A``) the passes run on those,
+        gathered: all rows at once, a few passes over a short vector.
         """
         xp = self.xp
         flat = xp.reshape(u, (-1,))
