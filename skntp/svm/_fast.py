@@ -281,42 +281,45 @@ class _TableSpace:
         xp = self.xp
         flat = xp.reshape(u, (-1,))
         fsum = scatter_add(xp, self.free_rows, xp.take(flat, self.free_flat), self.B)
+
+        def over_table(mask):  # (|A|, sum_A u) per row, A = mask & (u < theta)
+            def stats(theta):
+                below = mask & (u < theta[:, None])
+                return (xp.sum(xp.astype(below, u.dtype), axis=1),
+                        xp.sum(xp.where(below, u, 0.0), axis=1))
+            return stats
+
+        def over_gathered(mask):  # the same on the gathered coordinates of mask
+            idx = xp.nonzero(xp.reshape(mask, (-1,)))[0]
+            rows = idx // self.T
+            vals = xp.take(flat, idx)
+
+            def stats(theta):
+                below = xp.astype(vals < xp.take(theta, rows), u.dtype)
+                return (scatter_add(xp, rows, below, self.B),
+                        scatter_add(xp, rows, vals * below, self.B))
+            return stats
+
         theta = fsum / self.n_free
-        last = self._theta_last
-        if last is not None:
+        if self._theta_last is not None:
             # warm start: one step from the last call's root.  The line g_A
             # with A = {t : u_t < last} touches f at ``last`` and lies above f
             # (f concave), so its root is >= theta* whichever side of theta*
             # ``last`` is on; usually it is a pass or two from the end.
-            below = self.neg & (u < last[:, None])
-            count = xp.sum(xp.astype(below, u.dtype), axis=1)
-            step = (fsum + xp.sum(xp.where(below, u, 0.0), axis=1)) / (self.n_free + count)
-            theta = xp.minimum(theta, step)
-        # only coordinates below the start can ever join A
+            count, below_sum = over_table(self.neg)(self._theta_last)
+            theta = xp.minimum(theta, (fsum + below_sum) / (self.n_free + count))
+        # only coordinates below the start can ever join A: many of them, passes
+        # over the table; few, passes over them gathered (cheaper)
         cand = self.neg & (u < theta[:, None])
+        many = int(xp.sum(xp.astype(cand, xp.int64))) > self.dense_passes_above * self.B * self.T
+        stats = over_table(cand) if many else over_gathered(cand)
         count = None
-        if int(xp.sum(xp.astype(cand, xp.int64))) > self.dense_passes_above * self.B * self.T:
-            # many: passes over the table (cheaper than gathering)
-            for _ in range(self.T + 1):
-                below = cand & (u < theta[:, None])
-                new_count = xp.sum(xp.astype(below, u.dtype), axis=1)
-                if count is not None and not bool(xp.any(new_count != count)):
-                    break
-                count = new_count
-                theta = (fsum + xp.sum(xp.where(below, u, 0.0), axis=1)) / (self.n_free + count)
-            self._theta_last = theta
-            return theta
-        # few: passes over the gathered candidates
-        idx = xp.nonzero(xp.reshape(cand, (-1,)))[0]
-        rows = idx // self.T
-        vals = xp.take(flat, idx)
         for _ in range(self.T + 1):
-            below = xp.astype(vals < xp.take(theta, rows), u.dtype)
-            new_count = scatter_add(xp, rows, below, self.B)
+            new_count, below_sum = stats(theta)
             if count is not None and not bool(xp.any(new_count != count)):
                 break
             count = new_count
-            theta = (fsum + scatter_add(xp, rows, vals * below, self.B)) / (self.n_free + count)
+            theta = (fsum + below_sum) / (self.n_free + count)
         self._theta_last = theta
         return theta
 
@@ -336,17 +339,16 @@ class _TableSpace:
         """Coordinates free on the face of ``x``'s feasible set (bool table)."""
         return self.free | (self.neg & (x < 0))
 
-    def face_project(self, v, rows):
-        """Project a direction, given on the face's coordinates (their rows in
-        ``rows``), onto the face's tangent subspace: fixed row sums stay fixed."""
+    def tangent(self, rows):
+        """Projector onto the face's tangent subspace, for directions given on
+        the face's coordinates (their rows in ``rows``): fixed row sums stay fixed."""
         xp = self.xp
         fix = self.sum_type == 0
         if self.has_rho_blocks:
             fix = fix | self._rho_active
-        sums = scatter_add(xp, rows, v, self.B)
-        cnt = scatter_add(xp, rows, xp.ones_like(v), self.B)
-        mean = xp.where(fix, sums / xp.maximum(cnt, 1.0), xp.zeros_like(sums))
-        return v - xp.take(mean, rows)
+        cnt = scatter_add(xp, rows, xp.astype(rows >= 0, self.lin.dtype), self.B)  # ones
+        inv = xp.where(fix, 1.0 / xp.maximum(cnt, 1.0), xp.zeros_like(cnt))
+        return lambda v: v - xp.take(scatter_add(xp, rows, v, self.B) * inv, rows)
 
     def set_face(self, x):
         xp = self.xp
@@ -415,8 +417,8 @@ class _LamSpace:
     def set_face(self, x):
         return self.eq | (x > 0)
 
-    def face_project(self, v, rows):
-        return v
+    def tangent(self, rows):
+        return lambda v: v
 
     def restrict(self, x, mask):
         return x * self.xp.astype(mask, x.dtype)
@@ -511,8 +513,7 @@ def _cg_on_face(space, x0, mask, xp, max_iter, L):
     def scatter(v):
         return xp.reshape(scatter_add(xp, idx, v, size), space.shape)
 
-    def tangent(v):
-        return space.face_project(v, rows)
+    tangent = space.tangent(rows)
 
     def hess(v):  # minus the Hessian of D, on the face
         return tangent(xp.take(xp.reshape(space.apply(space.adjoint(scatter(v))), (-1,)), idx))
