@@ -428,7 +428,7 @@ def _initial_working_set(rows, h, k):
     return np.argpartition(slack, k - 1)[:k]
 
 
-def _solve_nnls(problem, tol, max_iter, be, verbose):
+def _solve_nnls(problem, tol, max_iter, be, verbose, callback=None):
     c = problem.constraints
     if not isinstance(problem.scores, KeyScores) or c.equality.any():
         return None
@@ -759,7 +759,7 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
     return x, lam, n_add
 
 
-def _solve_dual_active_set(problem, tol, max_iter, be, verbose):
+def _solve_dual_active_set(problem, tol, max_iter, be, verbose, callback=None):
     c = problem.constraints
     if not isinstance(problem.scores, KeyScores) or c.equality.any():
         return None

@@ -335,7 +335,10 @@ _AUTO_MAX_VIOLATION = 1e-3
 
 
 def register_method(name, func, *, auto_priority=None):
-    """Register a solver ``func(problem, tol, max_iter, be, verbose) -> result``.
+    """Register a solver ``func(problem, tol, max_iter, be, verbose, callback) -> result``.
+
+    ``callback`` is ``None`` or a callable ``callback(n_iter, gap, violation)``
+    that an iterative method calls at each certificate check (progress bars).
 
     ``auto_priority`` (lower first) makes it a candidate for ``method="auto"``;
     a function may decline a problem by returning ``None``.
@@ -343,7 +346,7 @@ def register_method(name, func, *, auto_priority=None):
     _METHODS[name] = (func, auto_priority)
 
 
-def _solve_cvxpy(problem, tol, max_iter, be, verbose):
+def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
     import cvxpy as cp
 
     c = problem.constraints
@@ -413,6 +416,7 @@ def solve_max_margin(
     device=None,
     dtype="float64",
     verbose=0,
+    callback=None,
 ):
     """Solve ``min 1/2 ||w||^2`` under the problem's constraints.
 
@@ -431,6 +435,11 @@ def solve_max_margin(
         training precision) is accepted and upcast, since float32 cannot
         certify the default ``tol``.
     verbose : int, default=0
+    callback : callable, optional
+        ``callback(n_iter, gap, violation)``, called by iterative methods at
+        each certificate check (relative duality gap and largest constraint
+        violation of the current iterate), e.g. to drive a progress bar, and
+        once more with the returned result's figures.
 
     Returns
     -------
@@ -473,7 +482,7 @@ def solve_max_margin(
         names = [method]
     for name in names:
         func = _METHODS[name][0]
-        result = func(problem, tol, max_iter, be, verbose)
+        result = func(problem, tol, max_iter, be, verbose, callback)
         if (result is not None and method == "auto" and name != names[-1]
                 and not result.max_violation <= _AUTO_MAX_VIOLATION):
             # An iterative method that ends far from feasibility has not
@@ -482,6 +491,8 @@ def solve_max_margin(
         if result is not None:
             result.primal = to_numpy(result.primal)
             result.dual = to_numpy(result.dual)
+            if callback is not None:  # the final certificate, whatever the method
+                callback(result.n_iter, result.gap, result.max_violation)
             return result
     raise ValueError(f"no max-margin method accepts the problem {problem.name}.")
 

@@ -626,7 +626,8 @@ def _polish(problem, space, check, xp, x, w, dval, L, a_scale, it, cycles=10):
     return x, w, dval, lam, gap, viol, check.last_ok, n_cg
 
 
-def _fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None, L=None):
+def _fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None, L=None,
+           callback=None, it0=0):
     """Restarted FISTA with face polishing on one problem (see the module docstring).
 
     Returns ``(result, x, L)``: the result (``status`` "optimal" or
@@ -658,6 +659,8 @@ def _fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None
         if it % check_every == 0 or it >= max_iter:
             lam, gap, viol, bound = check(x, w)
             ok = check.last_ok
+            if callback is not None:
+                callback(it0 + it, gap, viol)
             if verbose > 1:
                 print(f"[{problem.name} fast/{kind}] it={it} gap={gap:.2e} viol={viol:.2e} "
                       f"||w*||>={bound:.3e}")
@@ -813,7 +816,7 @@ def _table_from_full(be, full, scores):
 
 
 def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, polish,
-                       initial=8, add=8, max_rounds=50):
+                       initial=8, add=8, max_rounds=50, callback=None):
     """Solve an anchored program on a growing working set of inequalities.
 
     Equalities (the support constraints of the NTP-SVM) and anchor-only
@@ -854,7 +857,7 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
         st_sub = anchored_structure(sub)
         x0 = None if x_full is None else _table_from_full(be, x_full, sub.scores)
         res, x, L = _fista(sub, st_sub, be, inner_tol, max(max_iter - total, 1), verbose,
-                           check_every, polish, x0=x0, L=L)
+                           check_every, polish, x0=x0, L=L, callback=callback, it0=total)
         total += res.n_iter
         w = xp.reshape(res.primal, problem.shape)
         v = values(w) - rhs
@@ -902,7 +905,8 @@ def _smallest_per_block(block, score, eligible, k, n_blocks):
 
 
 def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
-               check_every=10, polish=True, structure="auto", working_set="auto"):
+               check_every=10, polish=True, structure="auto", working_set="auto",
+               callback=None):
     """Solve a :class:`MaxMarginProblem` by restarted FISTA on its dual.
 
     See the module docstring for the dual, the stopping rule and the
@@ -932,6 +936,8 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         have more than 64 positions and the dual table has at least
         :data:`WORKING_SET_MIN_TABLE` entries (below that, the whole table
         is cheap and the rounds cost more than they save).
+    callback : callable, optional
+        ``callback(n_iter, gap, violation)`` at every certificate check.
 
     Returns
     -------
@@ -957,9 +963,10 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         or (working_set == "auto" and T > 64 and B * T >= WORKING_SET_MIN_TABLE))
     if use_ws:
         result = _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every,
-                                    polish)
+                                    polish, callback=callback)
     else:
-        result = _fista(problem, st, be, tol, max_iter, verbose, check_every, polish)[0]
+        result = _fista(problem, st, be, tol, max_iter, verbose, check_every, polish,
+                        callback=callback)[0]
     if result.status != "optimal":
         from sklearn.exceptions import ConvergenceWarning
 
@@ -977,8 +984,8 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
     return result
 
 
-def _method(problem, tol, max_iter, be, verbose):
-    return solve_fast(problem, tol, max_iter, be, verbose)
+def _method(problem, tol, max_iter, be, verbose, callback=None):
+    return solve_fast(problem, tol, max_iter, be, verbose, callback=callback)
 
 
 register_method("fast", _method, auto_priority=10)

@@ -125,7 +125,7 @@ def graph_svm_problem(embeddings, graphs, sccs=None):
 _LDP_MAX_ENTRIES = 4_000_000
 
 
-def _solve_graph_ldp(problem, tol, max_iter, be, verbose):
+def _solve_graph_ldp(problem, tol, max_iter, be, verbose, callback=None):
     """Exact method for (Graph-SVM): eliminate the ties, then one least-distance NNLS.
 
     The equalities of (Graph-SVM) are homogeneous, so ``W = N z`` with ``N``
