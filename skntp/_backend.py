@@ -15,7 +15,8 @@ import numpy as np
 from sklearn.externals import array_api_compat
 from sklearn.externals.array_api_compat import numpy as _np_xp
 
-__all__ = ["Backend", "CHUNK_ELEMENTS", "exp_", "get_backend", "row_chunks", "to_numpy"]
+__all__ = ["Backend", "CHUNK_ELEMENTS", "blas_threads", "exp_", "get_backend", "row_chunks",
+           "to_numpy"]
 
 _DTYPES = {"float64", "float32"}
 
@@ -23,6 +24,60 @@ _DTYPES = {"float64", "float32"}
 #: logits of a chunk of contexts) materialized at once: 2**24 elements is
 #: 128 MiB in float64.  Row-chunked objectives use :func:`row_chunks`.
 CHUNK_ELEMENTS = 2**24
+
+
+#: Products of fewer multiply-adds than this run on one BLAS thread (see
+#: :func:`blas_threads`).
+SMALL_PRODUCT = 2**23
+
+
+def blas_threads(size, be=None):
+    """Context: one BLAS/OpenMP thread for loops of small products.
+
+    A loop of small matrix products (a few million multiply-adds each) gains
+    nothing from a thread pool and loses badly when the machine is busy:
+    threads wait for cores that another process holds.  As scikit-learn
+    does in its iterative solvers (``threadpoolctl``), the pool is limited to
+    one thread for the duration of the loop when ``size``, the multiply-adds
+    of the loop's largest product, is below :data:`SMALL_PRODUCT`; larger
+    products keep the library's default.  With a torch CPU backend, torch's
+    intra-op pool is limited the same way.
+
+    Parameters
+    ----------
+    size : int
+        Multiply-adds of the largest product in the loop.
+    be : Backend, optional
+    """
+    import contextlib
+
+    from threadpoolctl import threadpool_limits
+
+    if size >= SMALL_PRODUCT:
+        return contextlib.nullcontext()
+    if be is not None and be.name == "torch" and str(be.device) == "cpu":
+        return _torch_one_thread()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+class _torch_one_thread:
+    """Context: ``torch.set_num_threads(1)`` and BLAS at one thread, restored on exit."""
+
+    def __enter__(self):
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        self._n = torch.get_num_threads()
+        torch.set_num_threads(1)
+        self._limits = threadpool_limits(limits=1, user_api="blas")
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        self._limits.restore_original_limits()
+        torch.set_num_threads(self._n)
+        return False
 
 
 @dataclass(frozen=True)

@@ -204,10 +204,19 @@ def test_anchored_detection():
         assert res.status == "optimal"
 
 
-def test_auto_uses_fast_for_ntp():
+def test_auto_uses_dcd_for_ntp_and_fast_on_torch():
     rng = np.random.default_rng(1)
-    res = solve_max_margin(ntp_problem(rng, 6, 8, 5))
-    assert res.method == "fast"
+    problem = ntp_problem(rng, 6, 8, 5)
+    assert solve_max_margin(problem).method == "dcd"
+    pytest.importorskip("torch")
+    from skntp._backend import get_backend
+    from skntp.svm._dcd import solve_dcd
+
+    # the compiled method runs on the CPU; a torch device other than the CPU
+    # goes to the array-layer method (a fake device: only its name is read)
+    be = get_backend("torch")
+    gpu = type(be)(be.name, be.xp, "cuda", be.dtype)
+    assert solve_dcd(problem, be=gpu) is None
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ All programs go through one core, :func:`solve_max_margin`, which solves
 ``min 1/2 ||w||^2`` under linear score-difference constraints.
 """
 
-from . import _fast  # noqa: F401  (registers the 'fast' method)
+from . import _dcd, _fast  # noqa: F401  (register the "dcd" and "fast" methods)
 from ._attention import (
     att_svm,
     att_svm_prime,

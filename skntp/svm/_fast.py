@@ -154,13 +154,16 @@ WORKING_SET_MIN_TABLE = 4_000_000
 # --------------------------------------------------------------------------
 # Structure detection
 # --------------------------------------------------------------------------
-def anchored_structure(problem):
-    """Detect anchored blocks; return the table description or ``None``.
+def anchored_blocks(problem):
+    """Detect anchored blocks from the constraint list alone (no ``(B, T)`` table).
 
-    Returns a dict of NumPy arrays (see the module docstring) when every block
-    has a common anchor, no position carries two constraints, every
-    inequality has the anchor first, and each block has at most one
-    constraint against 0 (``ref = -1``), which must sit at the anchor.
+    Returns ``None`` unless every block has a common anchor, no position
+    carries two constraints, every inequality has the anchor first, and each
+    block has at most one constraint against 0 (``ref = -1``).  Otherwise a
+    dict of per-constraint arrays: ``block``; ``t``, the constraint's other
+    position (its anchor for ``ref = -1``); ``sigma``, +1 when the anchor is
+    written first; ``is_rho``, the constraints against 0; and per block
+    ``anchor`` (-1 for blocks without constraints).
     """
     c = problem.constraints
     B, T = problem.scores.n_blocks, problem.scores.n_positions
@@ -195,8 +198,29 @@ def anchored_structure(problem):
         return None
     two = ~is_rho
     key = blk[two] * T + t[two]
-    if np.unique(key).size != key.size:
+    if B * T <= 8 * key.size:  # a count per table entry is cheaper than a sort
+        if key.size and np.bincount(key, minlength=B * T).max() > 1:
+            return None
+    elif np.unique(key).size != key.size:
         return None
+    return {"block": blk, "t": np.where(is_rho, a, t), "sigma": sigma, "is_rho": is_rho,
+            "anchor": anchor, "order": order}
+
+
+def anchored_structure(problem):
+    """Detect anchored blocks; return the table description or ``None``.
+
+    Returns a dict of NumPy arrays (see the module docstring) when
+    :func:`anchored_blocks` finds the anchored form.
+    """
+    ab = anchored_blocks(problem)
+    if ab is None:
+        return None
+    c = problem.constraints
+    B, T = problem.scores.n_blocks, problem.scores.n_positions
+    blk, t, sigma, is_rho, anchor = (ab[k] for k in ("block", "t", "sigma", "is_rho", "anchor"))
+    has = anchor >= 0
+    two = ~is_rho
     free = np.zeros((B, T), dtype=bool)
     neg = np.zeros((B, T), dtype=bool)
     lin = np.zeros((B, T))
