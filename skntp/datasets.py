@@ -2,7 +2,8 @@
 
 NTP with a linear decoder (Thrampoulidis 2024): :func:`make_ntp_data`
 (App. B.2 / A.2 recipe), :func:`make_ntp_2d_example` (Fig. 1/2) and
-:func:`ntp_from_sequences` (autoregressive data, App. D).
+:func:`ntp_from_sequences` (autoregressive data, App. D); NTP-SVM programs at
+scale with tied supports and no exchangeable tokens: :func:`make_ntp_svm_data`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import numpy as np
 from sklearn.utils import Bunch
 from sklearn.utils.validation import check_random_state
 
-__all__ = ["make_ntp_2d_example", "make_ntp_data", "ntp_from_sequences"]
+from ._data_separable import make_ntp_svm_data
+
+__all__ = ["make_ntp_2d_example", "make_ntp_data", "make_ntp_svm_data", "ntp_from_sequences"]
 
 
 def make_ntp_data(

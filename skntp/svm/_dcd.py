@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -329,6 +330,16 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
     dual = _NTPDual(problem, ab)
     with blas_threads(dual.B * dual.T * dual.H.shape[1]):
         result = _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state)
+    if result.status != "optimal":
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn(
+            f"{problem.name}: method 'dcd' stopped after {result.n_iter} passes with "
+            f"relative duality gap {result.gap:.3e} and constraint violation "
+            f"{result.max_violation:.3e} (tol={tol:g}); increase max_iter.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
     return result
 
 
