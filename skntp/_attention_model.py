@@ -41,6 +41,8 @@ head/attention model of Sec. 3) build on them.
 
 from __future__ import annotations
 
+import math
+
 from ._backend import softmax
 
 __all__ = [
@@ -273,6 +275,8 @@ class AttentionObjective:
         self.grad_scale = tuple(grad_scale)
         self.batched = batched
         self.K = None if "W" in self.train else compute_keys(xp, X, W)
+        # multiply-adds of a call (BLAS threads: skntp._backend.blas_threads)
+        self.work_size = int(math.prod(X.shape)) * (1 if W is None else int(W.shape[0]))
 
     def __call__(self, params):
         xp = self.xp

@@ -16,7 +16,7 @@ from sklearn.externals import array_api_compat
 from sklearn.externals.array_api_compat import numpy as _np_xp
 
 __all__ = ["Backend", "CHUNK_ELEMENTS", "blas_threads", "exp_", "get_backend", "row_chunks",
-           "to_numpy"]
+           "sparse_rows_matmul", "to_numpy"]
 
 _DTYPES = {"float64", "float32"}
 
@@ -45,9 +45,10 @@ def blas_threads(size, be=None):
 
     Parameters
     ----------
-    size : int
+    size : int or float
         Multiply-adds of the largest product in the loop.
-    be : Backend, optional
+    be : Backend or array namespace, optional
+        The loop's array layer (torch's pool is limited too when it is torch).
     """
     import contextlib
 
@@ -55,7 +56,8 @@ def blas_threads(size, be=None):
 
     if size >= SMALL_PRODUCT:
         return contextlib.nullcontext()
-    if be is not None and be.name == "torch" and str(be.device) == "cpu":
+    name = getattr(be, "name", None) or getattr(be, "__name__", "")
+    if "torch" in str(name):
         return _torch_one_thread()
     return threadpool_limits(limits=1, user_api="blas")
 
@@ -308,6 +310,27 @@ def scatter_add(xp, index, values, size):
     return np.bincount(index, weights=values, minlength=size).astype(
         values.dtype, copy=False
     )
+
+
+def sparse_rows_matmul(xp, out_rows, cols, values, n_out, dense):
+    """``M @ dense`` for the sparse ``(n_out, dense.shape[0])`` matrix of ``values`` at
+    ``(out_rows, cols)`` (duplicates add up).
+
+    The Array API has no sparse matrices; NumPy goes through
+    ``scipy.sparse`` (one pass over the nonzeros per column of ``dense``)
+    and torch through a sparse COO tensor, on the tensor's device.
+    """
+    if array_api_compat.is_torch_array(dense):
+        import torch
+
+        idx = torch.stack([out_rows, cols])
+        mat = torch.sparse_coo_tensor(idx, values, (n_out, dense.shape[0]),
+                                      check_invariants=False)
+        return torch.sparse.mm(mat, dense)
+    import scipy.sparse as sp
+
+    mat = sp.csr_matrix((values, (out_rows, cols)), shape=(n_out, dense.shape[0]))
+    return np.asarray(mat @ dense)
 
 
 def norm(xp, a):

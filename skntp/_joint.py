@@ -84,6 +84,7 @@ class _JointObjective:
         self.arange_T = be.asindex(np.arange(X.shape[1]))
         self.n = X.shape[0]
         self.log = log
+        self.work_size = int(np.prod(X.shape)) + int(np.prod(K.shape))  # threads: blas_threads
 
     def __call__(self, params):
         xp = self.xp

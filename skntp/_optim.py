@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from ._backend import norm, to_numpy
+from ._backend import blas_threads, norm, to_numpy
 
 __all__ = ["SOLVERS", "OptimResult", "minimize", "regpath_radii"]
 
@@ -128,7 +128,21 @@ def _step(xp, solver, params, grads, lr, ngd_scales, m1, m2, k, betas, eps):
         new.append(p - lr * mhat / (xp.sqrt(vhat) + eps))
     return tuple(new)
 
-def minimize(
+def minimize(objective, params0, **kwargs):
+    """:func:`_minimize` with the BLAS/OpenMP threads sized to the objective.
+
+    An objective with a ``work_size`` attribute (the multiply-adds of its
+    largest product) runs on one thread when that is small (see
+    :func:`skntp._backend.blas_threads`): a loop of small products gains
+    nothing from a thread pool and loses badly on a busy machine.  Keywords
+    are those of :func:`_minimize`.
+    """
+    size = getattr(objective, "work_size", None)
+    with blas_threads(math.inf if size is None else size, kwargs.get("xp")):
+        return _minimize(objective, params0, **kwargs)
+
+
+def _minimize(
     objective,
     params0,
     *,

@@ -28,7 +28,7 @@ from ._base import (
     train,
 )
 from .metrics import SubspaceProjector, alignment, history_metrics
-from .svm import NotSeparableError, log_odds_problem, solve_ntp_svm
+from .svm import NotSeparableError, ProgramTooLargeError, log_odds_problem, solve_ntp_svm
 from .svm._core import solve_min_norm
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
@@ -134,6 +134,8 @@ class _CrossEntropy:
         trial, j = np.divmod(row, m)
         weighted = context_weights.reshape(-1)[row] * coo.data
         self.n_trials, self.V = B, V
+        # multiply-adds of the larger product (BLAS threads: skntp._backend.blas_threads)
+        self.work_size = B * m * V * contexts.shape[-1]
         self.H = be.asarray(contexts)
         self.pi = be.asarray(context_weights[..., None])
         self.chunks = []
@@ -501,12 +503,24 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         equations = log_odds_problem(contexts, probs)
         self.finite_component_, residual = solve_min_norm(equations)
         self.is_ntp_compatible_ = bool(residual <= 1e-8)
-        self._projector = SubspaceProjector(
-            equations.constraint_matrix(), self.finite_component_.shape
-        )
+        self._projector = SubspaceProjector.from_problem(equations)
         try:
-            _, res = solve_ntp_svm(contexts, probs.toarray() > 0, method=self.svm_method,
+            # (astype copies: a comparison would sort probs' indices in place)
+            _, res = solve_ntp_svm(contexts, probs.astype(bool), method=self.svm_method,
                                    **backend_kwargs(self))
+        except ProgramTooLargeError as exc:
+            if self.solver == "svm":
+                raise
+            self.is_ntp_separable_ = None
+            self.mm_direction_ = None
+            self.mm_margin_ = float("nan")
+            warnings.warn(
+                f"{exc} Gradient solvers still fit, without the max-margin direction: "
+                "mm_direction_ is None and the history has no alignment.",
+                UserWarning,
+                stacklevel=3,
+            )
+            return
         except NotSeparableError as exc:
             if self.solver == "svm":
                 raise
@@ -534,18 +548,23 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
     def _svm_radius(self, contexts, probs):
         if self.svm_radius != "auto":
             return float(self.svm_radius)
-        support = probs.toarray() > 0
-        if support.all() or not np.isfinite(self.mm_margin_):
+        m, V = probs.shape
+        if probs.nnz == m * V or not np.isfinite(self.mm_margin_):
             return 0.0
-        L_star = contexts @ self.finite_component_.T
-        L_dir = contexts @ self.mm_direction_.T
-        lo_in = np.where(support, L_star, np.inf).min(axis=1)
-        hi_out = np.where(~support, L_star, -np.inf).max(axis=1)
-        gap_dir = (np.where(support, L_dir, np.inf).min(axis=1)
-                   - np.where(~support, L_dir, -np.inf).max(axis=1))
-        need = (_SATURATION_NATS + hi_out - lo_in) / gap_dir
-        need = need[np.isfinite(need)]
-        return float(max(0.0, need.max())) if need.size else 0.0
+        R = 0.0
+        for start, stop in row_chunks(m, V):  # one chunk of logits at a time
+            support = probs[start:stop].toarray() > 0
+            L_star = contexts[start:stop] @ self.finite_component_.T
+            L_dir = contexts[start:stop] @ self.mm_direction_.T
+            lo_in = np.where(support, L_star, np.inf).min(axis=1)
+            hi_out = np.where(~support, L_star, -np.inf).max(axis=1)
+            gap_dir = (np.where(support, L_dir, np.inf).min(axis=1)
+                       - np.where(~support, L_dir, -np.inf).max(axis=1))
+            need = (_SATURATION_NATS + hi_out - lo_in) / gap_dir
+            need = need[np.isfinite(need)]
+            if need.size:
+                R = max(R, float(need.max()))
+        return R
 
     def _fit_svm(self, contexts, probs):
         R = self._svm_radius(contexts, probs)

@@ -33,15 +33,38 @@ class SubspaceProjector:
 
     Parameters
     ----------
-    matrix : sparse matrix of shape (n_rows, n_features), or None
-        Rows spanning the subspace (``None`` or no rows: the zero subspace).
+    matrix : sparse matrix or LinearOperator of shape (n_rows, n_features), or None
+        Rows spanning the subspace (``None`` or no rows: the zero subspace).  A
+        :class:`~scipy.sparse.linalg.LinearOperator` (matrix-free rows, e.g.
+        :func:`skntp.svm._core.constraint_operator`) always takes the LSQR path.
     shape : tuple
         Shape of the parameter the projector is applied to.
     max_dense : int, default=30_000_000
         Largest ``n_features * rank`` for the dense basis.
     """
 
-    def __init__(self, matrix, shape, max_dense=30_000_000):
+    #: Largest ``n_rows * n_features`` for the dense basis by default.
+    MAX_DENSE = 30_000_000
+
+    @classmethod
+    def from_problem(cls, problem, max_dense=None):
+        """Projector onto the row space of a program's constraints.
+
+        Small programs get their explicit sparse rows (and a dense basis);
+        large ones a matrix-free operator (LSQR per projection), so nothing
+        of size ``(n_rows, n_features)`` is ever formed.
+        """
+        from .svm._core import constraint_operator
+
+        max_dense = cls.MAX_DENSE if max_dense is None else max_dense
+        n_rows, n_features = len(problem.constraints), int(np.prod(problem.shape))
+        if n_rows == 0:
+            return cls(None, problem.shape)
+        if n_rows * n_features <= max_dense:
+            return cls(problem.constraint_matrix(), problem.shape, max_dense=max_dense)
+        return cls(constraint_operator(problem), problem.shape, max_dense=max_dense)
+
+    def __init__(self, matrix, shape, max_dense=MAX_DENSE):
         self.shape = tuple(shape)
         self.basis = None
         self.matrix = matrix
@@ -49,7 +72,8 @@ class SubspaceProjector:
         if self.is_zero:
             return
         n_rows, n_features = matrix.shape
-        if n_rows * n_features <= max_dense:
+        explicit = hasattr(matrix, "toarray") or isinstance(matrix, np.ndarray)
+        if explicit and n_rows * n_features <= max_dense:
             dense = matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix)
             self.basis = scipy.linalg.orth(dense.T)  # (n_features, rank)
 

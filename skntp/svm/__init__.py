@@ -20,6 +20,7 @@ from ._core import (
     MaxMarginProblem,
     MaxMarginResult,
     NotSeparableError,
+    ProgramTooLargeError,
     solve_max_margin,
     solve_min_norm,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "MaxMarginProblem",
     "MaxMarginResult",
     "NotSeparableError",
+    "ProgramTooLargeError",
     "att_svm",
     "att_svm_prime",
     "att_svm_problem",

@@ -34,7 +34,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from .._backend import get_backend, scatter_add, to_numpy
+from .._backend import (
+    CHUNK_ELEMENTS,
+    blas_threads,
+    get_backend,
+    scatter_add,
+    sparse_rows_matmul,
+    to_numpy,
+)
 
 __all__ = [
     "BilinearScores",
@@ -43,6 +50,7 @@ __all__ = [
     "MaxMarginProblem",
     "MaxMarginResult",
     "NotSeparableError",
+    "ProgramTooLargeError",
     "register_method",
     "solve_max_margin",
 ]
@@ -53,6 +61,63 @@ class NotSeparableError(ValueError):
 
     The message names the program (e.g. "data are not NTP-separable").
     """
+
+
+class ProgramTooLargeError(MemoryError):
+    """The explicit program would not fit in this machine's memory.
+
+    Raised before anything large is allocated; the message says how many
+    constraints the program has, how much memory solving it needs and what
+    to do instead.
+    """
+
+
+#: Bytes of memory per constraint while a program is built and solved: the
+#: constraint list (block, positions, right-hand side, type), the structure
+#: detection and a method's per-constraint arrays (multipliers, values, the
+#: sweep's row layout), measured on the NTP-SVM (``benchmarks/scaling.py``).
+BYTES_PER_CONSTRAINT = 250
+
+
+def available_memory():
+    """Bytes of memory available to this process now (Linux ``MemAvailable``).
+
+    Falls back to the physical memory when ``/proc/meminfo`` is unreadable.
+    """
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    try:  # pragma: no cover - not Linux
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 1 << 62
+
+
+def check_program_size(name, n_constraints, advice):
+    """Raise :class:`ProgramTooLargeError` if a program would not fit in memory.
+
+    Parameters
+    ----------
+    name : str
+        The program ("NTP-SVM").
+    n_constraints : int
+    advice : str
+        What to do instead (ends the message).
+    """
+    need = float(n_constraints) * BYTES_PER_CONSTRAINT
+    have = float(available_memory())
+    if need > 0.8 * have:
+        raise ProgramTooLargeError(
+            f"{name}: the program has {n_constraints:.3g} constraints and needs about "
+            f"{need / 2**30:.3g} GiB of memory to build and solve; {have / 2**30:.3g} GiB "
+            f"are available. {advice}"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -97,6 +162,9 @@ class BilinearScores:
             self.n_positions, p = self.outputs.shape
         self.n_blocks = self.queries.shape[0]
         self.shape = (p, self.queries.shape[1])
+        # multiply-adds of one forward product (BLAS threads: blas_threads)
+        self.work_size = self.n_blocks * p * self.shape[1] + (
+            0 if self.outputs is None else self.n_blocks * self.n_positions * p)
 
     def to_backend(self, be):
         """Return a copy whose arrays live on backend ``be``."""
@@ -121,6 +189,33 @@ class BilinearScores:
             return (c.T @ self.queries) * self.output_scale[:, None]
         ct = c.T if self.outputs is None else self.outputs.T @ c.T
         return ct @ self.queries
+
+    def pair_values(self, xp, w, block, pos, ref, has_ref):
+        """``S[block, pos] - has_ref * S[block, ref]`` without the score table.
+
+        Only for ``outputs=None``: each entry is ``s_t w_t^T Q[b]``, computed
+        from gathered rows in chunks of at most :data:`CHUNK_ELEMENTS` numbers.
+        """
+        scaled = w if self.output_scale is None else w * self.output_scale[:, None]
+        n, q = int(block.shape[0]), self.shape[1]
+        if n == 0:
+            return xp.zeros(0, dtype=w.dtype)
+        step = max(1, CHUNK_ELEMENTS // max(q, 1))
+        parts = []
+        for a in range(0, n, step):
+            b, p_, r_ = block[a:a + step], pos[a:a + step], ref[a:a + step]
+            diff = xp.take(scaled, p_, axis=0) - has_ref[a:a + step, None] * xp.take(
+                scaled, r_, axis=0)
+            parts.append(xp.sum(diff * xp.take(self.queries, b, axis=0), axis=1))
+        return xp.concat(parts) if len(parts) != 1 else parts[0]
+
+    def sparse_adjoint(self, xp, block, pos, values):
+        """Adjoint of a sparse score table (``values`` at ``(block, pos)``): ``W = C^T Q``.
+
+        Only for ``outputs=None``; never forms the ``(n_blocks, n_positions)`` table.
+        """
+        w = sparse_rows_matmul(xp, pos, block, values, self.n_positions, self.queries)
+        return w if self.output_scale is None else w * self.output_scale[:, None]
 
     def matrix(self):
         """Sparse matrix of the map on ``w.ravel()`` (C order), rows ``b*T + t``."""
@@ -160,6 +255,7 @@ class KeyScores:
         self.keys = np.asarray(keys, dtype=float)
         self.n_blocks, self.n_positions, d = self.keys.shape
         self.shape = (d,)
+        self.work_size = self.keys.size  # multiply-adds of one forward product
 
     def to_backend(self, be):
         new = object.__new__(type(self))
@@ -247,10 +343,29 @@ class MaxMarginProblem:
     def shape(self):
         return self.scores.shape
 
+    def _is_sparse_decoder(self):
+        """Linear-decoder scores with far fewer constraints than score-table entries."""
+        sc = self.scores
+        return (isinstance(sc, BilinearScores) and sc.outputs is None
+                and 4 * len(self.constraints) < sc.n_blocks * sc.n_positions)
+
     def constraint_matrix(self):
         """Sparse rows of all constraints on ``w.ravel()`` (for cvxpy/testing)."""
         c = self.constraints
         n, T = len(c), self.scores.n_positions
+        sc = self.scores
+        if isinstance(sc, BilinearScores) and sc.outputs is None:
+            # row k: s_pos Q[b] at the columns of W[pos], -s_ref Q[b] at those of W[ref]
+            q = sc.shape[1]
+            s_ = np.ones(T) if sc.output_scale is None else sc.output_scale
+            two = c.ref >= 0
+            rows = np.concatenate([np.arange(n), np.flatnonzero(two)])
+            tok = np.concatenate([c.pos, c.ref[two]])
+            sign = np.concatenate([np.ones(n), -np.ones(int(two.sum()))]) * s_[tok]
+            blk = np.concatenate([c.block, c.block[two]])
+            data = (sign[:, None] * sc.queries[blk]).ravel()
+            cols = (tok[:, None] * q + np.arange(q)[None, :]).ravel()
+            return sp.csr_matrix((data, (np.repeat(rows, q), cols)), shape=(n, T * q))
         rows = np.concatenate([np.arange(n), np.arange(n)[c.ref >= 0]])
         cols = np.concatenate([c.block * T + c.pos, (c.block * T + c.ref)[c.ref >= 0]])
         vals = np.concatenate([np.ones(n), -np.ones(int((c.ref >= 0).sum()))])
@@ -272,6 +387,24 @@ class MaxMarginProblem:
         T = self.scores.n_positions
         size = self.scores.n_blocks * T
         has_ref = c.ref >= 0
+        if self._is_sparse_decoder():
+            # gathered scores and a sparse adjoint: memory O(constraints), not O(B T)
+            blk, pos = be.asindex(c.block), be.asindex(c.pos)
+            ref = be.asindex(np.where(has_ref, c.ref, 0))
+            hr = be.asarray(has_ref.astype(float))
+            two = np.flatnonzero(has_ref)
+            adj_blk = be.asindex(np.concatenate([c.block, c.block[two]]))
+            adj_pos = be.asindex(np.concatenate([c.pos, c.ref[two]]))
+            sel = be.asindex(np.concatenate([np.arange(len(c)), two]))
+            sign = be.asarray(np.concatenate([np.ones(len(c)), -np.ones(two.size)]))
+
+            def values(w):
+                return smap.pair_values(xp, w, blk, pos, ref, hr)
+
+            def dual_to_primal(lam):
+                return smap.sparse_adjoint(xp, adj_blk, adj_pos, xp.take(lam, sel) * sign)
+
+            return values, dual_to_primal
         pos_flat = be.asindex(c.block * T + c.pos)
         ref_flat = be.asindex(np.where(has_ref, c.block * T + c.ref, 0))
         ref_mask = be.asarray(has_ref.astype(float))
@@ -288,6 +421,25 @@ class MaxMarginProblem:
             return smap.adjoint(xp, xp.reshape(table, (B, T)))
 
         return values, dual_to_primal
+
+
+def constraint_operator(problem):
+    """The constraint rows as a :class:`scipy.sparse.linalg.LinearOperator` on ``w.ravel()``.
+
+    Matrix-free (NumPy): each product is one application of the score map or
+    of its adjoint, so it also serves programs whose explicit matrix would
+    not fit in memory (e.g. the log-odds equations of a large vocabulary).
+    """
+    from scipy.sparse.linalg import LinearOperator
+
+    values, dual_to_primal = problem.operators(get_backend("numpy"))
+    n_var = int(np.prod(problem.shape))
+    return LinearOperator(
+        (len(problem.constraints), n_var),
+        matvec=lambda x: values(np.reshape(x, problem.shape)),
+        rmatvec=lambda y: np.ravel(dual_to_primal(np.ravel(y))),
+        dtype=float,
+    )
 
 
 @dataclass
@@ -482,7 +634,8 @@ def solve_max_margin(
         names = [method]
     for name in names:
         func = _METHODS[name][0]
-        result = func(problem, tol, max_iter, be, verbose, callback)
+        with blas_threads(getattr(problem.scores, "work_size", np.inf), be):
+            result = func(problem, tol, max_iter, be, verbose, callback)
         if (result is not None and method == "auto" and name != names[-1]
                 and not result.max_violation <= _AUTO_MAX_VIOLATION):
             # An iterative method that ends far from feasibility has not
@@ -511,23 +664,17 @@ def solve_min_norm(problem, *, tol=1e-13, max_iter=None):
     relative_residual : float
         ``||A w - rhs|| / max(1, ||rhs||)``: ~0 when the equations are solvable.
     """
-    from scipy.sparse.linalg import LinearOperator, lsqr
+    from scipy.sparse.linalg import lsqr
 
     c = problem.constraints
     if not c.equality.all():
         raise ValueError("solve_min_norm takes equality constraints only.")
     if len(c) == 0:
         return np.zeros(problem.shape), 0.0
-    be = get_backend("numpy")
-    values, dual_to_primal = problem.operators(be)
-    n_var = int(np.prod(problem.shape))
-    op = LinearOperator(
-        (len(c), n_var),
-        matvec=lambda x: values(np.reshape(x, problem.shape)),
-        rmatvec=lambda y: np.ravel(dual_to_primal(np.ravel(y))),
-        dtype=float,
-    )
+    op = constraint_operator(problem)
+    n_var = op.shape[1]
     out = lsqr(op, c.rhs, atol=tol, btol=tol, iter_lim=max_iter or 20 * n_var)
     w = np.asarray(out[0]).reshape(problem.shape)
-    res = float(np.linalg.norm(values(w) - c.rhs)) / max(1.0, float(np.linalg.norm(c.rhs)))
+    res = float(np.linalg.norm(op.matvec(out[0]) - c.rhs)) / max(
+        1.0, float(np.linalg.norm(c.rhs)))
     return w, res

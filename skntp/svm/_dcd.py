@@ -59,7 +59,6 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from .._backend import blas_threads
 from ._core import BilinearScores, MaxMarginResult, register_method
 from ._fast import INFEASIBLE_MARGIN, _infeasible, anchored_blocks
 
@@ -328,8 +327,7 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
     if ab is None or ab["is_rho"].any():
         return None
     dual = _NTPDual(problem, ab)
-    with blas_threads(dual.B * dual.T * dual.H.shape[1]):
-        result = _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state)
+    result = _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state)
     if result.status != "optimal":
         from sklearn.exceptions import ConvergenceWarning
 

@@ -768,6 +768,7 @@ class GatheredScores:
         self.index = np.asarray(index, dtype=np.int64)
         self.n_blocks, self.n_positions = self.index.shape
         self.shape = base.shape
+        self.work_size = base.work_size
         self._flat = (np.arange(self.n_blocks)[:, None] * base.n_positions
                       + self.index).ravel()
 

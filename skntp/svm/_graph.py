@@ -283,6 +283,8 @@ class SelfAttentionRisk:
         w = np.full(n, 1.0 / max(n, 1)) if sample_weight is None else np.asarray(
             sample_weight, float)
         self.E = be.asarray(embeddings)
+        K_, d_ = np.shape(embeddings)
+        self.work_size = K_ * K_ * d_ + int(np.size(ids))  # threads: blas_threads
         self.Et = be.asarray(np.ascontiguousarray(np.asarray(embeddings).T))
         self.flat = be.asindex(np.where(mask, ids * K + query[:, None], 0))
         self.shape = ids.shape

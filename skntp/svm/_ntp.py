@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._core import (
     BilinearScores,
     Constraints,
     MaxMarginProblem,
     MaxMarginResult,
+    check_program_size,
     solve_max_margin,
     solve_min_norm,
 )
@@ -18,8 +20,9 @@ __all__ = ["exchangeable_tokens", "finite_component", "ntp_svm", "ntp_svm_proble
 
 
 def _check_contexts(contexts, support, name="support"):
+    """Validate ``contexts`` (m, d) and an (m, V) matrix; a sparse one stays sparse (CSR)."""
     contexts = np.asarray(contexts, dtype=float)
-    support = np.asarray(support)
+    support = sp.csr_matrix(support, copy=True) if sp.issparse(support) else np.asarray(support)
     if contexts.ndim != 2:
         raise ValueError(f"contexts must be 2-D (m, d), got shape {contexts.shape}.")
     if support.ndim != 2 or support.shape[0] != contexts.shape[0]:
@@ -34,7 +37,17 @@ def _check_contexts(contexts, support, name="support"):
 
 def _anchors(weights):
     """Anchor ``z_j``: the in-support token of largest weight (first on ties)."""
+    if sp.issparse(weights):
+        return np.asarray(weights.argmax(axis=1)).ravel()
     return np.argmax(weights, axis=1)
+
+
+#: What to do when the NTP-SVM is too large for memory.
+_TOO_LARGE_ADVICE = (
+    "Solve it on fewer contexts or a smaller vocabulary, or skip the limits "
+    "(compute_limits=False in NTPDecoderClassifier); the finite component "
+    "(finite_component) stays cheap: it has one equation per in-support token."
+)
 
 
 def ntp_svm_problem(contexts, support):
@@ -57,14 +70,24 @@ def ntp_svm_problem(contexts, support):
     """
     contexts, support = _check_contexts(contexts, support)
     support = support.astype(bool)
-    if not support.any(axis=1).all():
-        raise ValueError("every context needs at least one in-support token.")
     m, V = support.shape
+    if sp.issparse(support):
+        support.eliminate_zeros()
+        counts = np.diff(support.indptr)
+    else:
+        counts = support.sum(axis=1)
+    if not np.all(counts > 0):
+        raise ValueError("every context needs at least one in-support token.")
+    check_program_size("NTP-SVM", m * V - m, _TOO_LARGE_ADVICE)
     anchor = _anchors(support)
-    j_eq, z_eq = np.nonzero(support)
+    if sp.issparse(support):
+        j_eq = np.repeat(np.arange(m), counts)
+        z_eq = support.indices.astype(np.int64)
+    else:
+        j_eq, z_eq = np.nonzero(support)
     keep = z_eq != anchor[j_eq]
     j_eq, z_eq = j_eq[keep], z_eq[keep]
-    j_in, v_in = np.nonzero(~support)
+    j_in, v_in = _out_of_support(support)
     cons = Constraints.concatenate(
         [
             Constraints(j_eq, z_eq, anchor[j_eq], np.zeros(j_eq.size), np.ones(j_eq.size, bool)),
@@ -79,6 +102,20 @@ def ntp_svm_problem(contexts, support):
         "in-support from out-of-support tokens with a positive margin, "
         "Def. 3.2)",
     )
+
+
+def _out_of_support(support, rows_per_chunk=None):
+    """``(j, v)`` of every token ``v`` outside ``S_j``, row by row (chunks of a sparse matrix)."""
+    if not sp.issparse(support):
+        return np.nonzero(~support)
+    m, V = support.shape
+    step = rows_per_chunk or max(1, (1 << 24) // max(V, 1))
+    js, vs = [], []
+    for a in range(0, m, step):
+        j, v = np.nonzero(~support[a:a + step].toarray())
+        js.append(j + a)
+        vs.append(v)
+    return np.concatenate(js), np.concatenate(vs)
 
 
 def exchangeable_tokens(support):
@@ -103,14 +140,35 @@ def exchangeable_tokens(support):
     counts : ndarray of shape (n_classes,)
         Class sizes.
     """
-    packed = np.ascontiguousarray(np.packbits(np.asarray(support, dtype=bool), axis=0).T)
-    _, first, inverse = np.unique(packed, axis=0, return_index=True, return_inverse=True)
-    inverse = np.asarray(inverse).ravel()
+    if sp.issparse(support):
+        first, inverse = _identical_columns_sparse(sp.csc_matrix(support, dtype=bool))
+    else:
+        packed = np.ascontiguousarray(np.packbits(np.asarray(support, dtype=bool), axis=0).T)
+        _, first, inverse = np.unique(packed, axis=0, return_index=True, return_inverse=True)
+        inverse = np.asarray(inverse).ravel()
     order = np.argsort(first)
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     token_class = rank[inverse]
     return first[order], token_class, np.bincount(token_class)
+
+
+def _identical_columns_sparse(csc):
+    """``(first, inverse)``, as ``np.unique`` gives them, over the columns of a sparse
+    bool matrix: each column is keyed by the bytes of its sorted row indices."""
+    csc.eliminate_zeros()
+    csc.sort_indices()
+    V = csc.shape[1]
+    ptr, idx = csc.indptr, csc.indices
+    classes, first = {}, []
+    inverse = np.empty(V, dtype=np.int64)
+    for v in range(V):
+        key = idx[ptr[v]:ptr[v + 1]].tobytes()
+        c = classes.setdefault(key, len(classes))
+        if c == len(first):
+            first.append(v)
+        inverse[v] = c
+    return np.asarray(first, dtype=np.int64), inverse
 
 
 def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, **kwargs):
@@ -129,7 +187,7 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
     Parameters
     ----------
     contexts : array-like of shape (m, d)
-    support : array-like of shape (m, V), bool
+    support : array-like or sparse matrix of shape (m, V), bool
     method : str, default="auto"
         Max-margin core method.
     merge_exchangeable : bool, default=True
@@ -146,7 +204,8 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
         Its solution: ``primal`` of shape (V, d), ``dual`` per constraint.
     """
     problem = ntp_svm_problem(contexts, support)
-    support = np.asarray(support, dtype=bool)
+    support = (sp.csr_matrix(support, dtype=bool) if sp.issparse(support)
+               else np.asarray(support, dtype=bool))
     if merge_exchangeable:
         representative, token_class, counts = exchangeable_tokens(support)
     if not merge_exchangeable or counts.size == support.shape[1]:
@@ -206,25 +265,38 @@ def ntp_svm(contexts, support, *, method="auto", tol=1e-8, max_iter=100_000,
 
 
 def log_odds_problem(contexts, next_token_probs):
-    """Equalities (3): ``(e_z - e_{z_j})^T W h_j = log(p_{j,z} / p_{j,z_j})``."""
-    import scipy.sparse as sp
+    """Equalities (3): ``(e_z - e_{z_j})^T W h_j = log(p_{j,z} / p_{j,z_j})``.
 
-    if sp.issparse(next_token_probs):
-        next_token_probs = next_token_probs.toarray()
-    probs = np.asarray(next_token_probs, dtype=float)
-    contexts, probs = _check_contexts(contexts, probs, "next_token_probs")
-    if np.any(probs < 0) or not np.all(np.isfinite(probs)):
+    ``next_token_probs`` may be a sparse matrix: the equations are built from
+    its nonzeros, one per in-support token, without an ``(m, V)`` array.
+    """
+    contexts, probs = _check_contexts(contexts, next_token_probs, "next_token_probs")
+    if sp.issparse(probs):
+        probs = probs.astype(float)
+        probs.eliminate_zeros()
+        data = probs.data
+    else:
+        probs = np.asarray(probs, dtype=float)
+        data = probs
+    if np.any(data < 0) or not np.all(np.isfinite(data)):
         raise ValueError("next_token_probs must be finite and non-negative.")
-    sums = probs.sum(axis=1, keepdims=True)
+    sums = np.asarray(probs.sum(axis=1)).ravel()
     if np.any(sums <= 0):
         raise ValueError("every row of next_token_probs needs a positive entry.")
-    probs = probs / sums
     m, V = probs.shape
     anchor = _anchors(probs)
-    j, z = np.nonzero(probs > 0)
+    if sp.issparse(probs):
+        j = np.repeat(np.arange(m), np.diff(probs.indptr))
+        z = probs.indices.astype(np.int64)
+        p = probs.data
+        p_anchor = np.asarray(probs[np.arange(m), anchor]).ravel()[j]
+    else:
+        j, z = np.nonzero(probs > 0)
+        p = probs[j, z]
+        p_anchor = probs[j, anchor[j]]
     keep = z != anchor[j]
     j, z = j[keep], z[keep]
-    rhs = np.log(probs[j, z]) - np.log(probs[j, anchor[j]])
+    rhs = np.log(p[keep]) - np.log(p_anchor[keep])  # the row sums cancel
     return MaxMarginProblem(
         BilinearScores(contexts, None, n_outputs=V),
         Constraints(j, z, anchor[j], rhs, np.ones(j.size, bool)),
