@@ -96,7 +96,7 @@ CASES = {
 def test_dcd_matches_reference_and_kkt(kind, seed):
     H, S = CASES[kind](seed)
     problem = ntp_svm_problem(H, S)
-    res = solve_max_margin(problem, method="dcd", tol=1e-10)
+    res = solve_dcd(problem, tol=1e-10, hand_over=False)  # the block steps alone
     assert res.method == "dcd" and res.status == "optimal"
     ref = reference_ntp_svm(H, S)
     assert ref is not None
@@ -175,6 +175,26 @@ def test_larger_tied_program_is_certified():
     assert kkt["stationarity"] <= 1e-9 and kkt["feasibility"] <= 1e-8
 
 
+def test_hands_over_to_fast_on_tiny_margins():
+    """A nearly non-separable program (||W^mm|| ~ 85): block steps crawl, so the
+    method goes on with the accelerated one and still certifies the answer."""
+    from skntp.decoder import aggregate_contexts
+
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((60, 12))[rng.integers(0, 20, 60)]
+    y = rng.integers(0, 5, 60)
+    H, _, P, _ = aggregate_contexts(X, np.eye(5)[y])
+    S = P.toarray() > 0
+    problem = ntp_svm_problem(H, S)
+    res = solve_max_margin(problem, method="dcd")
+    assert res.method == "fast" and res.status == "optimal"
+    ref = reference_ntp_svm(H, S)
+    assert np.linalg.norm(res.primal - ref) <= 1e-5 * np.linalg.norm(ref)
+    with pytest.warns(ConvergenceWarning, match="dcd"):
+        slow = solve_dcd(problem, hand_over=False, max_iter=2000)
+    assert slow.status == "max_iter" and slow.max_violation > 1e-3
+
+
 def test_runs_are_bit_identical():
     H, S = tied(0)
     problem = ntp_svm_problem(H, S)
@@ -198,7 +218,7 @@ def test_declines_other_programs_and_checks_omega():
 
 def test_max_iter_reports_and_warns():
     H, S = tied(2, m=200, d=16, V=30)
-    with pytest.warns(ConvergenceWarning, match="dcd.*stopped after 3 passes"):
+    with pytest.warns(ConvergenceWarning, match="dcd.*stopped after 3 iterations"):
         res = solve_max_margin(ntp_svm_problem(H, S), method="dcd", max_iter=3)
     assert res.status == "max_iter" and res.n_iter == 3 and res.max_violation > 1e-8
 

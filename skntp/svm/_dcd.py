@@ -282,7 +282,7 @@ class _NTPDual:
 
 
 def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callback=None,
-              omega=OMEGA, random_state=0):
+              omega=OMEGA, random_state=0, hand_over=True):
     """Solve an anchored linear-decoder program by the sequential dual method.
 
     See the module docstring.  Returns ``None`` (declines) unless the
@@ -305,6 +305,12 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
         Over-relaxation of the row steps, in (0, 2).
     random_state : int, default=0
         Seeds the order of the rows in each pass.
+    hand_over : bool, default=True
+        Go on with the accelerated method ``"fast"``, warm-started from the
+        multipliers, when the dual runs off along a ray (an infeasible
+        program, certified there) or when the measured linear rate predicts
+        more than ``max(10000, 10 x passes so far)`` further passes (tiny
+        margins); the result then names ``method="fast"``.
 
     Returns
     -------
@@ -327,13 +333,14 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
     if ab is None or ab["is_rho"].any():
         return None
     dual = _NTPDual(problem, ab)
-    result = _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state)
+    result = _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state,
+                  hand_over)
     if result.status != "optimal":
         from sklearn.exceptions import ConvergenceWarning
 
         warnings.warn(
-            f"{problem.name}: method 'dcd' stopped after {result.n_iter} passes with "
-            f"relative duality gap {result.gap:.3e} and constraint violation "
+            f"{problem.name}: method '{result.method}' stopped after {result.n_iter} "
+            f"iterations with relative duality gap {result.gap:.3e} and constraint violation "
             f"{result.max_violation:.3e} (tol={tol:g}); increase max_iter.",
             ConvergenceWarning,
             stacklevel=4,
@@ -341,7 +348,7 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
     return result
 
 
-def _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state):
+def _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state, hand_over):
     t0 = time.perf_counter()
     rng = np.random.default_rng(random_state)
     n_c = dual.block.size
@@ -356,6 +363,7 @@ def _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state):
     status = "max_iter"
     gap = viol = math.inf
     per_check = 1
+    history = []  # (passes, max(gap, violation)) at every check
     while True:
         ptr, pos, free, lin, c, cidx = dual.rows(lam, keep)
         n_active = np.diff(ptr)
@@ -390,15 +398,23 @@ def _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state):
             break
         if bound * dual.a_scale > 1.0 / INFEASIBLE_MARGIN:
             raise _infeasible(problem, epochs)
+        merit = max(gap, viol / dual.rscale)
+        history.append((epochs, merit))
+        reason = None
         if n_checks > 3 and float(dual.rhs @ lam) > 10.0 * float(np.vdot(w, w)):
             # r^T lam outgrows ||A^T lam||^2 ten times over (at the optimum they are
-            # equal): the dual runs off along a Farkas ray, and block steps follow
-            # it only linearly.  The accelerated method certifies such rays by an
-            # exact solve on the face; it goes on from here.
+            # equal): the dual runs off along a Farkas ray, which block steps follow
+            # only linearly.  The accelerated method certifies such rays by an exact
+            # solve on the face.
+            reason = "the dual grows without bound"
+        elif _too_slow(history, tol):
+            # block steps converge linearly at a rate set by the conditioning;
+            # on ill-conditioned programs (tiny margins) acceleration wins
+            reason = "slow linear convergence"
+        if reason is not None and hand_over:
             if verbose:
-                print(f"[{problem.name} dcd] the dual grows without bound after {epochs} "
-                      "passes: handing over to method 'fast' for the infeasibility "
-                      "certificate")
+                print(f"[{problem.name} dcd] {reason} after {epochs} passes: going on with "
+                      "method 'fast' from here")
             return _hand_over(dual, problem, lam, tol, max(max_iter - epochs, 1), verbose,
                               callback, epochs)
         if epochs >= max_iter:
@@ -420,6 +436,34 @@ def _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state):
               f"gap={gap:.2e}, violation={viol:.2e}, {time.perf_counter() - t0:.2f}s")
     return MaxMarginResult(primal=w, dual=lam, method="dcd", status=status, n_iter=int(epochs),
                            gap=float(gap), max_violation=float(viol))
+
+
+#: Passes over which the convergence rate is measured, and the horizon beyond
+#: which (``max(SLOW_HORIZON, 10 x passes so far)`` more passes predicted) the
+#: method hands over to ``"fast"``.
+RATE_WINDOW, SLOW_HORIZON = 100, 10_000
+
+
+def _too_slow(history, tol):
+    """Whether the measured linear rate predicts too many passes to reach ``tol``.
+
+    The rate is that of the best merit (``max(gap, violation)``) so far over the
+    last :data:`RATE_WINDOW` passes: the merit itself is not monotone.
+    """
+    epochs = history[-1][0]
+    best = min(h[1] for h in history)
+    if epochs < RATE_WINDOW or best <= tol:
+        return False
+    past = [h for h in history if h[0] <= epochs - RATE_WINDOW]
+    if not past:
+        return False
+    e0 = past[-1][0]
+    best0 = min(h[1] for h in past)
+    if best >= best0:
+        return True
+    per_pass = math.log(best / best0) / (epochs - e0)
+    remaining = math.log(tol / best) / per_pass
+    return remaining > max(SLOW_HORIZON, 10 * epochs)
 
 
 def _hand_over(dual, problem, lam, tol, max_iter, verbose, callback, epochs):
