@@ -123,6 +123,24 @@ def check_program_size(name, n_constraints, advice):
 # --------------------------------------------------------------------------
 # Score maps
 # --------------------------------------------------------------------------
+def real_array(a, name):
+    """``a`` as a finite float64 array; complex or non-finite values are an error."""
+    arr = np.asarray(a)
+    if np.iscomplexobj(arr):
+        raise ValueError(f"{name} must be real; got complex values (dtype {arr.dtype}).")
+    try:
+        arr = np.asarray(arr, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numeric: {exc}") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite; it contains NaN or infinity.")
+    return arr
+
+
+def _max_abs(a):
+    return float(np.max(np.abs(a))) if np.size(a) else 0.0
+
+
 class BilinearScores:
     """Scores ``S = Q W^T E^T`` for a matrix parameter ``W`` (shape ``(p, q)``).
 
@@ -146,8 +164,8 @@ class BilinearScores:
     """
 
     def __init__(self, queries, outputs=None, n_outputs=None, output_scale=None):
-        self.queries = np.asarray(queries, dtype=float)
-        self.outputs = None if outputs is None else np.asarray(outputs, dtype=float)
+        self.queries = real_array(queries, "queries")
+        self.outputs = None if outputs is None else real_array(outputs, "outputs")
         self.output_scale = None
         if self.outputs is None:
             if n_outputs is None:
@@ -155,7 +173,7 @@ class BilinearScores:
             self.n_positions = int(n_outputs)
             p = self.n_positions
             if output_scale is not None:
-                self.output_scale = np.asarray(output_scale, dtype=float).reshape(p)
+                self.output_scale = real_array(output_scale, "output_scale").reshape(p)
         else:
             if output_scale is not None:
                 raise ValueError("output_scale is only for outputs=None.")
@@ -165,6 +183,23 @@ class BilinearScores:
         # multiply-adds of one forward product (BLAS threads: blas_threads)
         self.work_size = self.n_blocks * p * self.shape[1] + (
             0 if self.outputs is None else self.n_blocks * self.n_positions * p)
+
+    def magnitude(self):
+        """Largest ``|S[b, t]|`` per unit ``|W|`` entry, up to the dimensions: the scale
+        of the map (``max|Q| max|E| max|s|``)."""
+        mag = _max_abs(self.queries)
+        if self.outputs is not None:
+            mag *= _max_abs(self.outputs)
+        if self.output_scale is not None:
+            mag *= _max_abs(self.output_scale)
+        return mag
+
+    def rescaled(self, alpha):
+        """The map times ``alpha`` (the queries scaled)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.queries = self.queries * alpha
+        return new
 
     def to_backend(self, be):
         """Return a copy whose arrays live on backend ``be``."""
@@ -252,10 +287,24 @@ class KeyScores:
     """
 
     def __init__(self, keys):
-        self.keys = np.asarray(keys, dtype=float)
+        self.keys = real_array(keys, "keys")
+        if self.keys.ndim != 3:
+            raise ValueError(f"keys must be 3-D (blocks, positions, d), got shape "
+                             f"{self.keys.shape}.")
         self.n_blocks, self.n_positions, d = self.keys.shape
         self.shape = (d,)
         self.work_size = self.keys.size  # multiply-adds of one forward product
+
+    def magnitude(self):
+        """Largest ``|k_bt|`` entry: the scale of the map."""
+        return _max_abs(self.keys)
+
+    def rescaled(self, alpha):
+        """The map times ``alpha``."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.keys = self.keys * alpha
+        return new
 
     def to_backend(self, be):
         new = object.__new__(type(self))
@@ -603,7 +652,17 @@ def solve_max_margin(
     NotSeparableError
         If the program is infeasible (the message names the program and what
         that means for the data).
+
+    Notes
+    -----
+    The program is homogeneous in the score map: scaling it by ``alpha``
+    scales the solution by ``1 / alpha`` and the multipliers by
+    ``1 / alpha^2``.  A map of magnitude outside ``[1e-4, 1e4]`` is scaled to
+    unit magnitude, solved, and the answer scaled back, so every method sees
+    well-scaled numbers whatever the units of the data (``1e-150`` to
+    ``1e150`` and beyond).
     """
+    _check_solver_options(tol, max_iter)
     c = problem.constraints
     if len(c) == 0:
         return MaxMarginResult(
@@ -620,6 +679,13 @@ def solve_max_margin(
     # max_iter without converging.  An estimator's float32 is for its training loop.
     get_backend(backend, device, dtype)  # validates the request
     be = get_backend(backend, device, "float64")
+    alpha = _unit_scale(problem.scores)
+    if alpha != 1.0:
+        scaled = _scaled_problem(problem, alpha)
+        result = solve_max_margin(scaled, method=method, tol=tol, max_iter=max_iter,
+                                  backend=backend, device=device, dtype=dtype,
+                                  verbose=verbose, callback=callback)
+        return _scale_back(problem, result, alpha)
     if method == "auto":
         candidates = sorted(
             (prio, name) for name, (f, prio) in _METHODS.items() if prio is not None
@@ -650,6 +716,52 @@ def solve_max_margin(
     raise ValueError(f"no max-margin method accepts the problem {problem.name}.")
 
 
+#: Score maps of magnitude outside this range are solved at unit magnitude.
+_WELL_SCALED = (1e-4, 1e4)
+
+
+def _check_solver_options(tol, max_iter):
+    if not (isinstance(tol, (int, float, np.floating, np.integer)) and np.isfinite(tol)
+            and tol >= 0):
+        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}.")
+    if not (isinstance(max_iter, (int, np.integer)) and not isinstance(max_iter, bool)
+            and max_iter >= 1):
+        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}.")
+
+
+def _unit_scale(scores):
+    """``alpha`` that brings the map's magnitude to 1 (1.0 when already well scaled)."""
+    mag = scores.magnitude() if hasattr(scores, "magnitude") else 1.0
+    if mag == 0.0 or _WELL_SCALED[0] <= mag <= _WELL_SCALED[1]:
+        return 1.0
+    return 1.0 / mag
+
+
+def _scaled_problem(problem, alpha):
+    from dataclasses import replace
+
+    return replace(problem, scores=problem.scores.rescaled(alpha))
+
+
+def _scale_back(problem, result, alpha):
+    """The original program's answer from the one with the map scaled by ``alpha``."""
+    with np.errstate(over="ignore"):
+        result.primal = result.primal * alpha
+        result.dual = (result.dual * alpha) * alpha
+    if not np.all(np.isfinite(result.primal)):
+        raise FloatingPointError(
+            f"{problem.name}: the solution overflows float64 (the data's scores have "
+            f"magnitude {1.0 / alpha:.3g}, so the solution's entries are about "
+            f"{alpha:.3g} times those of the unit-scale solution); rescale the data."
+        )
+    if not np.all(np.isfinite(result.dual)):
+        warnings.warn(
+            f"{problem.name}: the multipliers overflow float64 at this data scale "
+            f"({1.0 / alpha:.3g}); they are reported as inf, the solution is exact.",
+            RuntimeWarning, stacklevel=3)
+    return result
+
+
 def solve_min_norm(problem, *, tol=1e-13, max_iter=None):
     """Minimum-norm (least-squares) solution of the problem's *equalities*.
 
@@ -671,6 +783,15 @@ def solve_min_norm(problem, *, tol=1e-13, max_iter=None):
         raise ValueError("solve_min_norm takes equality constraints only.")
     if len(c) == 0:
         return np.zeros(problem.shape), 0.0
+    alpha = _unit_scale(problem.scores)
+    if alpha != 1.0:  # homogeneous in the map, as in solve_max_margin
+        w, res = solve_min_norm(_scaled_problem(problem, alpha), tol=tol, max_iter=max_iter)
+        w = w * alpha
+        if not np.all(np.isfinite(w)):
+            raise FloatingPointError(
+                f"{problem.name}: the minimum-norm solution overflows float64; rescale "
+                "the data.")
+        return w, res
     op = constraint_operator(problem)
     n_var = op.shape[1]
     out = lsqr(op, c.rhs, atol=tol, btol=tol, iter_lim=max_iter or 20 * n_var)

@@ -11,6 +11,7 @@ from ._core import (
     MaxMarginProblem,
     MaxMarginResult,
     check_program_size,
+    real_array,
     solve_max_margin,
     solve_min_norm,
 )
@@ -20,9 +21,16 @@ __all__ = ["exchangeable_tokens", "finite_component", "ntp_svm", "ntp_svm_proble
 
 
 def _check_contexts(contexts, support, name="support"):
-    """Validate ``contexts`` (m, d) and an (m, V) matrix; a sparse one stays sparse (CSR)."""
-    contexts = np.asarray(contexts, dtype=float)
+    """Validate ``contexts`` (m, d) and an (m, V) matrix; a sparse one stays sparse (CSR).
+
+    Complex or non-finite values in either are an error (a NaN would otherwise
+    count as an in-support token).
+    """
+    contexts = real_array(contexts, "contexts")
     support = sp.csr_matrix(support, copy=True) if sp.issparse(support) else np.asarray(support)
+    values = support.data if sp.issparse(support) else support
+    if values.dtype != bool:
+        real_array(values, name)
     if contexts.ndim != 2:
         raise ValueError(f"contexts must be 2-D (m, d), got shape {contexts.shape}.")
     if support.ndim != 2 or support.shape[0] != contexts.shape[0]:
@@ -30,8 +38,6 @@ def _check_contexts(contexts, support, name="support"):
             f"{name} must be 2-D (m, V) with m={contexts.shape[0]} rows, got shape "
             f"{support.shape}."
         )
-    if not np.all(np.isfinite(contexts)):
-        raise ValueError("contexts contain NaN or infinity.")
     return contexts, support
 
 
