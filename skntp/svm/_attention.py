@@ -38,6 +38,7 @@ from ._core import (
     MaxMarginProblem,
     MaxMarginResult,
     NotSeparableError,
+    real_array,
     register_method,
     solve_max_margin,
 )
@@ -58,7 +59,7 @@ _NNLS_MAX_DIM = 2_000
 
 
 def _check_keys(keys, mask):
-    keys = np.asarray(keys, dtype=float)
+    keys = real_array(keys, "keys")
     if keys.ndim == 2:
         keys = keys[None]
     if keys.ndim != 3:

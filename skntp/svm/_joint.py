@@ -34,6 +34,7 @@ from ._core import (
     KeyScores,
     MaxMarginProblem,
     NotSeparableError,
+    real_array,
     solve_max_margin,
 )
 
@@ -53,7 +54,7 @@ MAX_ENUMERATION = 256
 
 
 def _check_tokens(tokens, y):
-    tokens = np.asarray(tokens, dtype=float)
+    tokens = real_array(tokens, "tokens")
     y = np.asarray(y, dtype=float).ravel()
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be 2-D (n, d), got shape {tokens.shape}.")
