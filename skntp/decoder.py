@@ -25,8 +25,10 @@ from ._base import (
     TRAINING_CONSTRAINTS,
     backend_kwargs,
     backend_of,
+    limit_progress,
     train,
 )
+from ._progress import close_progress
 from .metrics import SubspaceProjector, alignment, history_metrics
 from .svm import NotSeparableError, log_odds_problem, solve_ntp_svm
 from .svm._core import solve_min_norm
@@ -251,8 +253,13 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         ``solver="svm"``, ``mm_direction_`` and the alignment history).
     svm_method : str, default="auto"
         Method of the max-margin core (``"auto"``, ``"cvxpy"``, ...).
-    record_every : int, default=1
-        Record the history every that many iterations.
+    record_every : int, default=10
+        Record the history every that many iterations (and always the first
+        and the last).  Each record evaluates the metrics of ``history_``
+        (alignment, projection onto the finite subspace, ...), which cost
+        about one gradient step or more; every 10 iterations keeps that
+        overhead under 20 % of the descent (``benchmarks/record_every.py``).
+        Use 1 to record every iteration.
     backend : {"numpy", "torch"}, default="numpy"
     device : str, default=None
         Torch device (``"cpu"``, ``"cuda"``); only with ``backend="torch"``.
@@ -329,7 +336,7 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         path_radii=None,
         compute_limits=True,
         svm_method="auto",
-        record_every=1,
+        record_every=10,
         backend="numpy",
         device=None,
         dtype="float64",
@@ -504,9 +511,10 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         self._projector = SubspaceProjector(
             equations.constraint_matrix(), self.finite_component_.shape
         )
+        progress = limit_progress(self, "NTP-SVM")
         try:
             _, res = solve_ntp_svm(contexts, probs.toarray() > 0, method=self.svm_method,
-                                   **backend_kwargs(self))
+                                   callback=progress, **backend_kwargs(self))
         except NotSeparableError as exc:
             if self.solver == "svm":
                 raise
@@ -521,6 +529,8 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
                 stacklevel=3,
             )
             return
+        finally:
+            close_progress(progress)
         nrm = float(np.linalg.norm(res.primal))
         self.svm_result_ = res
         self.is_ntp_separable_ = True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.linalg
 
@@ -94,6 +96,11 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
     d = None if direction is None else be.asarray(direction)
     f = None if finite is None else be.asarray(finite)
     basis = None if projector is None else projector.to_backend(be)
+    if basis is not None and f is not None:
+        # ||P(w) - f||^2 = ||B^T (w - f)||^2 + ||f - P(f)||^2 for an orthonormal
+        # basis B: one product with B^T per record instead of two.
+        f_coords = basis.T @ xp.reshape(f, (-1,))
+        f_off = max(0.0, float(xp.sum(f * f)) - float(xp.sum(f_coords * f_coords)))
 
     def metrics(params):
         w = params[param_index]
@@ -108,10 +115,14 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
                     float(xp.sum(r * d)) / nr if nr > 0 else 0.0
                 )
         if f is not None and projector is not None:
-            pw = projector.project(w, basis, xp)
-            out[prefix + "finite_distance"] = float(
-                np.linalg.norm(to_numpy(pw) - to_numpy(f))
-            ) if basis is None else float(norm(xp, pw - f))
+            if basis is None:
+                pw = projector.project(w)
+                out[prefix + "finite_distance"] = float(
+                    np.linalg.norm(to_numpy(pw) - to_numpy(f)))
+            else:
+                c = basis.T @ xp.reshape(w, (-1,)) - f_coords
+                out[prefix + "finite_distance"] = math.sqrt(float(xp.sum(c * c)) + f_off)
         return out
 
     return metrics
+

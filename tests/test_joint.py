@@ -443,7 +443,7 @@ def test_ngd_on_log_loss_equals_ngd_on_loss():
     ref = minimize(plain, (P.head_init, P.query_init), xp=be.xp, solver="ngd", lr=0.1,
                    max_iter=200)
     est = JointAttentionSVM(head_init=P.head_init, query_init=P.query_init,
-                            max_iter=200).fit(X, y)
+                            max_iter=200, record_every=1).fit(X, y)
     np.testing.assert_allclose(est.head_, ref.params[0], rtol=1e-9)
     np.testing.assert_allclose(est.query_, ref.params[1], rtol=1e-9)
     np.testing.assert_allclose(est.history_["loss"], ref.history["loss"], rtol=1e-9)

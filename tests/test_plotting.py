@@ -110,8 +110,13 @@ def test_token_priority_graphs(plt):
     assert any("1 cyclic" in t for t in titles)  # tokens 0 and 1 follow each other
 
 
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
 def test_progress_bar_text():
-    stream = io.StringIO()
+    stream = _Terminal()
     bar = ProgressBar(10, desc="gd", stream=stream, min_interval=0.0)
     for k in range(1, 11):
         bar(k, 1.0 / k, {"alignment": 0.5, "alignment_corrected": 0.75})
@@ -119,9 +124,10 @@ def test_progress_bar_text():
     assert text.count("\r") == 10 and text.endswith("\n")
     last = text.split("\r")[-1]
     assert "10/10" in last and "loss 0.1" in last and "0.7500" in last
+    assert "eta" in text.split("\r")[5] and "eta" not in last
     assert make_progress(0, 10) is None
     # per-trial (batched) rows are averaged
-    stream = io.StringIO()
+    stream = _Terminal()
     ProgressBar(1, stream=stream)(1, np.array([1.0, 3.0]), {"alignment": np.array([0.2, 0.4])})
     assert "loss 2" in stream.getvalue() and "0.3000" in stream.getvalue()
 
@@ -132,6 +138,7 @@ def test_decoder_verbose_prints_progress(capsys, small_fit):
     NTPDecoderClassifier(solver="gd", max_iter=50, verbose=1).fit(X, y)
     err = capsys.readouterr().err
     assert "50/50" in err and "loss" in err and "cos(w-w*,mm)" in err
+    assert "limit NTP-SVM: it=" in err and "\r" not in err  # not a terminal: plain lines
     NTPDecoderClassifier(solver="gd", max_iter=50, verbose=0).fit(X, y)
     assert capsys.readouterr().err == ""
 
