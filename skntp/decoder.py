@@ -629,7 +629,11 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         """Accuracy of :meth:`predict` (scikit-learn's default).
 
         For grid searches over NTP data, where several next tokens are
-        correct, prefer ``scoring="neg_log_loss"``.
+        correct, score the log-loss instead with
+        ``scoring=skntp.metrics.make_vocabulary_log_loss_scorer()`` and fit
+        with ``vocabulary=`` (the whole vocabulary): scikit-learn's
+        ``"neg_log_loss"`` infers the tokens from each test fold, which
+        rarely holds them all, and gives NaN.
         """
         return super().score(X, y, sample_weight=sample_weight)
 

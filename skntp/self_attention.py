@@ -186,6 +186,13 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
     svm_radius_ : float
         ``R`` used by ``solver="svm"``.
 
+    See Also
+    --------
+    skntp.metrics.make_vocabulary_log_loss_scorer : The log-loss scorer for
+        ``GridSearchCV`` (``scoring="neg_log_loss"`` gives NaN when a test
+        fold lacks some of the ``K`` tokens).
+    skntp.datasets.TokenEncoder : Words to token ids.
+
     Examples
     --------
     >>> from skntp.self_attention import NTPAttentionClassifier
