@@ -572,11 +572,11 @@ class WordEmbeddingDisplay:
         ax.set_title("P: next-token probabilities", fontsize=10)
         ax.set_xlabel("next word")
         ax.set_ylabel("context")
-        if V <= 30:
-            ax.set_xticks(range(V), self.words,
+        if V <= 40:
+            ax.set_xticks(range(V), self.words, fontsize=8 if V <= 20 else 6,
                           rotation=90 if max(map(len, self.words)) > 2 else 0)
-        if m <= 30:
-            ax.set_yticks(range(m), self.context_names)
+        if m <= 40:
+            ax.set_yticks(range(m), self.context_names, fontsize=8 if m <= 20 else 6)
 
     def _draw_rows(self, ax, panel, max_words, max_contexts):
         plt = _pyplot()
@@ -981,7 +981,8 @@ class TokenPriorityGraphDisplay:
             plt.Line2D([], [], ls="", marker="o", color=plt.get_cmap("tab10")(0),
                        label="cyclic SCC (one color each)"),
         ]
-        axes[0].legend(handles=handles, fontsize=6, loc="lower left")
+        axes[0].legend(handles=handles, fontsize=6, loc="upper left",
+                       bbox_to_anchor=(0.0, 0.0), ncol=2, frameon=False)
         if new:
             fig.tight_layout()
         self.axes_, self.figure_ = np.asarray(axes, dtype=object), fig
