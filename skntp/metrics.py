@@ -38,7 +38,11 @@ class SubspaceProjector:
     For the NTP decoder the rows of the log-odds equations (3) span the
     subspace ``F`` of eq. (5), so ``project(W) = P_F(W)``.  Small problems
     keep an orthonormal basis (one matrix product per projection); large
-    ones solve a least-squares problem with LSQR per projection.
+    ones solve a least-squares problem with LSQR per projection.  When the
+    constraint matrix ``A`` is sparse, the coordinates in the basis are
+    also available through ``A`` itself (:meth:`coordinates`), which is
+    cheaper than the dense basis when ``A`` has few non-zeros (the decoder's
+    rows have ``2 d`` each).
 
     Parameters
     ----------
@@ -54,13 +58,33 @@ class SubspaceProjector:
         self.shape = tuple(shape)
         self.basis = None
         self.matrix = matrix
+        self._from_rows = None
         self.is_zero = matrix is None or matrix.shape[0] == 0
         if self.is_zero:
             return
         n_rows, n_features = matrix.shape
         if n_rows * n_features <= max_dense:
             dense = matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix)
-            self.basis = scipy.linalg.orth(dense.T)  # (n_features, rank)
+            # A = U S Vt: the basis is V (what scipy.linalg.orth(A.T) returns), and
+            # V^T u = S^{-1} U^T (A u), one product with the sparse A
+            u, sv, vt = scipy.linalg.svd(dense, full_matrices=False)
+            tol = np.amax(sv, initial=0.0) * np.finfo(float).eps * max(dense.shape)
+            rank = int(np.sum(sv > tol))
+            self.basis = vt[:rank].T  # (n_features, rank)
+            if hasattr(matrix, "toarray") and matrix.nnz + rank * n_rows < n_features * rank:
+                self.matrix = matrix.tocsr()
+                self._from_rows = u[:, :rank].T / sv[:rank, None]  # (rank, n_rows)
+
+    def coordinates(self, w):
+        """``B^T w`` for the orthonormal basis ``B`` of the subspace (NumPy).
+
+        Through the sparse constraint matrix when that is cheaper than the
+        dense basis.  Only for projectors with a basis.
+        """
+        flat = np.asarray(to_numpy(w), dtype=float).ravel()
+        if self._from_rows is not None:
+            return self._from_rows @ (self.matrix @ flat)
+        return self.basis.T @ flat
 
     @property
     def rank(self):
@@ -103,9 +127,12 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
     d = None if direction is None else be.asarray(direction)
     f = None if finite is None else be.asarray(finite)
     basis = None if projector is None else projector.to_backend(be)
+    # On NumPy, coordinates through the sparse constraint matrix when cheaper.
+    sparse_coords = (basis is not None and be.name == "numpy" and f is not None
+                     and projector._from_rows is not None)
     if basis is not None and f is not None:
         # ||P(w) - f||^2 = ||B^T (w - f)||^2 + ||f - P(f)||^2 for an orthonormal
-        # basis B: one product with B^T per record instead of two.
+        # basis B: the coordinates of w per record, not a projection.
         f_coords = basis.T @ xp.reshape(f, (-1,))
         f_off = max(0.0, float(xp.sum(f * f)) - float(xp.sum(f_coords * f_coords)))
 
@@ -127,7 +154,8 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
                 out[prefix + "finite_distance"] = float(
                     np.linalg.norm(to_numpy(pw) - to_numpy(f)))
             else:
-                c = basis.T @ xp.reshape(w, (-1,)) - f_coords
+                c = (projector.coordinates(w) if sparse_coords
+                     else basis.T @ xp.reshape(w, (-1,))) - f_coords
                 out[prefix + "finite_distance"] = math.sqrt(float(xp.sum(c * c)) + f_off)
         return out
 
