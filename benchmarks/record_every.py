@@ -11,10 +11,11 @@ This script fits each estimator on a representative problem (the papers'
 settings) with the same solver, start and number of iterations, once with
 the history recorded only at the first and last iteration (the reference:
 ``record_every=max_iter``, the descent alone) and once per value of
-``record_every``, and prints the descent time (``history_["time"]`` at the
-last record, which excludes the limit solve before the loop) and the
-overhead over the reference measured in the same run.  Each time is the
-minimum over ``--repeat`` fits (the machine may be shared).
+``record_every``, and prints the descent time of the reference and the
+overhead of each value over it, measured in the same run: in CPU time of
+the process (robust to other jobs on a shared machine; use ``--threads 1``
+there, so that idle BLAS threads do not count) and, in brackets, in wall
+time.  Each time is the minimum over ``--repeat`` fits.
 
 Usage::
 
@@ -65,45 +66,57 @@ def _problems():
             "NTPDecoderClassifier, NTP App. B.2 (n=5000, m=50, d=60, V=10), GD",
             lambda r, it: NTPDecoderClassifier(solver="gd", lr=0.5, max_iter=it,
                                                record_every=r, random_state=0),
-            X_b2, y_b2, 2000),
+            X_b2, y_b2, 4000),
         "decoder-text": (
             "NTPDecoderClassifier, real text (m=138, d=146, V=46), NGD",
             lambda r, it: NTPDecoderClassifier(solver="ngd", lr=0.5, max_iter=it,
                                                record_every=r, random_state=0),
-            text.data, text.target, 1000),
+            text.data, text.target, 3000),
         "self-attention": (
             "NTPAttentionClassifier, cyclic Fig. 4 data (K=6, d=8, n=6, T=4), NGD",
             lambda r, it: NTPAttentionClassifier(E_sa, solver="ngd", lr=0.01, max_iter=it,
                                                  record_every=r),
-            X_sa, y_sa, 4000),
+            X_sa, y_sa, 8000),
         "attention": (
             "AttentionSelector, random instance (n=8, T=6, d=10), NGD",
             lambda r, it: AttentionSelector(v_at[0], solver="ngd", lr=1.0, max_iter=it,
                                             record_every=r),
-            X_at[0], y_at[0], 2000),
+            X_at[0], y_at[0], 5000),
         "joint": (
             "JointAttentionSVM, Fig. 3(b) (n=3, T=d=2), NGD",
             lambda r, it: JointAttentionSVM(solver="ngd", lr=0.1, max_iter=it,
                                             head_init=P_jt.head_init,
                                             query_init=P_jt.query_init, record_every=r),
-            X_jt, y_jt, 2000),
+            X_jt, y_jt, 5000),
     }
 
 
 def descent_times(make, X, y, values, max_iter, repeat):
-    """Per ``record_every`` value, the minimum over ``repeat`` fits of the loop's time.
+    """Per ``record_every`` value: the descent's wall and CPU time, minimum over ``repeat``.
 
-    The values are interleaved within every repeat (reference, then each value),
-    so a change of the machine's load hits all of them alike.
+    Wall: ``history_["time"]`` at the last record (the loop only).  CPU: the
+    process time of the whole fit minus that of the same fit with
+    ``max_iter=1`` (validation, the limit solve and one step), each the
+    minimum over the repeats, so another job on a shared machine does not
+    enter.  The values are interleaved within
+    every repeat, in a rotated order, so that neither a change of the
+    machine's load nor the position in the sequence favors one of them.
     """
-    best = {v: np.inf for v in values}
-    for _ in range(repeat):
-        for v in values:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+    wall = {v: np.inf for v in values}
+    total = {v: np.inf for v in values}
+    setup = np.inf
+    for rep in range(repeat):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.process_time()
+            make(1, 1).fit(X, y)
+            setup = min(setup, time.process_time() - t0)
+            for v in values[rep % len(values):] + values[:rep % len(values)]:
+                t0 = time.process_time()
                 est = make(v, max_iter).fit(X, y)
-            best[v] = min(best[v], float(est.history_["time"][-1]))
-    return best
+                total[v] = min(total[v], time.process_time() - t0)
+                wall[v] = min(wall[v], float(est.history_["time"][-1]))
+    return wall, {v: t - setup for v, t in total.items()}
 
 
 def main(argv=None):
@@ -125,16 +138,20 @@ def main(argv=None):
     print(f"record_every overhead over the descent alone (default record_every={default}); "
           f"min of {args.repeat} fits, BLAS threads {threads}, "
           f"{time.strftime('%Y-%m-%d %H:%M')}")
-    header = ["problem", "iters", "reference"] + [f"r={v}" for v in args.values]
+    print("overhead = (descent with records every r steps) / (descent alone) - 1, "
+          "CPU time [wall time]")
+    header = ["problem", "iters", "descent alone"] + [f"r={v}" for v in args.values]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for name in names:
         desc, make, X, y, max_iter = problems[name]
-        times = descent_times(make, X, y, [max_iter, *args.values], max_iter, args.repeat)
-        ref = times[max_iter]
-        cells = [name, str(max_iter), f"{1e3 * ref:.0f} ms"]
+        wall, cpu = descent_times(make, X, y, [max_iter, *args.values], max_iter,
+                                  args.repeat)
+        cells = [name, str(max_iter),
+                 f"{1e3 * cpu[max_iter]:.0f} ms [{1e3 * wall[max_iter]:.0f} ms]"]
         for r in args.values:
-            cells.append(f"{100 * (times[r] - ref) / ref:+.0f} %")
+            cells.append(f"{100 * (cpu[r] / cpu[max_iter] - 1):+.0f} % "
+                         f"[{100 * (wall[r] / wall[max_iter] - 1):+.0f} %]")
         print(" | ".join(cells), flush=True)
     print()
     for name in names:
