@@ -102,5 +102,7 @@ def train(estimator, objective, params0, be, metrics):
         record_every=estimator.record_every,
         radii=radii,
         inner_max_iter=estimator.max_iter,
-        progress=make_progress(estimator.verbose, estimator.max_iter, desc=estimator.solver),
+        # the regularization path reports no per-iteration progress
+        progress=(None if estimator.solver == "regpath" else
+                  make_progress(estimator.verbose, estimator.max_iter, desc=estimator.solver)),
     )

@@ -576,7 +576,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
             record_every=self.record_every,
             radii=radii,
             inner_max_iter=self.max_iter,
-            progress=self._progress(use_log),
+            progress=None if regpath else self._progress(use_log),
         )
         self.head_ = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         self.query_ = np.asarray(to_numpy(result.params[1]), dtype=np.float64)

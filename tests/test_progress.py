@@ -114,3 +114,15 @@ def test_progress_does_not_change_the_fit():
     loud = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=30,
                                   verbose=1).fit(X, y)
     np.testing.assert_array_equal(quiet.coef_, loud.coef_)
+
+
+def test_regularization_path_draws_no_dangling_descent_bar(capsys):
+    from skntp import NTPDecoderClassifier
+    from skntp.datasets import make_ntp_data
+
+    X, y = make_ntp_data(n_samples=100, n_contexts=5, n_features=8, n_tokens=4,
+                         support_size=2, random_state=1)
+    NTPDecoderClassifier(solver="regpath", max_iter=20, path_radii=[1.0, 2.0],
+                         verbose=1).fit(X, y)
+    err = capsys.readouterr().err
+    assert "limit NTP-SVM: it=" in err and "regpath" not in err
