@@ -63,6 +63,18 @@ def default_radii(path_radii, start=0.5, stop=200.0, num=24):
     return radii
 
 
+def limit_progress(estimator, program):
+    """Progress callback of an estimator's limit solve (``None`` unless ``verbose > 0``).
+
+    Pass it as ``callback=`` to the :mod:`skntp.svm` solve and close it with
+    :func:`skntp._progress.close_progress` afterwards; it shows
+    ``"limit <program>: it=..., gap=..., viol=..."``.
+    """
+    from ._progress import make_limit_progress
+
+    return make_limit_progress(estimator.verbose, desc=f"limit {program}")
+
+
 def train(estimator, objective, params0, be, metrics):
     """Run the shared training loop with an estimator's solver parameters.
 
@@ -90,5 +102,7 @@ def train(estimator, objective, params0, be, metrics):
         record_every=estimator.record_every,
         radii=radii,
         inner_max_iter=estimator.max_iter,
-        progress=make_progress(estimator.verbose, estimator.max_iter, desc=estimator.solver),
+        # the regularization path reports no per-iteration progress
+        progress=(None if estimator.solver == "regpath" else
+                  make_progress(estimator.verbose, estimator.max_iter, desc=estimator.solver)),
     )

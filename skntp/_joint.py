@@ -20,9 +20,15 @@ from sklearn.utils.validation import (
 
 from ._attention_model import attention_weights, loss_and_derivative
 from ._backend import logsumexp, to_numpy
-from ._base import BACKEND_CONSTRAINTS, TRAINING_CONSTRAINTS, backend_of, default_radii
+from ._base import (
+    BACKEND_CONSTRAINTS,
+    TRAINING_CONSTRAINTS,
+    backend_of,
+    default_radii,
+    limit_progress,
+)
 from ._optim import minimize
-from ._progress import make_progress
+from ._progress import close_progress, make_progress
 from ._sequences import check_sequences
 from .metrics import alignment
 from .svm import NotSeparableError
@@ -171,8 +177,13 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         :func:`skntp.svm.joint_svm`).
     svm_method : str, default="auto"
         Method of the max-margin core.
-    record_every : int, default=1
-        Record the history every that many iterations.
+    record_every : int, default=10
+        Record the history every that many iterations (and always the first
+        and the last).  Each record evaluates the metrics of ``history_``
+        (alignment, projection onto the finite subspace, ...), which cost
+        about one gradient step or more; every 10 iterations keeps that
+        overhead under 20 % of the descent (``benchmarks/record_every.py``).
+        Use 1 to record every iteration.
     backend : {"numpy", "torch"}, default="numpy"
     device : str, default=None
     dtype : {"float64", "float32"}, default="float64"
@@ -264,7 +275,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         svm_radius="auto",
         max_enumeration=256,
         svm_method="auto",
-        record_every=1,
+        record_every=10,
         backend="numpy",
         device=None,
         dtype="float64",
@@ -406,7 +417,16 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
     def _set_directions(self, X, K, y, mask, selected, head=None, relaxed=None, att=None,
                         support=None):
         """Set ``selected_tokens_`` and every limit direction for ``selected``."""
-        kw = {"method": self.svm_method}
+        progress = None
+        if head is None or relaxed is None or att is None:
+            progress = limit_progress(self, "head SVM, (relaxed) ATT-SVM")
+        try:
+            self._solve_directions(X, K, y, mask, selected, head, relaxed, att, support,
+                                   {"method": self.svm_method, "callback": progress})
+        finally:
+            close_progress(progress)
+
+    def _solve_directions(self, X, K, y, mask, selected, head, relaxed, att, support, kw):
         rows = np.arange(X.shape[0])
         tokens = X[rows, selected]
         self.selected_tokens_ = np.asarray(selected, dtype=np.int64)
@@ -423,7 +443,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
                 "max-margin direction: head_mm_direction_, mm_direction_ and "
                 "att_svm_direction_ are None.",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
             return
         self.head_mm_direction_, nv = _unit_or_zero(head)
@@ -454,7 +474,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
             warnings.warn(
                 " ".join(problems) + " The corresponding direction is None.",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     def _radii(self, X, K, y, mask):
@@ -473,8 +493,12 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         return R_v, R_p
 
     def _fit_svm(self, X, K, y, mask):
-        res = joint_svm(X, y, K, mask=mask, max_enumeration=self.max_enumeration,
-                        method=self.svm_method)
+        progress = limit_progress(self, "joint SVM")
+        try:
+            res = joint_svm(X, y, K, mask=mask, max_enumeration=self.max_enumeration,
+                            method=self.svm_method, callback=progress)
+        finally:
+            close_progress(progress)
         self.joint_svm_result_ = res
         self._set_directions(X, K, y, mask, res.selected, head=res.head,
                              relaxed=res.relaxed, att=res.att_svm, support=res.support)
@@ -553,7 +577,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
             record_every=self.record_every,
             radii=radii,
             inner_max_iter=self.max_iter,
-            progress=self._progress(use_log),
+            progress=None if regpath else self._progress(use_log),
         )
         self.head_ = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         self.query_ = np.asarray(to_numpy(result.params[1]), dtype=np.float64)

@@ -108,7 +108,7 @@ def ntp_fig4(seed=0, quick=False):
     def plot():
         from .plotting import plot_training_curves
 
-        return plot_training_curves(list(fits.values()), labels=list(fits))
+        return plot_training_curves(list(fits.values()), labels=list(fits))[0].figure
 
     return Reproduction(table, {"fits": fits}, plot)
 
@@ -139,11 +139,15 @@ def ntp_fig1(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import plot_word_embeddings
+        from .plotting import _pyplot, plot_training_curves, plot_word_embeddings
 
-        angles = np.rad2deg(np.arctan2(svm.contexts_[:, 1], svm.contexts_[:, 0])) % 360
-        names = [{90: "A", 210: "B", 330: "C"}.get(int(round(a)), "?") for a in angles]
-        return plot_word_embeddings(svm, contexts=names)
+        fig, axes = _pyplot().subplots(2, 4, figsize=(16, 8))
+        plot_word_embeddings(svm, context_embeddings=H, contexts=["A", "B", "C"],
+                             ax=axes[0, :3])
+        axes[0, 3].set_axis_off()
+        plot_training_curves([gd, svm], labels=["GD", "SVM"], ax=axes[1])
+        fig.tight_layout()
+        return fig
 
     return Reproduction(table, {"svm": svm, "gd": gd}, plot)
 
@@ -253,7 +257,7 @@ def ntp_real_text(seed=0, quick=False):
 
         return plot_word_embeddings(svm, contexts=[" ".join(c) for c in
                                                    _context_names(data, svm, None)],
-                                    max_words=12)
+                                    max_words=12)[0].figure
 
     return Reproduction(table, {"svm": svm, "gd": gd, "data": data}, plot)
 
@@ -372,7 +376,7 @@ def attention_fig9(seed=0, quick=False):
                 for d, r in results.items()}
         return plot_fig9_bars([r[0] for r in rows], [r[2] for r in rows],
                               [r[3] for r in rows], [r[4] for r in rows],
-                              gaps={d: g[np.isfinite(g)] for d, g in gaps.items()})
+                              gaps={d: g[np.isfinite(g)] for d, g in gaps.items()})[0].figure
 
     return Reproduction(table, {"results": results}, plot)
 
@@ -437,9 +441,10 @@ def self_attention_figs(seed=0, quick=False):
 
     trials = 3 if quick else 20
     max_iter = 1000 if quick else 4000
-    rows, last = [], None
+    rows, last, fits = [], None, {}
     for kind in ("acyclic (Fig. 3)", "cyclic (Fig. 4)"):
         corr, dist = [], []
+        fits[kind] = []
         for t in range(trials):
             rs = seed * 1000 + t
             while True:
@@ -453,7 +458,8 @@ def self_attention_figs(seed=0, quick=False):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 clf = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=max_iter,
-                                             record_every=max(1, max_iter // 8)).fit(X, y)
+                                             record_every=max(1, max_iter // 100)).fit(X, y)
+            fits[kind].append(clf)
             corr.append(clf.history_["alignment"][-1])
             dist.append(clf.history_["finite_distance"][-1]
                         if "finite_distance" in clf.history_ else float("nan"))
@@ -469,11 +475,24 @@ def self_attention_figs(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import plot_token_priority_graphs
+        from .plotting import _pyplot, plot_metric_over_trials, plot_token_priority_graphs
 
-        return plot_token_priority_graphs(last, max_graphs=4)
+        fig, axes = _pyplot().subplots(2, 4, figsize=(14, 7))
+        n = min(4, len(last.graphs_))
+        plot_token_priority_graphs(last, max_graphs=n, ax=axes[0, :n])
+        for a in axes[0, n:]:
+            a.set_axis_off()
+        panels = (("acyclic (Fig. 3)", "alignment", "Fig. 3: corr(W, W^mm)"),
+                  ("cyclic (Fig. 4)", "alignment", "Fig. 4(a): corr(W, W^mm)"),
+                  ("cyclic (Fig. 4)", "finite_distance", "Fig. 4(b): ||Pi(W) - W^cyc||"))
+        for a, (kind, key, title) in zip(axes[1], panels):
+            plot_metric_over_trials(fits[kind], key, ax=a)
+            a.set_title(title, fontsize=10)
+        axes[1, 3].set_axis_off()
+        fig.tight_layout()
+        return fig
 
-    return Reproduction(table, {"last": last}, plot)
+    return Reproduction(table, {"last": last, "fits": fits}, plot)
 
 
 def example_main(name, description, argv=None):

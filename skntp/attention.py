@@ -38,9 +38,15 @@ from ._attention_model import (
     attention_weights,
 )
 from ._backend import to_numpy
-from ._base import BACKEND_CONSTRAINTS, TRAINING_CONSTRAINTS, backend_of, default_radii
+from ._base import (
+    BACKEND_CONSTRAINTS,
+    TRAINING_CONSTRAINTS,
+    backend_of,
+    default_radii,
+    limit_progress,
+)
 from ._optim import minimize
-from ._progress import make_progress
+from ._progress import close_progress, make_progress
 from ._sequences import check_sequences
 from .metrics import alignment
 from .svm import NotSeparableError, att_svm, att_svm_prime, min_score_gap, svm_neighbors
@@ -202,7 +208,13 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         hold one label only (e.g. a single input, Thm. 2).
     svm_method : str, default="auto"
         Method of the max-margin core.
-    record_every : int, default=1
+    record_every : int, default=10
+        Record the history every that many iterations (and always the first
+        and the last).  Each record evaluates the metrics of ``history_``
+        (alignment, projection onto the finite subspace, ...), which cost
+        about one gradient step or more; every 10 iterations keeps that
+        overhead under 20 % of the descent (``benchmarks/record_every.py``).
+        Use 1 to record every iteration.
     backend : {"numpy", "torch"}, default="numpy"
     device : str, default=None
     dtype : {"float64", "float32"}, default="float64"
@@ -303,7 +315,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         max_optimal_choices=4096,
         classes=None,
         svm_method="auto",
-        record_every=1,
+        record_every=10,
         backend="numpy",
         device=None,
         dtype="float64",
@@ -522,9 +534,11 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         self._gmm = None
         ties = np.flatnonzero(optimal.sum(axis=1) > 1)
         strict = self.solver == "svm"
+        progress = limit_progress(self, "ATT-SVM (GMM)")
         try:
             if ties.size == 0:
-                p = att_svm(keys, self.optimal_tokens_, mask=mask, method=self.svm_method)
+                p = att_svm(keys, self.optimal_tokens_, mask=mask, method=self.svm_method,
+                            callback=progress)
             else:
                 count = math.prod(int(c) for c in optimal.sum(axis=1))
                 p, alpha, n_best = att_svm_prime(
@@ -549,6 +563,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
                 raise
             warnings.warn(f"{exc} gmm_direction_ is None.", UserWarning, stacklevel=3)
             return
+        finally:
+            close_progress(progress)
         nrm = float(np.linalg.norm(p))
         if nrm == 0:
             if strict:

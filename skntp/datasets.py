@@ -2,8 +2,11 @@
 
 NTP with a linear decoder (Thrampoulidis 2024): :func:`make_ntp_data`
 (App. B.2 / A.2 recipe), :func:`make_ntp_2d_example` (Fig. 1/2) and
-:func:`ntp_from_sequences` (autoregressive data, App. D); NTP-SVM programs at
-scale with tied supports and no exchangeable tokens: :func:`make_ntp_svm_data`.
+:func:`ntp_from_sequences` (autoregressive data, App. D).  Your own text:
+:class:`TokenEncoder` maps sentences to token ids, and
+:func:`ntp_from_sequences` turns them into contexts and next tokens.  NTP-SVM
+programs at scale, with tied supports and no exchangeable tokens:
+:func:`make_ntp_svm_data`.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from sklearn.utils import Bunch
 from sklearn.utils.validation import check_random_state
 
 from ._data_separable import make_ntp_svm_data
+from ._tokens import TokenEncoder
 
-__all__ = ["make_ntp_2d_example", "make_ntp_data", "make_ntp_svm_data", "ntp_from_sequences"]
+__all__ = ["TokenEncoder", "make_ntp_2d_example", "make_ntp_data", "make_ntp_svm_data",
+           "ntp_from_sequences"]
 
 
 def make_ntp_data(
@@ -147,20 +152,34 @@ def make_ntp_2d_example(n_samples=None, *, probs=None):
     return X, y, np.ones(y.shape[0])
 
 
-def ntp_from_sequences(sequences, embed, *, context_size=None, pooling="last"):
+def ntp_from_sequences(sequences, embed=None, *, context_size=None, pooling="last",
+                       n_features=None, random_state=None):
     """Turn token sequences into NTP data over all prefixes (App. D).
 
     Every prefix ``z_{1:t}`` (``t = 1..T-1``) of every sequence is a context
     and ``z_{t+1}`` its next token; repeated prefixes become one distinct
-    context when the decoder aggregates them.
+    context when the decoder aggregates them.  Raw text is first encoded by
+    :class:`TokenEncoder` (words to integer ids).
 
     Parameters
     ----------
     sequences : iterable of sequences of hashable tokens
-    embed : callable, mapping or ndarray of shape (V, d)
-        ``embed(prefix_tuple) -> (d,)``; or a mapping from prefix tuples to
-        vectors; or a token-embedding table indexed by integer tokens, in
-        which case a prefix is embedded by ``pooling`` of its tokens' rows.
+        E.g. the id arrays of :meth:`TokenEncoder.transform`.
+    embed : None, "gaussian", "onehot", callable, mapping or ndarray of shape (V, d)
+        How a context is given to the model:
+
+        * ``None``: the prefixes themselves, as 1-D integer arrays (the
+          input of :class:`~skntp.NTPAttentionClassifier`);
+        * ``"gaussian"``: an independent ``N(0, I/d)`` vector per distinct
+          context, ``d = n_features`` (default ``m + 8`` for ``m`` distinct
+          contexts, so ``d > m`` and the data are, almost surely,
+          NTP-separable and NTP_H-compatible: the overparameterized regime of
+          the NTP paper's Sec. 3);
+        * ``"onehot"``: the ``m`` standard basis vectors (``d = m``);
+        * a callable ``embed(prefix_tuple) -> (d,)``, or a mapping from prefix
+          tuples to vectors;
+        * a token-embedding table indexed by integer tokens, in which case a
+          prefix is embedded by ``pooling`` of its tokens' rows.
     context_size : int, optional
         Keep only the last ``context_size`` tokens of each prefix (k-gram
         contexts); ``None`` keeps the whole prefix.
@@ -168,11 +187,27 @@ def ntp_from_sequences(sequences, embed, *, context_size=None, pooling="last"):
         How a token table embeds a prefix: the last token, the mean of its
         tokens, or the concatenation of the last ``context_size`` tokens
         (left-padded with zeros; needs ``context_size``).
+    n_features : int, optional
+        ``d`` of ``embed="gaussian"``.
+    random_state : int, RandomState instance or None
+        Seeds ``embed="gaussian"`` (distinct contexts are drawn in order of
+        first appearance).
 
     Returns
     -------
-    X : ndarray of shape (n_prefixes, d)
+    X : ndarray of shape (n_prefixes, d), or list of ndarray of int
+        Context embeddings; the prefixes when ``embed=None``.
     y : ndarray of shape (n_prefixes,)
+        Next tokens.
+
+    Examples
+    --------
+    >>> from skntp.datasets import TokenEncoder, ntp_from_sequences
+    >>> enc = TokenEncoder()
+    >>> ids = enc.fit_transform(["the cat sat", "the dog sat"])
+    >>> X, y = ntp_from_sequences(ids, "onehot", context_size=1)
+    >>> X.shape, enc.inverse_transform(y).tolist()
+    ((4, 3), ['cat', 'sat', 'dog', 'sat'])
     """
     prefixes, targets = [], []
     for seq in sequences:
@@ -183,6 +218,26 @@ def ntp_from_sequences(sequences, embed, *, context_size=None, pooling="last"):
             targets.append(seq[t])
     if not prefixes:
         raise ValueError("no sequence has two or more tokens; there is nothing to predict.")
+    y = np.asarray(targets)
+    if embed is None:
+        return [np.asarray(p, dtype=np.int64) for p in _integer_prefixes(prefixes)], y
+    if isinstance(embed, str):
+        distinct = list(dict.fromkeys(prefixes))
+        m = len(distinct)
+        if embed == "onehot":
+            rows = np.eye(m)
+        elif embed == "gaussian":
+            d = m + 8 if n_features is None else int(n_features)
+            if d < 1:
+                raise ValueError(f"n_features must be a positive integer, got {n_features!r}.")
+            rows = check_random_state(random_state).standard_normal((m, d)) / np.sqrt(d)
+        else:
+            raise ValueError(
+                f"embed must be None, 'gaussian', 'onehot', a callable, a mapping or an "
+                f"array; got {embed!r}."
+            )
+        index = {p: j for j, p in enumerate(distinct)}
+        return rows[[index[p] for p in prefixes]], y
     if callable(embed) and not isinstance(embed, np.ndarray):
         fn: Callable = embed
     elif isinstance(embed, Mapping):
@@ -199,6 +254,12 @@ def ntp_from_sequences(sequences, embed, *, context_size=None, pooling="last"):
             raise ValueError(f"pooling must be 'last', 'mean' or 'concat', got {pooling!r}.")
         if pooling == "concat" and context_size is None:
             raise ValueError("pooling='concat' needs context_size.")
+        prefixes = _integer_prefixes(prefixes)
+        if max(max(p) for p in prefixes) >= table.shape[0]:
+            raise ValueError(
+                f"a token id is out of range of the embedding table with "
+                f"{table.shape[0]} rows."
+            )
 
         def fn(prefix):
             rows = table[np.asarray(prefix, dtype=int)]
@@ -210,7 +271,23 @@ def ntp_from_sequences(sequences, embed, *, context_size=None, pooling="last"):
             return np.concatenate([pad, rows]).ravel()
     cache = {}
     X = np.stack([cache.setdefault(p, np.asarray(fn(p), dtype=float)) for p in prefixes])
-    return X, np.asarray(targets)
+    return X, y
+
+
+def _integer_prefixes(prefixes):
+    """The prefixes as tuples of int, or a ValueError naming the encoder."""
+    out = []
+    for p in prefixes:
+        arr = np.asarray(p)
+        if arr.dtype.kind not in "iu":
+            raise ValueError(
+                f"the tokens must be integer ids here, got {p[:5]!r}. Encode words first: "
+                "ids = skntp.datasets.TokenEncoder().fit_transform(sentences)."
+            )
+        if arr.size and arr.min() < 0:
+            raise ValueError(f"token ids must be non-negative, got {p[:5]!r}.")
+        out.append(tuple(int(t) for t in p))
+    return out
 
 # Joint head/attention examples (Tarzanagh et al. 2023, Fig. 3).
 from ._data_joint import make_joint_fig3  # noqa: E402

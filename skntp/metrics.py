@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.linalg
 
 from ._backend import norm, to_numpy
 
-__all__ = ["SubspaceProjector", "alignment", "history_metrics"]
+__all__ = [
+    "SubspaceProjector",
+    "VocabularyLogLossScorer",
+    "alignment",
+    "history_metrics",
+    "make_vocabulary_log_loss_scorer",
+    "vocabulary_log_loss",
+]
 
 
 def alignment(w, direction):
@@ -29,7 +38,11 @@ class SubspaceProjector:
     For the NTP decoder the rows of the log-odds equations (3) span the
     subspace ``F`` of eq. (5), so ``project(W) = P_F(W)``.  Small problems
     keep an orthonormal basis (one matrix product per projection); large
-    ones solve a least-squares problem with LSQR per projection.
+    ones solve a least-squares problem with LSQR per projection.  When the
+    constraint matrix ``A`` is sparse, the coordinates in the basis are
+    also available through ``A`` itself (:meth:`coordinates`), which is
+    cheaper than the dense basis when ``A`` has few non-zeros (the decoder's
+    rows have ``2 d`` each).
 
     Parameters
     ----------
@@ -68,6 +81,7 @@ class SubspaceProjector:
         self.shape = tuple(shape)
         self.basis = None
         self.matrix = matrix
+        self._from_rows = None
         self.is_zero = matrix is None or matrix.shape[0] == 0
         if self.is_zero:
             return
@@ -75,7 +89,26 @@ class SubspaceProjector:
         explicit = hasattr(matrix, "toarray") or isinstance(matrix, np.ndarray)
         if explicit and n_rows * n_features <= max_dense:
             dense = matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix)
-            self.basis = scipy.linalg.orth(dense.T)  # (n_features, rank)
+            # A = U S Vt: the basis is V (what scipy.linalg.orth(A.T) returns), and
+            # V^T u = S^{-1} U^T (A u), one product with the sparse A
+            u, sv, vt = scipy.linalg.svd(dense, full_matrices=False)
+            tol = np.amax(sv, initial=0.0) * np.finfo(float).eps * max(dense.shape)
+            rank = int(np.sum(sv > tol))
+            self.basis = vt[:rank].T  # (n_features, rank)
+            if hasattr(matrix, "toarray") and matrix.nnz + rank * n_rows < n_features * rank:
+                self.matrix = matrix.tocsr()
+                self._from_rows = u[:, :rank].T / sv[:rank, None]  # (rank, n_rows)
+
+    def coordinates(self, w):
+        """``B^T w`` for the orthonormal basis ``B`` of the subspace (NumPy).
+
+        Through the sparse constraint matrix when that is cheaper than the
+        dense basis.  Only for projectors with a basis.
+        """
+        flat = np.asarray(to_numpy(w), dtype=float).ravel()
+        if self._from_rows is not None:
+            return self._from_rows @ (self.matrix @ flat)
+        return self.basis.T @ flat
 
     @property
     def rank(self):
@@ -118,6 +151,14 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
     d = None if direction is None else be.asarray(direction)
     f = None if finite is None else be.asarray(finite)
     basis = None if projector is None else projector.to_backend(be)
+    # On NumPy, coordinates through the sparse constraint matrix when cheaper.
+    sparse_coords = (basis is not None and be.name == "numpy" and f is not None
+                     and projector._from_rows is not None)
+    if basis is not None and f is not None:
+        # ||P(w) - f||^2 = ||B^T (w - f)||^2 + ||f - P(f)||^2 for an orthonormal
+        # basis B: the coordinates of w per record, not a projection.
+        f_coords = basis.T @ xp.reshape(f, (-1,))
+        f_off = max(0.0, float(xp.sum(f * f)) - float(xp.sum(f_coords * f_coords)))
 
     def metrics(params):
         w = params[param_index]
@@ -132,10 +173,151 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
                     float(xp.sum(r * d)) / nr if nr > 0 else 0.0
                 )
         if f is not None and projector is not None:
-            pw = projector.project(w, basis, xp)
-            out[prefix + "finite_distance"] = float(
-                np.linalg.norm(to_numpy(pw) - to_numpy(f))
-            ) if basis is None else float(norm(xp, pw - f))
+            if basis is None:
+                pw = projector.project(w)
+                out[prefix + "finite_distance"] = float(
+                    np.linalg.norm(to_numpy(pw) - to_numpy(f)))
+            else:
+                c = (projector.coordinates(w) if sparse_coords
+                     else basis.T @ xp.reshape(w, (-1,))) - f_coords
+                out[prefix + "finite_distance"] = math.sqrt(float(xp.sum(c * c)) + f_off)
         return out
 
     return metrics
+
+
+# ---------------------------------------------------------------------------
+# Log-loss over the whole vocabulary (for GridSearchCV on next-token data)
+# ---------------------------------------------------------------------------
+def vocabulary_log_loss(y_true, log_proba, labels, *, sample_weight=None, eps=None):
+    """Mean negative log-likelihood of next tokens, with columns named by ``labels``.
+
+    Unlike :func:`sklearn.metrics.log_loss`, the columns of ``log_proba``
+    are the whole vocabulary ``labels`` whichever tokens ``y_true`` holds: a
+    test fold of next-token data rarely contains every token, and
+    scikit-learn's ``"neg_log_loss"`` scorer then infers fewer classes from
+    ``y_true`` than the model's ``predict_proba`` has columns, fails, and
+    ``GridSearchCV`` records NaN.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        Next tokens, each one of ``labels``.
+    log_proba : array-like of shape (n_samples, n_labels)
+        Log-probabilities of every token (a model's ``predict_log_proba``, or
+        the log of ``predict_proba``).
+    labels : array-like of shape (n_labels,)
+        The token of every column (a fitted model's ``classes_``).
+    sample_weight : array-like of shape (n_samples,), default=None
+    eps : float, default=None
+        Probabilities below ``eps`` count as ``eps`` (default: float64
+        machine epsilon, as :func:`sklearn.metrics.log_loss` clips), so a
+        token the model rules out costs ``-log(eps)`` (about 36 nats), not
+        infinity.
+
+    Returns
+    -------
+    float
+        ``-sum_i w_i log p_i(y_i) / sum_i w_i`` (lower is better).
+
+    Raises
+    ------
+    ValueError
+        When ``y_true`` holds a token that is not in ``labels``.
+    """
+    log_proba = np.asarray(log_proba, dtype=float)
+    labels = np.asarray(labels)
+    y_true = np.asarray(y_true).ravel()
+    if log_proba.ndim != 2 or log_proba.shape != (y_true.shape[0], labels.shape[0]):
+        raise ValueError(
+            f"log_proba must have shape (n_samples, n_labels) = "
+            f"{(y_true.shape[0], labels.shape[0])}, got {log_proba.shape}."
+        )
+    index = {label: j for j, label in enumerate(labels.tolist())}
+    cols = np.array([index.get(t, -1) for t in y_true.tolist()], dtype=np.int64)
+    if np.any(cols < 0):
+        missing = np.unique(y_true[cols < 0])[:10]
+        raise ValueError(
+            f"y_true holds tokens outside the labels (the model's vocabulary): "
+            f"{missing.tolist()}. Fit the model with the whole vocabulary (e.g. "
+            "NTPDecoderClassifier(vocabulary=...)) or pass labels=."
+        )
+    floor = math.log(np.finfo(np.float64).eps if eps is None else float(eps))
+    picked = np.maximum(log_proba[np.arange(y_true.shape[0]), cols], floor)
+    return float(-np.average(picked, weights=sample_weight))
+
+
+class VocabularyLogLossScorer:
+    """``scorer(estimator, X, y)``: the negated :func:`vocabulary_log_loss` of a fitted model.
+
+    Made by :func:`make_vocabulary_log_loss_scorer`; see there.
+    """
+
+    def __init__(self, labels=None, eps=None):
+        self.labels = labels
+        self.eps = eps
+
+    def __call__(self, estimator, X, y_true, sample_weight=None):
+        labels = self.labels if self.labels is not None else estimator.classes_
+        if hasattr(estimator, "predict_log_proba"):
+            log_proba = estimator.predict_log_proba(X)
+        else:
+            with np.errstate(divide="ignore"):
+                log_proba = np.log(estimator.predict_proba(X))
+        log_proba = np.asarray(log_proba, dtype=float)
+        if self.labels is not None:
+            # columns follow the estimator's classes_; reorder them to labels
+            classes = list(np.asarray(estimator.classes_).tolist())
+            where = {c: j for j, c in enumerate(classes)}
+            full = np.full((log_proba.shape[0], len(labels)), -np.inf)
+            for j, label in enumerate(np.asarray(labels).tolist()):
+                if label in where:
+                    full[:, j] = log_proba[:, where[label]]
+            log_proba = full
+        return -vocabulary_log_loss(y_true, log_proba, labels, sample_weight=sample_weight,
+                                    eps=self.eps)
+
+    def __repr__(self):
+        return f"make_vocabulary_log_loss_scorer(labels={self.labels!r}, eps={self.eps!r})"
+
+
+def make_vocabulary_log_loss_scorer(labels=None, *, eps=None):
+    """A log-loss scorer for next-token models that knows the whole vocabulary.
+
+    Use it as ``scoring=`` of :class:`~sklearn.model_selection.GridSearchCV`
+    or :func:`~sklearn.model_selection.cross_val_score` instead of
+    ``"neg_log_loss"``, which fails (NaN scores) when a test fold lacks some
+    tokens of the model's ``classes_``: that is the rule, not the exception,
+    for next-token data.  The score is ``-vocabulary_log_loss`` (higher is
+    better, as scikit-learn's scorers).
+
+    Parameters
+    ----------
+    labels : array-like, default=None
+        The vocabulary.  ``None`` uses the fitted estimator's ``classes_``
+        (for :class:`~skntp.NTPAttentionClassifier` every token id
+        ``0..K-1``; for :class:`~skntp.NTPDecoderClassifier` the tokens seen
+        in training, unless it is fitted with ``vocabulary=``).  Tokens of
+        ``labels`` the estimator does not know get probability 0.
+    eps : float, default=None
+        Probability floor (see :func:`vocabulary_log_loss`).
+
+    Returns
+    -------
+    VocabularyLogLossScorer
+        A callable ``scorer(estimator, X, y, sample_weight=None)``.
+
+    Examples
+    --------
+    >>> from sklearn.model_selection import GridSearchCV
+    >>> from skntp import NTPAttentionClassifier
+    >>> from skntp.datasets import make_token_priority_data
+    >>> from skntp.metrics import make_vocabulary_log_loss_scorer
+    >>> X, y, E = make_token_priority_data(8, 8, 24, 6, random_state=0)
+    >>> search = GridSearchCV(NTPAttentionClassifier(E, solver="ngd", max_iter=50),
+    ...                       {"lr": [0.01, 0.1]}, cv=3,
+    ...                       scoring=make_vocabulary_log_loss_scorer()).fit(X, y)
+    >>> bool(np.isfinite(search.cv_results_["mean_test_score"]).all())
+    True
+    """
+    return VocabularyLogLossScorer(labels=labels, eps=eps)

@@ -17,9 +17,11 @@ from ._base import (
     TRAINING_CONSTRAINTS,
     backend_kwargs,
     backend_of,
+    limit_progress,
     train,
 )
 from ._data_graphs import random_unit_embeddings
+from ._progress import close_progress
 from .graphs import (
     PaddedSequences,
     _component_index,
@@ -129,7 +131,13 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         building pseudo token-priority graphs (:meth:`pseudo_graphs`, Sec. 6).
     svm_method : str, default="auto"
         Method of the max-margin core.
-    record_every : int, default=1
+    record_every : int, default=10
+        Record the history every that many iterations (and always the first
+        and the last).  Each record evaluates the metrics of ``history_``
+        (alignment, projection onto the finite subspace, ...), which cost
+        about one gradient step or more; every 10 iterations keeps that
+        overhead under 20 % of the descent (``benchmarks/record_every.py``).
+        Use 1 to record every iteration.
     backend : {"numpy", "torch"}, default="numpy"
     device : str, default=None
     dtype : {"float64", "float32"}, default="float64"
@@ -178,6 +186,13 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
     svm_radius_ : float
         ``R`` used by ``solver="svm"``.
 
+    See Also
+    --------
+    skntp.metrics.make_vocabulary_log_loss_scorer : The log-loss scorer for
+        ``GridSearchCV`` (``scoring="neg_log_loss"`` gives NaN when a test
+        fold lacks some of the ``K`` tokens).
+    skntp.datasets.TokenEncoder : Words to token ids.
+
     Examples
     --------
     >>> from skntp.self_attention import NTPAttentionClassifier
@@ -222,7 +237,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         compute_limits=True,
         selection_threshold=1e-3,
         svm_method="auto",
-        record_every=1,
+        record_every=10,
         backend="numpy",
         device=None,
         dtype="float64",
@@ -398,13 +413,17 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         rows = cyclic_subspace_basis(E, self.sccs_)
         self._projector = SubspaceProjector(rows if rows.shape[0] else None, (d, d))
         problem = graph_svm_problem(E, self.graphs_, self.sccs_)
+        progress = limit_progress(self, "Graph-SVM")
         try:
-            res = solve_max_margin(problem, method=self.svm_method, **backend_kwargs(self))
+            res = solve_max_margin(problem, method=self.svm_method, callback=progress,
+                                   **backend_kwargs(self))
         except NotSeparableError as exc:
             if self.solver == "svm":
                 raise
             warnings.warn(f"{exc} mm_direction_ is None.", UserWarning, stacklevel=3)
             return
+        finally:
+            close_progress(progress)
         self.svm_result_ = res
         nrm = float(np.linalg.norm(res.primal))
         if nrm == 0:

@@ -1,39 +1,110 @@
-"""The documentation builds with warnings as errors (skipped without sphinx)."""
+"""The documentation: builds with warnings as errors, its code runs, its gallery renders.
 
+* ``test_docs_build`` (default run): the whole site with ``-W``, the gallery
+  pages generated but not executed (``plot_gallery=0``), which is fast.
+* ``test_user_guide_code_runs`` (default run): every ``.. code-block::
+  python`` of the getting-started and user-guide pages runs, page by page.
+* ``test_docs_build_with_gallery`` (slow): the site as published, every
+  example executed by sphinx-gallery; each gallery page must show its
+  figure(s) and its printed output, and MathJax must be the bundled copy.
+"""
+
+import importlib
+import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
+PAGES = ["getting_started", "user_guide/decoder", "user_guide/attention", "user_guide/joint",
+         "user_guide/self_attention", "user_guide/machinery"]
 
 
-def test_docs_build(tmp_path):
+def _build(tmp_path, *extra, timeout=900):
     pytest.importorskip("sphinx")
     pytest.importorskip("numpydoc")
     pytest.importorskip("pydata_sphinx_theme")
+    pytest.importorskip("sphinx_gallery")
+    pytest.importorskip("matplotlib")
+    try:
+        importlib.import_module("sphinx-mathjax-offline")  # the bundled MathJax
+    except ImportError:
+        pytest.skip("sphinx-mathjax-offline is not installed")
     out = tmp_path / "html"
+    # sphinx-gallery writes its pages into the source tree: build from a copy
+    src = tmp_path / "src"
+    shutil.copytree(DOCS, src / "docs",
+                    ignore=shutil.ignore_patterns("_build", "auto_examples"))
+    shutil.copytree(ROOT / "examples", src / "examples")
+    env = dict(os.environ, MPLBACKEND="Agg",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         "-d", str(tmp_path / "doctrees"), str(DOCS), str(out)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+         "-d", str(tmp_path / "doctrees"), *extra, str(src / "docs"), str(out)],
+        capture_output=True, text=True, timeout=timeout, cwd=src, env=env,
     )
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
-    for page in ("index", "getting_started", "api", "gallery", "user_guide/decoder",
-                 "user_guide/attention", "user_guide/joint", "user_guide/self_attention"):
+    return out
+
+
+def test_docs_build(tmp_path):
+    out = _build(tmp_path, "-D", "plot_gallery=0")
+    for page in ("index", "api", "auto_examples/index", *PAGES):
         assert (out / f"{page}.html").exists(), page
+    for example in EXAMPLES:
+        assert (out / "auto_examples" / f"{example.stem}.html").exists(), example.name
     api = (out / "api.html").read_text(encoding="utf-8")
     for name in ("NTPDecoderClassifier", "AttentionSelector", "JointAttentionSVM",
-                 "NTPAttentionClassifier", "ntp_svm", "load_text_ntp",
-                 "plot_training_curves", "alignment"):
+                 "NTPAttentionClassifier", "ntp_svm", "load_text_ntp", "TokenEncoder",
+                 "plot_training_curves", "TrainingCurvesDisplay", "alignment",
+                 "make_vocabulary_log_loss_scorer"):
         assert name in api, name
+    # formulas use the MathJax copied into the site, not a CDN
+    decoder = (out / "user_guide" / "decoder.html").read_text(encoding="utf-8")
+    assert re.search(r'src="[./]*_static/mathjax/tex-chtml\.js"', decoder), "local MathJax"
+    assert "cdn.jsdelivr" not in decoder
+    assert (out / "_static" / "mathjax" / "tex-chtml.js").exists()
 
 
-def test_gallery_lists_every_reproduction():
-    from skntp._reproduce import REPRODUCTIONS
+def _code_blocks(page):
+    text = (DOCS / f"{page}.rst").read_text(encoding="utf-8")
+    blocks = []
+    for match in re.finditer(r"^( *)\.\. code-block:: python\n\n((?:\1   .*\n|\n)+)", text,
+                             re.M):
+        indent = len(match.group(1)) + 3
+        blocks.append("\n".join(line[indent:] for line in match.group(2).splitlines()))
+    return blocks
 
-    gallery = (DOCS / "gallery.rst").read_text(encoding="utf-8")
-    for name in REPRODUCTIONS:
-        assert f"reproduce {name}" in gallery, name
+
+@pytest.mark.parametrize("page", PAGES)
+def test_user_guide_code_runs(page, tmp_path, monkeypatch):
+    blocks = _code_blocks(page)
+    assert blocks, f"{page} has no python code"
+    namespace = {}
+    if page == "getting_started":
+        pytest.importorskip("matplotlib").use("Agg")
+    monkeypatch.chdir(tmp_path)  # files the code saves
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for code in blocks:
+            exec(compile(code, f"{page}.rst", "exec"), namespace)  # noqa: S102
+
+
+@pytest.mark.slow
+def test_docs_build_with_gallery(tmp_path):
+    out = _build(tmp_path, timeout=1800)
+    index = (out / "auto_examples" / "index.html").read_text(encoding="utf-8")
+    for example in EXAMPLES:
+        page = (out / "auto_examples" / f"{example.stem}.html").read_text(encoding="utf-8")
+        assert f"sphx_glr_{example.stem}_001.png" in page, f"{example.name}: no figure"
+        assert "sphx-glr-script-out" in page, f"{example.name}: no printed output"
+        assert "paper" in page.lower()
+        assert (out / "_images" / f"sphx_glr_{example.stem}_001.png").exists()
+        assert example.stem in index

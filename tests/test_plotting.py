@@ -42,9 +42,9 @@ def plt():
 def test_training_curves(plt, small_fit):
     from skntp.plotting import plot_training_curves
 
-    fig = plot_training_curves([small_fit, small_fit.history_], labels=["est", "dict"])
-    assert len(fig.axes) == 4
-    loss_ax, _, align_ax, dist_ax = fig.axes
+    axes = plot_training_curves([small_fit, small_fit.history_], labels=["est", "dict"])
+    assert len(axes) == 4 and len(axes[0].figure.axes) == 4
+    loss_ax, _, align_ax, dist_ax = axes
     # the entropy line is drawn at H, both runs and both alignments are drawn
     assert any(np.allclose(line.get_ydata(), small_fit.entropy_)
                for line in loss_ax.get_lines())
@@ -54,43 +54,123 @@ def test_training_curves(plt, small_fit):
         plot_training_curves([small_fit], labels=["a", "b"])
     with pytest.raises(ValueError, match="history_"):
         plot_training_curves([object()])
+    with pytest.raises(ValueError, match="unknown panel"):
+        plot_training_curves(small_fit, keys=["speed"])
 
 
-def test_word_embeddings_shared_rows(plt):
-    from skntp.plotting import plot_word_embeddings
+def test_svm_fit_is_a_reference_line_in_the_users_grid(plt, small_fit):
+    from skntp.plotting import TrainingCurvesDisplay, plot_training_curves
+
+    X, y = make_ntp_data(n_samples=300, n_contexts=8, n_features=12, n_tokens=5,
+                         support_size=3, random_state=0)
+    svm = NTPDecoderClassifier(solver="svm").fit(X, y)
+    fig, grid = plt.subplots(2, 2)
+    axes = plot_training_curves([small_fit, svm], keys=["loss", "alignment"],
+                                ax=grid[1])
+    assert all(a is b for a, b in zip(axes, grid[1]))
+    loss_ax, align_ax = axes
+    names = [t.get_text() for t in align_ax.get_legend().get_texts()]
+    assert names[:2] == ["ngd", "svm (limit)"]
+    limit = [ln for ln in align_ax.get_lines() if ln.get_label() == "svm (limit)"][0]
+    # a horizontal line across the axes at the limit's alignment, x in axes units
+    assert np.allclose(limit.get_ydata(), svm.history_["alignment"][0])
+    assert list(limit.get_xdata()) == [0, 1]
+    # the GD curve sets the x range (no point at iteration 1 stretched out)
+    assert loss_ax.get_xlim()[1] >= small_fit.n_iter_
+    disp = TrainingCurvesDisplay.from_estimator([small_fit, svm], keys=["norm"])
+    assert disp.limits == [False, True] and len(disp.lines_["svm"]) == 0
+    disp.plot(keys=["loss"], ax=grid[0, 0])
+    assert disp.axes_[0] is grid[0, 0]
+    with pytest.raises(ValueError, match="2 panel"):
+        plot_training_curves(small_fit, keys=["loss", "norm"], ax=grid[0, 0])
+
+
+def test_metric_over_trials(plt):
+    from skntp.plotting import plot_metric_over_trials
+
+    it = np.arange(0, 50, 10.0)
+    runs = [{"iteration": it, "alignment": np.linspace(0, 1, 5) * s} for s in (0.5, 1.0)]
+    runs.append({"iteration": it[:3], "alignment": np.array([0.0, 0.2, 0.4])})  # stopped
+    ax = plot_metric_over_trials(runs, band=(0.0, 1.0), label="mean")
+    mean = ax.get_lines()[0].get_ydata()
+    np.testing.assert_allclose(mean, [0.0, (0.125 + 0.25 + 0.2) / 3,
+                                      (0.25 + 0.5 + 0.4) / 3, (0.375 + 0.75 + 0.4) / 3,
+                                      (0.5 + 1.0 + 0.4) / 3])
+    assert len(ax.collections) == 1  # the min-max band
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "mean", "min-max of the trials"]
+    with pytest.raises(ValueError, match="no 'finite_distance'"):
+        plot_metric_over_trials(runs, key="finite_distance")
+
+
+def test_word_embeddings_shared_rows_and_context_order(plt):
+    from skntp.plotting import (
+        WordEmbeddingDisplay,
+        plot_decoder_rows,
+        plot_next_token_matrix,
+        plot_word_embeddings,
+    )
 
     H, P, w = make_ntp_2d_example()
     svm = NTPDecoderClassifier(solver="svm").fit(H, P, sample_weight=w)
-    fig = plot_word_embeddings(svm)
-    assert len(fig.axes) == 4  # P, its colorbar, W^mm, W*
-    by_title = {ax.get_title(): ax for ax in fig.axes}
+    axes = plot_word_embeddings(svm)
+    assert len(axes) == 3 and len(axes[0].figure.axes) == 4  # + the colorbar of P
+    by_title = {ax.get_title(): ax for ax in axes}
     mm_texts = {t.get_text() for t in by_title["rows of W^mm (direction)"].texts}
     star_texts = {t.get_text() for t in by_title["rows of W* (finite component)"].texts}
     # words 0 and 4 follow the same contexts: one shared W^mm row, two W* rows
-    assert {"0,4", "4,0"} & mm_texts
-    assert {"0", "4"} <= star_texts
+    assert "0,4" in mm_texts and {"0", "4"} <= star_texts
+    # the support sets under the contexts (Fig. 1) and the marker shapes in the legend
+    assert "S = {0,2,4}" in mm_texts
+    legend = [t.get_text() for t in by_title["rows of W^mm (direction)"].get_legend()
+              .get_texts()]
+    assert legend == ["context h_j (rescaled)", "word row w_z"]
+    # contexts_ is sorted (B, A, C here); context_embeddings orders the rows A, B, C
+    assert not np.allclose(svm.contexts_, H)
+    disp = WordEmbeddingDisplay.from_estimator(svm, context_embeddings=H,
+                                               contexts=["A", "B", "C"])
+    np.testing.assert_allclose(disp.next_token_probs, P)
+    assert [t.get_text() for t in disp.axes_[0].get_yticklabels()] == ["A", "B", "C"]
+    fig, grid = plt.subplots(1, 2)
+    assert plot_next_token_matrix(svm, ax=grid[0]) is grid[0]
+    assert plot_decoder_rows(svm, "finite", ax=grid[1]) is grid[1]
+    with pytest.raises(ValueError, match="which"):
+        plot_decoder_rows(svm, "star")
+    with pytest.raises(ValueError, match="not a context"):
+        plot_word_embeddings(svm, context_embeddings=H + 1.0)
     with pytest.raises(ValueError, match="compute_limits"):
         plot_word_embeddings(NTPDecoderClassifier(compute_limits=False, max_iter=2)
                              .fit(H, P, sample_weight=w))
 
 
 def test_attention_trajectories_and_bars(plt):
-    from skntp.plotting import plot_attention_trajectories, plot_fig9_bars
+    from skntp.plotting import (
+        AttentionTrajectoryDisplay,
+        plot_attention_trajectories,
+        plot_fig9_bars,
+    )
 
     t = np.linspace(0, 1, 20)[:, None]
     traj = np.hstack([t, 1 - t, 0 * t]) + 0.1
-    X = np.array([[[1.0, 0.0, 1.0], [0.0, 1.0, -1.0]]])
-    fig = plot_attention_trajectories([traj, {"query": traj}], X,
-                                      directions={"GMM": np.array([1.0, 0.0, 0.0])})
-    ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "GMM"
+    X = np.array([[[1.0, 0.0, 1.0], [0.0, 1.0, -1.0]], [[0.5, 0.5, 0.0], [1.0, 1.0, 1.0]]])
+    ax = plot_attention_trajectories([traj, {"query": traj}], X,
+                                     directions={"GMM": np.array([1.0, 0.0, 0.0])})
+    names = [t.get_text() for t in ax.get_legend().get_texts()]
+    # runs, directions, then one marker shape per input
+    assert names == ["init 0", "init 1", "GMM", "tokens of input 0", "tokens of input 1"]
+    markers = [h.get_marker() for h in ax.get_legend().legend_handles[-2:]]
+    assert markers == ["o", "s"]
+    fig, grid = plt.subplots(1, 2)
+    disp = AttentionTrajectoryDisplay.from_estimator(traj, ax=grid[1], title="mine")
+    assert disp.ax_ is grid[1] and grid[1].get_title() == "mine"
     with pytest.raises(ValueError, match="'query'"):
         plot_attention_trajectories({"loss": np.ones(3)})
-    fig = plot_fig9_bars([2, 10], [0.8, 0.0], [0.2, 1.0], [0.1, 0.5],
-                         gaps={2: np.array([0.1, -0.01]), 10: np.array([0.3])})
-    assert len(fig.axes) == 2
-    heights = sorted(round(p.get_height(), 3) for p in fig.axes[0].patches)
+    axes = plot_fig9_bars([2, 10], [0.8, 0.0], [0.2, 1.0], [0.1, 0.5],
+                          gaps={2: np.array([0.1, -0.01]), 10: np.array([0.3])})
+    assert len(axes) == 2
+    heights = sorted(round(p.get_height(), 3) for p in axes[0].patches)
     assert heights == sorted([0.8, 0.0, 0.2, 1.0, 0.1, 0.5])
+    assert plot_fig9_bars([2], [0.5], [0.5], [0.2], ax=grid[0])[0] is grid[0]
     with pytest.raises(ValueError, match="one fraction per dimension"):
         plot_fig9_bars([2, 10], [0.8], [0.2, 1.0], [0.1, 0.5])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
@@ -104,14 +184,24 @@ def test_token_priority_graphs(plt):
     X = np.array([[0, 1, 2], [1, 0, 2], [2, 3, 3]])
     y = np.array([1, 0, 3])
     graphs = token_priority_graphs(X, y)
-    fig = plot_token_priority_graphs(graphs)
-    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    assert len(titles) == len(graphs)
+    axes = plot_token_priority_graphs(graphs, token_names=list("abcd"))
+    titles = [ax.get_title() for ax in axes]
+    assert len(titles) == len(graphs) == len(axes)
     assert any("1 cyclic" in t for t in titles)  # tokens 0 and 1 follow each other
+    assert "G^(c)" in titles[0]
+    legend = [t.get_text() for t in axes[0].get_legend().get_texts()]
+    assert legend[:2] == ["i => j (across SCCs)", "i ~ j (same SCC)"]
+    fig, grid = plt.subplots(1, len(graphs))
+    assert list(plot_token_priority_graphs(graphs, ax=grid)) == list(grid)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
 
 
 def test_progress_bar_text():
-    stream = io.StringIO()
+    stream = _Terminal()
     bar = ProgressBar(10, desc="gd", stream=stream, min_interval=0.0)
     for k in range(1, 11):
         bar(k, 1.0 / k, {"alignment": 0.5, "alignment_corrected": 0.75})
@@ -119,9 +209,10 @@ def test_progress_bar_text():
     assert text.count("\r") == 10 and text.endswith("\n")
     last = text.split("\r")[-1]
     assert "10/10" in last and "loss 0.1" in last and "0.7500" in last
+    assert "eta" in text.split("\r")[5] and "eta" not in last
     assert make_progress(0, 10) is None
     # per-trial (batched) rows are averaged
-    stream = io.StringIO()
+    stream = _Terminal()
     ProgressBar(1, stream=stream)(1, np.array([1.0, 3.0]), {"alignment": np.array([0.2, 0.4])})
     assert "loss 2" in stream.getvalue() and "0.3000" in stream.getvalue()
 
@@ -132,6 +223,7 @@ def test_decoder_verbose_prints_progress(capsys, small_fit):
     NTPDecoderClassifier(solver="gd", max_iter=50, verbose=1).fit(X, y)
     err = capsys.readouterr().err
     assert "50/50" in err and "loss" in err and "cos(w-w*,mm)" in err
+    assert "limit NTP-SVM: it=" in err and "\r" not in err  # not a terminal: plain lines
     NTPDecoderClassifier(solver="gd", max_iter=50, verbose=0).fit(X, y)
     assert capsys.readouterr().err == ""
 

@@ -157,7 +157,7 @@ def att_svm_problem(keys, selected, relaxed=None, *, mask=None, against=None):
 
 
 def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=1e-8,
-            max_iter=100_000, return_result=False):
+            max_iter=100_000, return_result=False, callback=None):
     """Solve (ATT-SVM) (Sec. 2) or the relaxed program (10) (Sec. 3).
 
     Parameters
@@ -173,6 +173,9 @@ def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=1e-8,
         Passed to :func:`~skntp.svm.solve_max_margin`.
     return_result : bool, default=False
         Also return the :class:`~skntp.svm.MaxMarginResult`.
+    callback : callable, optional
+        ``callback(n_iter, gap, violation)``, passed to
+        :func:`~skntp.svm.solve_max_margin` (progress of the solve).
 
     Returns
     -------
@@ -187,7 +190,8 @@ def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=1e-8,
         If the program is infeasible.
     """
     problem = att_svm_problem(keys, selected, relaxed, mask=mask)
-    res = solve_max_margin(problem, method=method, tol=tol, max_iter=max_iter)
+    res = solve_max_margin(problem, method=method, tol=tol, max_iter=max_iter,
+                           callback=callback)
     return (res.primal, res) if return_result else res.primal
 
 
