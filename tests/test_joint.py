@@ -333,27 +333,48 @@ def test_svm_solver(variant):
     assert np.linalg.norm(est2.head_) == pytest.approx(3.0)
 
 
+def _risk_by_hand(seqs, y, v, p, W=None):
+    """Mean logistic loss of ``f_i = v^T X_i^T softmax(X_i W^T p)``, one sequence at a time."""
+    f = []
+    for x in seqs:
+        logits = (x if W is None else x @ W.T) @ p
+        e = np.exp(logits - logits.max())
+        f.append(v @ (x.T @ (e / e.sum())))
+    f = np.array(f)
+    return np.mean(np.logaddexp(0.0, -y * f)), f
+
+
 def test_predictions_labels_and_ragged_input():
     X, y, P = make_joint_fig3("a", return_params=True)
     labels = np.where(y > 0, "yes", "no")
     est = JointAttentionSVM(max_iter=300, random_state=0).fit(X, labels)
     assert list(est.classes_) == ["no", "yes"]
     np.testing.assert_array_equal(est.predict(X), labels)
+    risk, f = _risk_by_hand(X, y, est.head_, est.query_)
+    np.testing.assert_allclose(est.decision_function(X), f, rtol=1e-12)
+    np.testing.assert_allclose(est.predict_proba(X)[:, 1], 1 / (1 + np.exp(-f)), rtol=1e-12)
     np.testing.assert_allclose(est.predict_proba(X).sum(axis=1), 1.0)
     np.testing.assert_allclose(np.exp(est.predict_log_proba(X)), est.predict_proba(X))
-    assert est.decision_function(X).shape == (3,)
-    # ragged: padding gets zero attention and does not change the model
+    assert est.history_["loss"][-1] == pytest.approx(risk, rel=1e-12)
+    # ragged: padding gets zero attention, and the recorded loss is the risk of the
+    # unpadded sequences
     seqs = [X[0], X[1, 1:], X[2]]
     s = est.attention(seqs)
     assert s.shape == (3, 2) and s[1, 1] == 0.0 and s[1, 0] == pytest.approx(1.0)
     est_r = JointAttentionSVM(max_iter=50, random_state=0).fit(seqs, y)
-    assert np.all(np.isfinite(est_r.query_))
+    risk_r, f_r = _risk_by_hand(seqs, y, est_r.head_, est_r.query_)
+    assert est_r.history_["loss"][-1] == pytest.approx(risk_r, rel=1e-12)
+    np.testing.assert_allclose(est_r.decision_function(seqs), f_r, rtol=1e-12)
     assert pickle.loads(pickle.dumps(est)).predict(X).tolist() == labels.tolist()
     # a Pipeline: attention features feed a downstream classifier
     pipe = make_pipeline(JointAttentionSVM(max_iter=100, random_state=0),
-                         LinearSVC(fit_intercept=False))
+                         LinearSVC(fit_intercept=False, random_state=0))
     pipe.fit(X, y)
-    assert pipe.predict(X).shape == (3,)
+    features = JointAttentionSVM(max_iter=100, random_state=0).fit(X, y).transform(X)
+    by_hand = LinearSVC(fit_intercept=False, random_state=0).fit(features, y)
+    np.testing.assert_allclose(pipe[-1].coef_, by_hand.coef_, rtol=1e-12)
+    np.testing.assert_array_equal(pipe.predict(X), by_hand.predict(features))
+    np.testing.assert_array_equal(pipe.predict(X), y)
 
 
 def test_bad_input_errors():

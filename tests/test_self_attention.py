@@ -171,7 +171,16 @@ def test_ragged_sequences_and_torch_backend():
     y = np.array([s[np.argmax(np.isin(s, y[i]))] if np.isin(s, y[i]).any() else s[0]
                   for i, s in enumerate(seqs)])
     clf = NTPAttentionClassifier(E, solver="gd", lr=1.0, max_iter=50).fit(seqs, y)
-    assert clf.predict(seqs).shape == (6,)
+    # eq. (1) by hand, one unpadded sequence at a time: with C E^T = I the output is the
+    # attention mass s_t = softmax_t(e_{x_t}^T W e_{x_last}) summed per token id
+    W = clf.coef_
+    mass = np.zeros((len(seqs), 8))
+    for i, seq in enumerate(seqs):
+        logits = E[seq] @ W @ E[seq[-1]]
+        att = np.exp(logits - logits.max())
+        np.add.at(mass[i], seq, att / att.sum())
+    np.testing.assert_allclose(clf.predict_proba(seqs), mass, atol=1e-12)
+    np.testing.assert_array_equal(clf.predict(seqs), np.argmax(mass, axis=1))
     pytest.importorskip("torch")
     clf_t = NTPAttentionClassifier(E, solver="gd", lr=1.0, max_iter=50,
                                    backend="torch").fit(seqs, y)
