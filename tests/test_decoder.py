@@ -71,7 +71,7 @@ def test_one_hot_matches_crammer_singer(seed):
     y[:V] = np.arange(V)
     est = NTPDecoderClassifier(solver="svm").fit(X, y)
     svc = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=1e6,
-                    tol=1e-10, max_iter=200_000).fit(X, y)
+                    tol=1e-10, max_iter=200_000, random_state=0).fit(X, y)
     # Crammer-Singer is invariant to adding a common vector to every row;
     # the NTP-SVM picks the minimum-norm representative (rows sum to zero).
     cs = svc.coef_ - svc.coef_.mean(axis=0)

@@ -271,7 +271,7 @@ def test_onehot_matches_linearsvc_crammer_singer():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         svc = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=1e6,
-                        tol=1e-10, max_iter=200_000).fit(H, y)
+                        tol=1e-10, max_iter=200_000, random_state=0).fit(H, y)
     W = svc.coef_
     cos = np.sum(W * res.primal) / np.linalg.norm(W) / np.linalg.norm(res.primal)
     assert cos > 1 - 1e-6

@@ -94,7 +94,7 @@ def test_head_svm_matches_cvxpy_and_linearsvc(seed):
     np.testing.assert_allclose(v_auto, v_cvx, rtol=1e-5, atol=1e-7)
     assert constraint_violation(head_svm_problem(R, y), v_auto) <= 1e-7
     svc = LinearSVC(loss="hinge", fit_intercept=False, C=1e6, tol=1e-10,
-                    max_iter=1_000_000)
+                    max_iter=1_000_000, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         svc.fit(R, y)
