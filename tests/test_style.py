@@ -31,3 +31,12 @@ def test_demo_runs():
                          cwd=ROOT, capture_output=True, text=True, check=True)
     assert "cos(W - W*, W^mm)" in out.stdout
     assert "SVM limit" in out.stdout
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = [line for line in readme.splitlines() if line.startswith("pip install -e ")]
+    assert len(commands) == 1, commands
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert ci[-1] == commands[0]
+    assert "--runslow" in commands[0] and "--cov=skntp" in commands[0]
