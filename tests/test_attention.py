@@ -9,7 +9,6 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import make_pipeline
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skntp._attention_model import (
     AttentionObjective,
@@ -433,17 +432,6 @@ def test_pipeline_and_grid_search_over_solver():
     assert got == pytest.approx(manual, rel=1e-12)
     assert gs.best_params_["solver"] == max(manual, key=manual.get)  # first of ties
     assert gs.best_score_ > 0.8
-
-
-@parametrize_with_checks(
-    [AttentionSelector(max_iter=50),
-     AttentionSelector(solver="gd", loss="exponential", max_iter=30),
-     AttentionSelector(train="W", loss="correlation", max_iter=30)],
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # GMM infeasible on scalar tokens
-        check(estimator)
 
 
 # ------------------------------------------------------------------------ Fig. 9

@@ -7,14 +7,12 @@ import importlib
 import pickle
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy.special import logsumexp as sp_logsumexp
 from sklearn.base import clone
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skntp import NTPDecoderClassifier
 from skntp._backend import CHUNK_ELEMENTS, get_backend, row_chunks, to_numpy
@@ -540,42 +538,3 @@ def test_other_estimators_parity(name):
             assert _rel(vb[ok], va[ok]) <= RTOL64, (solver, attr)
         np.testing.assert_array_equal(a.predict(X), b.predict(X))
         pickle.loads(pickle.dumps(b))
-
-
-# ---------------------------------------------------------------- sklearn checks (torch)
-#: The self-attention classifier's documented exceptions (tests/test_self_attention.py):
-#: inputs are token-id sequences, so the generic feature/label checks do not apply.
-_SELF_ATTENTION_EXPECTED = {
-    "check_n_features_in": "token-id sequences of varying length: no fixed n_features",
-    "check_n_features_in_after_fitting": "same: a sequence of any length is valid input",
-    "check_classifiers_classes": "classes are token ids; string labels are not token ids",
-    "check_classifiers_one_label": "attention can only predict tokens of the sequence",
-    "check_classifiers_train": "blob features become arbitrary token ids (Assumption 2)",
-    "check_decision_proba_consistency": "non-integer floats are rejected as token ids",
-}
-
-
-def _torch_estimators():
-    if not HAS_TORCH:
-        return []
-    from skntp import AttentionSelector, JointAttentionSVM, NTPAttentionClassifier
-
-    return [
-        NTPDecoderClassifier(max_iter=20, random_state=0, backend="torch"),
-        AttentionSelector(max_iter=30, backend="torch"),
-        JointAttentionSVM(max_iter=50, random_state=0, backend="torch"),
-        NTPAttentionClassifier(max_iter=20, backend="torch"),
-    ]
-
-
-def _expected_failed(est):
-    return _SELF_ATTENTION_EXPECTED if type(est).__name__ == "NTPAttentionClassifier" else {}
-
-
-@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
-@parametrize_with_checks(_torch_estimators() or [NTPDecoderClassifier()],
-                         expected_failed_checks=_expected_failed)
-def test_sklearn_compatible_with_torch_backend(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check(estimator)

@@ -12,7 +12,6 @@ from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.svm import LinearSVC
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skntp import NTPDecoderClassifier
 from skntp.datasets import make_ntp_2d_example, make_ntp_data, ntp_from_sequences
@@ -388,13 +387,3 @@ def test_ntp_from_sequences_and_2d_example():
     # words 0 and 4 follow the same contexts: same W^mm row, different W* rows
     assert np.allclose(est.mm_direction_[0], est.mm_direction_[4], atol=1e-7)
     assert not np.allclose(est.finite_component_[0], est.finite_component_[4])
-
-
-@parametrize_with_checks(
-    [NTPDecoderClassifier(max_iter=50, random_state=0)],
-    expected_failed_checks=lambda est: {},
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check(estimator)

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from sklearn.pipeline import make_pipeline
 from sklearn.svm import LinearSVC
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skntp._attention_model import AttentionObjective
 from skntp._backend import get_backend
@@ -445,16 +444,6 @@ def test_solve_max_margin_direct_head_problem():
 # --------------------------------------------------------------------------
 # scikit-learn compatibility
 # --------------------------------------------------------------------------
-@parametrize_with_checks(
-    [JointAttentionSVM(max_iter=100, random_state=0)],
-    expected_failed_checks=lambda est: {},
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check(estimator)
-
-
 def test_ngd_on_log_loss_equals_ngd_on_loss():
     # NGD normalizes each block, so grad log L = grad L / L gives the same steps.
     from skntp._optim import minimize

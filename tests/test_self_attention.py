@@ -7,7 +7,6 @@ import pytest
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skntp._backend import get_backend
 from skntp.datasets import make_token_priority_data
@@ -15,20 +14,6 @@ from skntp.graphs import check_token_sequences, is_acyclic, token_priority_graph
 from skntp.metrics import alignment
 from skntp.self_attention import NTPAttentionClassifier
 from skntp.svm import SelfAttentionRisk
-
-EXPECTED_FAILED = {
-    "check_n_features_in": "inputs are token-id sequences whose length T varies; there "
-    "is no fixed number of features (the embedding dimension is a parameter)",
-    "check_n_features_in_after_fitting": "same: a sequence of any length is valid input",
-    "check_classifiers_classes": "classes are token ids 0..K-1 of the vocabulary; string "
-    "labels are not token ids",
-    "check_classifiers_one_label": "attention outputs a mixture of the tokens of the "
-    "sequence, so a label absent from a sequence cannot be predicted (Assumption 2)",
-    "check_classifiers_train": "the blob features become arbitrary token ids; attention "
-    "can only predict tokens that occur in the sequence, so the accuracy bar is unreachable",
-    "check_decision_proba_consistency": "passes non-integer floats as token ids, which "
-    "are rejected (no rounding)",
-}
 
 
 def _cyclic_instance(seed, K=6, d=8, n=6, T=4):
@@ -39,12 +24,6 @@ def _cyclic_instance(seed, K=6, d=8, n=6, T=4):
         if not is_acyclic(token_priority_graphs(X, y)):
             return X, y, E
         rs += 10_000
-
-
-@parametrize_with_checks([NTPAttentionClassifier(max_iter=20)],
-                         expected_failed_checks=lambda est: EXPECTED_FAILED)
-def test_sklearn_compatible(estimator, check):
-    check(estimator)
 
 
 @pytest.mark.parametrize("loss,head", [("log", "identity"), ("log", "embeddings"),
