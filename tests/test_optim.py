@@ -201,9 +201,12 @@ def test_gradient_underflow_after_moving_warns(dtype):
         res = minimize(quadratic([1.0, 1.0], [0.0, 0.0]), (x0,), xp=np, solver="gd", lr=1.0,
                        max_iter=50, tol=0.0)
     assert res.stop_reason == "zero-gradient" and res.n_iter == 1 and res.converged
-    message = str(caught[0].message)
-    assert ("float32" in message) == (dtype == np.float32)
-    assert ("use dtype='float64'" in message) == (dtype == np.float32)
+    name = np.dtype(dtype).name
+    advice = ("use dtype='float64' to go further" if dtype == np.float32
+              else "the iterate is at the limit of this precision")
+    assert str(caught[0].message) == (
+        f"gd: the gradient underflowed to exactly zero at iteration 1 (loss 0): the softmax "
+        f"is saturated in {name}, so the iterates cannot move. Stopped; {advice}.")
 
 
 def _blow_up(bad):
@@ -382,3 +385,132 @@ def test_batched_non_finite_stops_every_trial():
                        batched=True)
     assert res.stop_reason == "non-finite" and res.n_iter == 9
     np.testing.assert_array_equal(res.params[0], (-2.0) ** 9 * X0)
+
+
+def _batched_quadratic(C):
+    def objective(params):
+        r = params[0] - C
+        return 0.5 * np.sum(r * r, axis=1), (r,)
+
+    return objective
+
+
+def test_batched_stopping_rules_and_records():
+    # GD with lr 0.5 on |x - c|^2/2 from 0: every trial's gradient halves each step;
+    # trial 1 starts 8 times farther, so it reaches tol = 1e-2 three steps later
+    C = np.array([[1.0, 0.0], [0.0, 8.0]])
+    res = minimize(_batched_quadratic(C), (np.zeros((2, 2)),), xp=np, solver="gd", lr=0.5,
+                   max_iter=50, tol=1e-2, record_every=4, batched=True)
+    assert res.stop_reason == "tol" and res.converged
+    assert res.n_iter == 10  # 8 * 2^-k <= 1e-2 first at k = 10
+    np.testing.assert_array_equal(res.history["iteration"], [0, 4, 8, 10])
+    # trial 0 stopped moving at k = 7 (2^-7 <= 1e-2), trial 1 at k = 10
+    np.testing.assert_allclose(res.params[0], C * (1 - 0.5 ** np.array([[7], [10]])),
+                               rtol=1e-15)
+    np.testing.assert_allclose(res.history["grad_norm"][-1], [2.0**-7, 8 * 2.0**-10],
+                               rtol=1e-14)
+    np.testing.assert_allclose(res.history["loss"][-1],
+                               [0.5 * 4.0**-7, 0.5 * 64 * 4.0**-10], rtol=1e-14)
+    res = minimize(_batched_quadratic(C), (np.zeros((2, 2)),), xp=np, solver="gd", lr=0.5,
+                   max_iter=3, batched=True)
+    assert res.stop_reason == "max_iter" and not res.converged and res.n_iter == 3
+    np.testing.assert_array_equal(res.history["iteration"], [0, 1, 2, 3])
+
+
+def test_batched_zero_gradient_stops_and_warns_per_trial():
+    # lr 1 lands both trials exactly on their minima at k = 1
+    C = np.array([[1.0, -2.0], [3.0, 0.5]])
+    with pytest.warns(ConvergenceWarning, match=r"underflowed to exactly zero for 2 "
+                      r"trial\(s\) by iteration 1"):
+        res = minimize(_batched_quadratic(C), (np.zeros((2, 2)),), xp=np, solver="gd",
+                       lr=1.0, max_iter=50, batched=True)
+    assert res.stop_reason == "zero-gradient" and res.converged and res.n_iter == 1
+    np.testing.assert_array_equal(res.params[0], C)
+    # one trial saturated, one still moving at max_iter: warned for that one trial
+    with pytest.warns(ConvergenceWarning, match=r"gd: the gradient underflowed to exactly "
+                      r"zero for 1 trial\(s\) by iteration 3.*saturated in float64"):
+        res = minimize(_batched_quadratic(C), (np.array([[1.0, -2.0], [0.0, 0.0]]),),
+                       xp=np, solver="gd", lr=0.5, max_iter=3, batched=True)
+    assert res.stop_reason == "max_iter"
+    # a start at the minimum: zero gradient at k = 0 stops silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = minimize(_batched_quadratic(C), (C.copy(),), xp=np, solver="ngd", max_iter=5,
+                       batched=True)
+    assert res.stop_reason == "zero-gradient" and res.n_iter == 0
+
+
+def test_batched_ngd_normalizes_each_trial_and_block():
+    C = np.array([[3.0, 4.0], [0.0, -100.0]])
+    res = minimize(_batched_quadratic(C), (np.zeros((2, 2)),), xp=np, solver="ngd", lr=0.5,
+                   max_iter=4, batched=True)
+    # each trial moves by exactly lr toward its own c
+    np.testing.assert_allclose(res.params[0], C / np.linalg.norm(C, axis=1,
+                                                                 keepdims=True) * 2.0,
+                               rtol=1e-14)
+    # a trial whose gradient is exactly zero in one block does not move that block
+    def objective(params):
+        x, z = params
+        r = x - C
+        return 0.5 * np.sum(r * r, axis=1), (r, np.zeros_like(z))
+
+    res = minimize(objective, (np.zeros((2, 2)), np.ones((2, 3))), xp=np, solver="ngd",
+                   lr=0.5, max_iter=2, batched=True)
+    np.testing.assert_array_equal(res.params[1], np.ones((2, 3)))
+
+
+def test_batched_projection_and_progress():
+    C = np.array([[2.0, 2.0], [-4.0, 1.0]])
+    calls = []
+
+    def progress(k, loss, row):
+        calls.append((k, np.array(loss), row["iteration"]))
+
+    progress.close = lambda: calls.append("closed")
+
+    def project(params):
+        x = params[0].copy()
+        x[:, 1] = 0.0
+        return (x,)
+
+    res = minimize(_batched_quadratic(C), (np.zeros((2, 2)),), xp=np, solver="gd",
+                   lr=0.5, max_iter=3, record_every=2, project=project, progress=progress,
+                   batched=True)
+    np.testing.assert_allclose(res.params[0][:, 0], C[:, 0] * (1 - 0.5**3), rtol=1e-15)
+    np.testing.assert_array_equal(res.params[0][:, 1], 0.0)
+    assert [c[0] for c in calls[:-1]] == [1, 2, 3] and calls[-1] == "closed"
+    assert [c[2] for c in calls[:-1]] == [0, 2, 3]
+    x1 = np.array([C[:, 0] * 0.5, np.zeros(2)]).T
+    np.testing.assert_allclose(calls[0][1], 0.5 * np.sum((x1 - C) ** 2, axis=1), rtol=1e-14)
+
+
+def test_batched_ngd_keeps_float32_on_torch():
+    torch = pytest.importorskip("torch")
+    from skntp._backend import get_backend
+
+    xp = get_backend("torch").xp
+    C = torch.tensor([[3.0, 4.0], [2.0, 0.0]], dtype=torch.float32)
+
+    def objective(params):
+        r = params[0] - C
+        return 0.5 * (r * r).sum(dim=1), (r,)
+
+    res = minimize(objective, (torch.zeros((2, 2), dtype=torch.float32),), xp=xp,
+                   solver="ngd", lr=0.5, max_iter=2, batched=True)
+    assert res.params[0].dtype == torch.float32
+    np.testing.assert_allclose(res.params[0].numpy(), [[0.6, 0.8], [1.0, 0.0]], rtol=1e-6)
+
+
+def test_warning_names_the_torch_dtype_without_its_module():
+    torch = pytest.importorskip("torch")
+    from skntp._backend import get_backend
+
+    xp = get_backend("torch").xp
+    x0 = torch.tensor([3.0, -1.0], dtype=torch.float32)
+
+    def objective(params):
+        return float(0.5 * (params[0] * params[0]).sum()), (params[0],)
+
+    with pytest.warns(ConvergenceWarning, match=r"saturated in float32, so the iterates "
+                      r"cannot move\. Stopped; use dtype='float64' to go further"):
+        minimize(objective, (x0,), xp=xp, solver="gd", lr=1.0, max_iter=5)
