@@ -11,6 +11,7 @@ runs whose stopping iteration is known in advance.
 """
 
 import math
+import time
 import warnings
 
 import numpy as np
@@ -66,7 +67,11 @@ def test_gd_iterates_follow_the_closed_form():
     np.testing.assert_allclose(res.history["grad_norm"], grad, rtol=1e-12)
     np.testing.assert_allclose(res.history["first"], expected[:, 0], rtol=1e-13)
     assert res.n_iter == 25 and res.stop_reason == "max_iter" and not res.converged
+    # seconds since the start of the run: nondecreasing, within the run's duration
     assert np.all(np.diff(res.history["time"]) >= 0)
+    t0 = time.perf_counter()
+    res = minimize(quadratic(a, c), (x0,), xp=np, solver="gd", lr=lr, max_iter=25)
+    assert 0 <= res.history["time"][0] <= res.history["time"][-1] <= time.perf_counter() - t0
 
 
 def test_gd_moves_every_block_by_its_own_gradient():
@@ -314,7 +319,19 @@ def test_regpath_solves_each_ball_exactly():
     np.testing.assert_allclose(res.history["loss"],
                                0.5 * np.maximum(0.0, 5.0 - radii) ** 2, atol=1e-12)
     assert res.n_iter == 5 and res.converged and res.stop_reason == "tol"
-    assert "radius_1" not in res.history
+    # the gradient at each solution: c - x, of norm max(0, 5 - r)
+    np.testing.assert_allclose(res.history["grad_norm"], np.maximum(0.0, 5.0 - radii),
+                               atol=1e-9)
+    assert set(res.history) == {"iteration", "loss", "grad_norm", "time", "radius", "first"}
+
+
+def test_regpath_converges_through_a_restart():
+    # found by search: here the inner loop's last step is an adaptive restart whose
+    # projected-gradient step is already below the tolerance
+    res = minimize(quadratic([3.3], [-1.5]), (np.array([-1.1]),), xp=np, solver="regpath",
+                   radii=[0.9], inner_max_iter=300, tol=0.0)
+    assert res.converged and res.stop_reason == "tol"
+    np.testing.assert_allclose(res.params[0], [-0.9], rtol=1e-12)
 
 
 def test_regpath_with_a_radius_per_block():
@@ -344,6 +361,12 @@ def test_regpath_reports_an_unfinished_inner_solve():
                    solver="regpath", radii=[50.0], inner_max_iter=2)
     assert not res.converged and res.stop_reason == "max_iter"
     assert np.linalg.norm(res.params[0]) <= 50.0 * (1 + 1e-12)
+    # one unfinished radius makes the whole path unfinished, even if the last is solved
+    # (radius 0: the ball is the origin, solved by the first projection)
+    res = minimize(quadratic([1.0, 1e-4], [0.0, 100.0]), (np.array([1.0, 0.0]),), xp=np,
+                   solver="regpath", radii=[50.0, 0.0], inner_max_iter=2)
+    np.testing.assert_array_equal(res.params[0], [0.0, 0.0])
+    assert not res.converged and res.stop_reason == "max_iter"
     with pytest.raises(ValueError, match="needs radii"):
         minimize(quadratic([1.0], [0.0]), (np.ones(1),), xp=np, solver="regpath")
 
@@ -498,6 +521,7 @@ def test_batched_ngd_keeps_float32_on_torch():
     res = minimize(objective, (torch.zeros((2, 2), dtype=torch.float32),), xp=xp,
                    solver="ngd", lr=0.5, max_iter=2, batched=True)
     assert res.params[0].dtype == torch.float32
+    assert res.history["loss"].dtype == np.float64 and res.history["loss"].shape == (3, 2)
     np.testing.assert_allclose(res.params[0].numpy(), [[0.6, 0.8], [1.0, 0.0]], rtol=1e-6)
 
 
