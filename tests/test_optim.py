@@ -538,3 +538,23 @@ def test_warning_names_the_torch_dtype_without_its_module():
     with pytest.warns(ConvergenceWarning, match=r"saturated in float32, so the iterates "
                       r"cannot move\. Stopped; use dtype='float64' to go further"):
         minimize(objective, (x0,), xp=xp, solver="gd", lr=1.0, max_iter=5)
+
+
+def test_defaults_are_gd_with_step_one_half_for_1000_iterations():
+    # the signature's defaults: solver="gd", lr=0.5, max_iter=1000, tol=0, record every
+    # iteration, unbatched; from 2^500 toward 0 on x^2/2: x_k = 2^(500 - k)
+    res = minimize(quadratic([1.0], [0.0]), (np.array([2.0**500]),), xp=np)
+    assert res.n_iter == 1000 and res.stop_reason == "max_iter"
+    assert res.params[0][0] == 2.0**-500
+    np.testing.assert_array_equal(res.history["iteration"], np.arange(1001))
+    assert set(res.history) == {"iteration", "loss", "grad_norm", "time"}
+    # Adam's defaults: betas (0.9, 0.99), eps 1e-8
+    c = np.array([1.0, -2.0])
+
+    def objective(params):
+        r = params[0] - c
+        return float(np.sum(np.log(np.cosh(r)))), (np.tanh(r),)
+
+    res = minimize(objective, (np.zeros(2),), xp=np, solver="adam", max_iter=30)
+    ref = adam_reference(lambda x: np.tanh(x - c), np.zeros(2), 0.5, (0.9, 0.99), 1e-8, 30)
+    np.testing.assert_allclose(res.params[0], ref[-1], rtol=1e-13)
