@@ -54,7 +54,6 @@ __all__ = [
     "attention_weights",
     "compute_keys",
     "loss_and_derivative",
-    "token_scores",
 ]
 
 LOSSES = ("logistic", "exponential", "correlation")
@@ -111,19 +110,6 @@ def attention_features(xp, X, s):
         Attention weights (from :func:`attention_weights`).
     """
     return (s[..., None, :] @ X)[..., 0, :]
-
-
-def token_scores(xp, X, y, v):
-    """Token scores ``gamma_it = Y_i v^T x_it`` (Def. 1), shape ``(..., n, T)``.
-
-    Parameters
-    ----------
-    X : array of shape (..., n, T, d)
-    y : array of shape (..., n)
-    v : array of shape (..., d)
-    """
-    h = (X @ v[..., None, :, None])[..., 0]
-    return y[..., None] * h
 
 
 def loss_and_derivative(xp, loss, u):

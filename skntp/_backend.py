@@ -136,10 +136,6 @@ class Backend:
         """Machine epsilon of the floating dtype."""
         return float(self.xp.finfo(self.dtype).eps)
 
-    def tiny(self):
-        """Smallest positive normal number of the floating dtype."""
-        return float(self.xp.finfo(self.dtype).smallest_normal)
-
 
 def get_backend(backend="numpy", device=None, dtype="float64"):
     """Return the :class:`Backend` for a name, device and dtype.

@@ -9,7 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ._backend import get_backend
 
-__all__ = ["BACKEND_CONSTRAINTS", "TRAINING_CONSTRAINTS", "backend_of", "unit"]
+__all__ = ["BACKEND_CONSTRAINTS", "TRAINING_CONSTRAINTS", "backend_of"]
 
 BACKEND_CONSTRAINTS = {
     "backend": [StrOptions({"numpy", "torch"})],
@@ -38,15 +38,6 @@ def backend_kwargs(estimator):
     """``backend``, ``device``, ``dtype`` keywords for the max-margin core."""
     return {"backend": estimator.backend, "device": estimator.device,
             "dtype": estimator.dtype}
-
-
-def unit(w):
-    """``w / ||w||`` (Frobenius); raises on the zero array."""
-    w = np.asarray(w, dtype=float)
-    n = np.linalg.norm(w)
-    if n == 0:
-        raise ValueError("cannot normalize the zero array.")
-    return w / n
 
 
 def default_radii(path_radii, start=0.5, stop=200.0, num=24):

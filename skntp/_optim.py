@@ -21,7 +21,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import blas_threads, norm, to_numpy
 
-__all__ = ["SOLVERS", "OptimResult", "minimize", "regpath_radii"]
+__all__ = ["SOLVERS", "OptimResult", "minimize"]
 
 SOLVERS = ("gd", "ngd", "adam", "regpath")
 
@@ -359,11 +359,6 @@ def _minimize_batched(objective, params0, *, xp, solver, lr, max_iter, tol, metr
         rec.record(k, params, loss, total_norm(gn), t0, force=True)
     return OptimResult(params, k, stop_reason in ("tol", "zero-gradient"), stop_reason,
                        rec.history())
-
-
-def regpath_radii(start, stop, num):
-    """Geometric grid of radii for the regularization path."""
-    return np.geomspace(start, stop, int(num))
 
 
 def _project_ball(xp, params, radii):

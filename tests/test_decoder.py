@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.base import clone
-from sklearn.model_selection import GridSearchCV
+from sklearn.metrics import log_loss
+from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.svm import LinearSVC
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skntp import NTPDecoderClassifier
 from skntp.datasets import make_ntp_2d_example, make_ntp_data, ntp_from_sequences
@@ -70,7 +70,7 @@ def test_one_hot_matches_crammer_singer(seed):
     y[:V] = np.arange(V)
     est = NTPDecoderClassifier(solver="svm").fit(X, y)
     svc = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=1e6,
-                    tol=1e-10, max_iter=200_000).fit(X, y)
+                    tol=1e-10, max_iter=200_000, random_state=0).fit(X, y)
     # Crammer-Singer is invariant to adding a common vector to every row;
     # the NTP-SVM picks the minimum-norm representative (rows sum to zero).
     cs = svc.coef_ - svc.coef_.mean(axis=0)
@@ -136,13 +136,23 @@ def test_gd_paper_settings_follow_theorem():
     assert est.is_ntp_separable_ and est.is_ntp_compatible_
 
 
-def test_ngd_and_adam_converge_faster():
+def test_ngd_and_adam_converge_faster_than_gd_at_the_same_budget():
+    # App. B.2: GD with lr 0.5, NGD and Adam with lr 0.01, the same number of steps.
+    # Measured at 3000 iterations (seed 4): excess loss GD 6.5e-3, NGD 1.5e-3,
+    # Adam 5.2e-5; corrected alignment GD 0.934, NGD 0.961, Adam 0.950.
     X, y = make_ntp_data(random_state=4)
-    for solver in ("ngd", "adam"):
-        est = NTPDecoderClassifier(solver=solver, lr=0.01, max_iter=3000,
-                                   record_every=100, random_state=0).fit(X, y)
-        assert est.history_["alignment_corrected"][-1] >= 0.9
-        assert est.history_["excess_loss"][-1] < 0.05
+    fits = {solver: NTPDecoderClassifier(solver=solver, lr=lr, max_iter=3000,
+                                         record_every=100, random_state=0).fit(X, y)
+            for solver, lr in (("gd", 0.5), ("ngd", 0.01), ("adam", 0.01))}
+    excess = {k: f.history_["excess_loss"][-1] for k, f in fits.items()}
+    align = {k: f.history_["alignment_corrected"][-1] for k, f in fits.items()}
+    assert excess["ngd"] < 0.5 * excess["gd"]
+    assert excess["adam"] < 0.05 * excess["gd"]
+    assert align["ngd"] > align["gd"] + 0.01
+    assert align["adam"] > align["gd"] + 0.01
+    for f in fits.values():  # all three go the theorem's way
+        assert f.history_["excess_loss"][-1] < f.history_["excess_loss"][1]
+        assert f.n_iter_ == 3000
 
 
 def test_regularization_path_direction_approaches_mm():
@@ -160,12 +170,104 @@ def test_svm_solver_sets_documented_coef():
     X, y = _small(6)
     est = NTPDecoderClassifier(solver="svm", svm_radius=7.5).fit(X, y)
     assert np.allclose(est.coef_, est.finite_component_ + 7.5 * est.mm_direction_)
+    assert est.svm_radius_ == 7.5
     auto = NTPDecoderClassifier(solver="svm").fit(X, y)
     assert auto.svm_radius_ > 0
     assert auto.history_["excess_loss"][0] < 1e-6  # near the entropy bound
-    # the SVM limit and long GD agree on predictions and probabilities
-    gd = NTPDecoderClassifier(solver="ngd", lr=0.05, max_iter=4000, random_state=0).fit(X, y)
-    assert gd.alignment_ > 0.95
+    H, P = auto.contexts_, auto.next_token_probs_
+    S = P > 0
+    # the limit's probabilities: p_hat on each support (eq. (3) holds exactly for
+    # W* + R W^mm, since W^mm is constant on supports) and below e^-20 outside
+    p_svm = auto.predict_proba(H)
+    within = np.where(S, p_svm, 0.0)
+    np.testing.assert_allclose(within / within.sum(axis=1, keepdims=True), P, atol=1e-7)
+    assert np.all(p_svm[~S] <= np.exp(-20.0))
+    # long GD approaches the limit's probabilities and predictions; measured max
+    # difference 0.052 after 1000 and 0.0128 after 4000 iterations (about 1/k)
+    gaps = []
+    for n_iter in (1000, 4000):
+        gd = NTPDecoderClassifier(solver="gd", lr=0.5, max_iter=n_iter,
+                                  random_state=0).fit(X, y)
+        gaps.append(np.abs(gd.predict_proba(H) - p_svm).max())
+    assert gaps[1] < 0.02 and gaps[1] < 0.5 * gaps[0]
+    unique = (P == P.max(axis=1, keepdims=True)).sum(axis=1) == 1
+    np.testing.assert_array_equal(gd.predict(H)[unique], auto.predict(H)[unique])
+    np.testing.assert_array_equal(auto.predict(H)[unique], np.argmax(P, axis=1)[unique])
+
+
+def _logit_gaps(est):
+    """``min_{z in S_j} l_jz - max_{v not in S_j} l_jv`` per context with out-of-support tokens."""
+    H, S = est.contexts_, est.next_token_probs_ > 0
+    L = H @ est.coef_.T
+    gaps = np.where(S, L, np.inf).min(axis=1) - np.where(~S, L, -np.inf).max(axis=1)
+    return gaps[~S.all(axis=1)]
+
+
+def _smallest_radius(est, nats=20.0):
+    """The smallest R with every gap of ``W* + R W^mm/||W^mm||`` at least ``nats``.
+
+    The smallest gap is a concave, eventually increasing (so nondecreasing) function of
+    R (a minimum of affine functions), so bisection finds the smallest feasible R.
+    """
+    H, S = est.contexts_, est.next_token_probs_ > 0
+    keep = ~S.all(axis=1)
+    A, B = H[keep] @ est.finite_component_.T, H[keep] @ est.mm_direction_.T
+    Sk = S[keep]
+
+    def gap(R):
+        L = A + R * B
+        return (np.where(Sk, L, np.inf).min(axis=1)
+                - np.where(~Sk, L, -np.inf).max(axis=1)).min()
+
+    lo, hi = 0.0, 1.0
+    while gap(hi) < nats:
+        hi *= 2
+    if gap(lo) >= nats:
+        return 0.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if gap(mid) >= nats else (mid, hi)
+    return hi
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("support_size", [(1, 4), (2, 3)])
+def test_auto_radius_keeps_the_promised_gap_in_nats(seed, support_size):
+    # svm_radius="auto": every out-of-support logit at least 20 nats below every
+    # in-support logit of its context (so every out-of-support probability < e^-20)
+    X, y = _small(seed, s=support_size)
+    est = NTPDecoderClassifier(solver="svm").fit(X, y)
+    gaps = _logit_gaps(est)
+    assert gaps.size > 0
+    assert gaps.min() >= 20.0 - 1e-7
+    R_min = _smallest_radius(est)
+    assert est.svm_radius_ >= R_min - 1e-9 * R_min
+    np.testing.assert_allclose(
+        est.coef_, est.finite_component_ + est.svm_radius_ * est.mm_direction_, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_auto_radius_is_tight_on_one_hot_data(seed):
+    # one-hot next tokens: W* = 0, every gap is R times the direction's gap, and the
+    # smallest of them is exactly 20 nats (R = 20 ||W^mm||, margin 1 at ||W^mm||)
+    X, y = _small(seed, s=(1, 1))
+    est = NTPDecoderClassifier(solver="svm").fit(X, y)
+    np.testing.assert_array_equal(est.finite_component_, 0.0)
+    assert _logit_gaps(est).min() == pytest.approx(20.0, abs=1e-7)
+    assert est.svm_radius_ == pytest.approx(20.0 / est.mm_margin_, rel=1e-7)
+    assert est.svm_radius_ == pytest.approx(_smallest_radius(est), rel=1e-7)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "svm_radius='auto' documents 'the smallest R' with a 20-nat gap, but the formula "
+    "bounds max_v(W* + R W^mm) by max_v W* + R max_v W^mm term by term, so with soft "
+    "labels R can exceed the smallest one (measured gap 20.45 nats on seed 0); the "
+    "promise of at least 20 nats holds (test above)"))
+def test_auto_radius_is_the_smallest_with_soft_labels():
+    X, y = _small(0, s=(2, 3))
+    est = NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert est.svm_radius_ == pytest.approx(_smallest_radius(est), rel=1e-6)
+    assert _logit_gaps(est).min() == pytest.approx(20.0, abs=1e-6)
 
 
 def test_soft_and_hard_labels_give_same_model():
@@ -219,12 +321,12 @@ def test_large_norm_is_finite():
 @pytest.mark.parametrize(
     "X, y, match",
     [
-        (np.array([[np.nan, 1.0], [1.0, 2.0]]), [0, 1], "NaN"),
-        (np.array([[np.inf, 1.0], [1.0, 2.0]]), [0, 1], "infinity"),
-        (np.ones((3, 2, 2)), [0, 1, 0], "2D|2-D|dim"),
-        (np.ones((3, 2)), [0, 1], "samples|inconsistent"),
+        (np.array([[np.nan, 1.0], [1.0, 2.0]]), [0, 1], "Input X contains NaN"),
+        (np.array([[np.inf, 1.0], [1.0, 2.0]]), [0, 1], "Input X contains infinity"),
+        (np.ones((3, 2, 2)), [0, 1, 0], "Found array with dim 3, while dim <= 2"),
+        (np.ones((3, 2)), [0, 1], "X has 3 samples but y has 2"),
         (np.eye(3), [1, 1, 1], "at least 2 classes"),
-        (np.eye(2), np.array([[0.5, -0.5], [0.5, 0.5]]), "non-negative"),
+        (np.eye(2), np.array([[0.5, -0.5], [0.5, 0.5]]), "soft labels y must be non-negative"),
         (np.eye(2), np.array([[0.0, 0.0], [0.5, 0.5]]), "sums to 0"),
     ],
 )
@@ -234,19 +336,37 @@ def test_bad_input(X, y, match):
 
 
 def test_bad_sample_weight():
-    with pytest.raises(ValueError, match="sample_weight|shape"):
+    with pytest.raises(ValueError, match=r"sample_weight\.shape == \(2,\), expected \(3,\)"):
         NTPDecoderClassifier().fit(np.eye(3), [0, 1, 2], sample_weight=[1.0, 2.0])
 
 
 def test_pipeline_gridsearch_pickle():
     X, y = _small(10)
-    pipe = make_pipeline(FunctionTransformer(), NTPDecoderClassifier(max_iter=100))
+    pipe = make_pipeline(FunctionTransformer(),
+                         NTPDecoderClassifier(max_iter=100, random_state=0))
     grid = GridSearchCV(pipe, {"ntpdecoderclassifier__solver": ["gd", "ngd", "svm"]},
                         cv=2, scoring="neg_log_loss")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         grid.fit(X, y)
-    assert grid.best_params_["ntpdecoderclassifier__solver"] in {"gd", "ngd", "svm"}
+    # the search's scores are those of each solver refitted by hand on the same folds
+    # (StratifiedKFold(2) for a classifier), scored by sklearn's log_loss
+    manual = {}
+    for solver in ("gd", "ngd", "svm"):
+        fold_scores = []
+        for train, test in StratifiedKFold(n_splits=2).split(X, y):
+            est = clone(pipe).set_params(ntpdecoderclassifier__solver=solver)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                est.fit(X[train], y[train])
+            fold_scores.append(-log_loss(y[test], est.predict_proba(X[test]),
+                                         labels=est.classes_))
+        manual[solver] = np.mean(fold_scores)
+    got = dict(zip(grid.cv_results_["param_ntpdecoderclassifier__solver"],
+                   grid.cv_results_["mean_test_score"]))
+    for solver, score in manual.items():
+        assert got[solver] == pytest.approx(score, rel=1e-10)
+    assert grid.best_params_["ntpdecoderclassifier__solver"] == max(manual, key=manual.get)
     est = clone(NTPDecoderClassifier(solver="ngd", lr=0.05, max_iter=50,
                                      random_state=0)).fit(X, y)
     loaded = pickle.loads(pickle.dumps(est))
@@ -267,13 +387,3 @@ def test_ntp_from_sequences_and_2d_example():
     # words 0 and 4 follow the same contexts: same W^mm row, different W* rows
     assert np.allclose(est.mm_direction_[0], est.mm_direction_[4], atol=1e-7)
     assert not np.allclose(est.finite_component_[0], est.finite_component_[4])
-
-
-@parametrize_with_checks(
-    [NTPDecoderClassifier(max_iter=50, random_state=0)],
-    expected_failed_checks=lambda est: {},
-)
-def test_sklearn_compatible(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check(estimator)

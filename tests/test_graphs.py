@@ -279,11 +279,32 @@ def test_draw_token_priority_graph():
     X, y, _ = _random_instance(2)
     graphs = token_priority_graphs(X, y)
     sccs = strongly_connected_components(graphs)
-    k = next(iter(graphs))
-    ax = draw_token_priority_graph(graphs[k], sccs[k])
-    assert ax is not None
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PathCollection
+    from matplotlib.patches import FancyArrowPatch
 
+    k = max(graphs, key=lambda key: graphs[key].number_of_edges())
+    graph, components = graphs[k], sccs[k]
+    ax = draw_token_priority_graph(graph, components)
+    # one marker per token, one label per token, one arrow per edge; edges inside an
+    # SCC dashed and red, edges i => j solid
+    nodes = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert len(nodes) == 1 and len(nodes[0].get_offsets()) == graph.number_of_nodes()
+    assert sorted(t.get_text() for t in ax.texts) == sorted(str(v) for v in graph.nodes)
+    arrows = [a for a in ax.patches if isinstance(a, FancyArrowPatch)]
+    assert len(arrows) == graph.number_of_edges()
+    scc_of = {v: i for i, c in enumerate(components) for v in c}
+    n_inner = sum(scc_of[i] == scc_of[j] for i, j in graph.edges)
+    dashed = [a for a in arrows if a.get_linestyle() in ("--", "dashed")]
+    assert len(dashed) == n_inner
+    red = matplotlib.colors.to_rgba("tab:red")
+    assert all(np.allclose(a.get_edgecolor(), red) for a in dashed)
+    # colors: grey for singleton SCCs, a palette color otherwise
+    colors = nodes[0].get_facecolors()
+    for color, v in zip(colors, graph.nodes):
+        grey = len(components[scc_of[v]]) == 1
+        assert np.allclose(color, (0.75, 0.75, 0.75, 1.0)) == grey
+    assert not ax.axison
     plt.close("all")
 
 

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skntp import NTPDecoderClassifier
@@ -27,9 +27,17 @@ from skntp.svm import (
     solve_max_margin,
 )
 
-# database=None: no .hypothesis/ folder in the checkout; failures print their example
-SETTINGS = settings(max_examples=25, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+# The rest (derandomized, no example database, no deadline) comes from the profile
+# loaded in conftest.py.
+SETTINGS = settings(max_examples=25)
+
+
+def test_hypothesis_profile_is_deterministic():
+    profile = settings.get_profile("deterministic")
+    assert profile.derandomize and profile.database is None and profile.deadline is None
+    # the tests' settings inherit the loaded profile (deterministic unless asked)
+    assert SETTINGS.derandomize == settings.default.derandomize
+    assert SETTINGS.database is None
 
 
 # --------------------------------------------------------------------------
@@ -98,8 +106,7 @@ def test_aggregation_duplicated_rows_equal_integer_weights(data):
     _assert_same_aggregate(duplicated, weighted)
 
 
-@settings(max_examples=10, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10)
 @given(ntp_rows())
 def test_decoder_probabilities_permutation_invariant(data):
     X, z, V, rng = data

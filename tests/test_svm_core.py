@@ -1,0 +1,311 @@
+"""The max-margin core (``skntp.svm._core``) against closed forms and dense algebra.
+
+* Score maps: ``forward`` is the dense map, ``adjoint`` its transpose and
+  ``matrix`` its sparse matrix, checked entry by entry on small random shapes.
+* Programs with a known answer: one constraint ``a^T w >= r`` (``w = r a/||a||^2``),
+  orthogonal constraints, equalities only (the pseudo-inverse), a constraint that
+  is inactive, and the trivial empty program.
+* The ``auto`` dispatch: priorities, methods that decline, methods whose result is
+  far from feasible, and the final certificate passed to ``callback``.
+* The cvxpy reference path: the duals' signs (inequalities ``>= 0``, equalities
+  free) and the relative gap and violation it reports.
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from skntp.svm import (
+    BilinearScores,
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
+    MaxMarginResult,
+    NotSeparableError,
+    _core,
+    solve_max_margin,
+    solve_min_norm,
+)
+from skntp.svm._core import constraint_violation, register_method
+
+EXACT_METHODS = ["cvxpy", "auto"]
+
+
+def key_problem(keys, block, pos, ref, rhs, equality, name="toy"):
+    return MaxMarginProblem(KeyScores(np.asarray(keys, float)),
+                            Constraints(block, pos, ref, rhs, equality), name=name,
+                            infeasible_message="the toy data are not separable")
+
+
+def dense_constraints(problem):
+    """Row ``S[b, a] - S[b, t]`` (or ``S[b, a]``) of every constraint, by looping."""
+    c = problem.constraints
+    n_var = int(np.prod(problem.shape))
+    rows = np.zeros((len(c), n_var))
+    for j in range(n_var):
+        e = np.zeros(n_var)
+        e[j] = 1.0
+        S = problem.scores.forward(np, e.reshape(problem.shape))
+        for i in range(len(c)):
+            rows[i, j] = S[c.block[i], c.pos[i]] - (S[c.block[i], c.ref[i]]
+                                                    if c.ref[i] >= 0 else 0.0)
+    return rows
+
+
+# --------------------------------------------------------------------------
+# score maps
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("outputs", ["identity", "dense", "scaled"])
+def test_bilinear_scores_forward_adjoint_and_matrix(outputs):
+    rng = np.random.default_rng(0)
+    Q = rng.standard_normal((4, 3))  # 4 blocks, q = 3
+    if outputs == "identity":
+        smap = BilinearScores(Q, n_outputs=5)
+        E = np.eye(5)
+    elif outputs == "scaled":
+        scale = rng.random(5) + 0.5
+        smap = BilinearScores(Q, n_outputs=5, output_scale=scale)
+        E = np.diag(scale)
+    else:
+        E = rng.standard_normal((6, 2))
+        smap = BilinearScores(Q, E)
+    p = E.shape[1]
+    assert smap.shape == (p, 3) and smap.n_blocks == 4 and smap.n_positions == E.shape[0]
+    W = rng.standard_normal((p, 3))
+    S = Q @ W.T @ E.T  # S[b, t] = e_t^T W q_b
+    np.testing.assert_allclose(smap.forward(np, W), S, rtol=1e-13)
+    C = rng.standard_normal(S.shape)
+    # <S(W), C> = <W, S*(C)>
+    np.testing.assert_allclose(np.sum(S * C), np.sum(W * smap.adjoint(np, C)), rtol=1e-12)
+    np.testing.assert_allclose(smap.adjoint(np, C), E.T @ C.T @ Q, rtol=1e-12)
+    M = smap.matrix()
+    assert sp.issparse(M) and M.shape == (4 * E.shape[0], p * 3)
+    np.testing.assert_allclose(M @ W.ravel(), S.ravel(), rtol=1e-12)
+
+
+def test_bilinear_scores_refuses_inconsistent_arguments():
+    with pytest.raises(ValueError, match="n_outputs is required when outputs is None"):
+        BilinearScores(np.ones((2, 2)))
+    with pytest.raises(ValueError, match="output_scale is only for outputs=None"):
+        BilinearScores(np.ones((2, 2)), np.ones((3, 2)), output_scale=np.ones(3))
+
+
+def test_key_scores_forward_adjoint_and_matrix():
+    rng = np.random.default_rng(1)
+    K = rng.standard_normal((3, 4, 5))
+    smap = KeyScores(K)
+    assert smap.shape == (5,) and smap.n_blocks == 3 and smap.n_positions == 4
+    p = rng.standard_normal(5)
+    np.testing.assert_allclose(smap.forward(np, p), K @ p, rtol=1e-13)
+    C = rng.standard_normal((3, 4))
+    np.testing.assert_allclose(smap.adjoint(np, C), np.einsum("btd,bt->d", K, C),
+                               rtol=1e-13)
+    np.testing.assert_allclose(smap.matrix() @ p, (K @ p).ravel(), rtol=1e-13)
+
+
+def test_constraint_matrix_operators_and_violation_match_dense_rows():
+    rng = np.random.default_rng(2)
+    problem = key_problem(rng.standard_normal((3, 4, 5)), [0, 1, 2, 2, 0], [1, 0, 3, 2, 2],
+                          [0, -1, 1, 0, -1], [1.0, 0.5, 0.0, 1.0, 2.0],
+                          [False, False, True, False, True])
+    rows = dense_constraints(problem)
+    np.testing.assert_allclose(problem.constraint_matrix().toarray(), rows, rtol=1e-13)
+    values, dual_to_primal = problem.operators(_core.get_backend())
+    w = rng.standard_normal(5)
+    lam = rng.standard_normal(5)
+    np.testing.assert_allclose(values(w), rows @ w, rtol=1e-12)
+    np.testing.assert_allclose(dual_to_primal(lam), rows.T @ lam, rtol=1e-12)
+    slack = rows @ w - problem.constraints.rhs
+    eq = problem.constraints.equality
+    expected = max(np.abs(slack[eq]).max(), np.maximum(-slack[~eq], 0).max())
+    assert constraint_violation(problem, w) == pytest.approx(expected, rel=1e-12)
+    assert problem.shape == (5,)
+
+
+def test_constraints_validate_and_concatenate():
+    a = Constraints([0], [1], [2], [1.0], [False])
+    b = Constraints([3, 4], [5, 6], [-1, 0], [0.0, 2.0], [True, False])
+    c = Constraints.concatenate([a, Constraints([], [], [], [], []), b])
+    np.testing.assert_array_equal(c.block, [0, 3, 4])
+    np.testing.assert_array_equal(c.pos, [1, 5, 6])
+    np.testing.assert_array_equal(c.ref, [2, -1, 0])
+    np.testing.assert_array_equal(c.rhs, [1.0, 0.0, 2.0])
+    np.testing.assert_array_equal(c.equality, [False, True, False])
+    assert len(c) == 3 and c.block.dtype == np.int64 and c.rhs.dtype == float
+    empty = Constraints.concatenate([])
+    assert len(empty) == 0 and empty.equality.dtype == bool
+    for name, args in [("pos", ([0], [1, 2], [0], [1.0], [False])),
+                       ("ref", ([0], [1], [0, 1], [1.0], [False])),
+                       ("rhs", ([0], [1], [0], [1.0, 2.0], [False])),
+                       ("equality", ([0], [1], [0], [1.0], [False, True]))]:
+        with pytest.raises(ValueError, match=f"constraint array '{name}' must have shape"):
+            Constraints(*args)
+
+
+# --------------------------------------------------------------------------
+# programs with known answers
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("method", EXACT_METHODS)
+def test_one_constraint_gives_the_scaled_normal(method):
+    # S[0, 0] - S[0, 1] = (k0 - k1)^T w >= r: w = r a / ||a||^2, multiplier r/||a||^2
+    k0, k1 = np.array([3.0, 1.0, -2.0]), np.array([1.0, 1.0, 0.0])
+    a = k0 - k1
+    res = solve_max_margin(key_problem([[k0, k1]], [0], [0], [1], [2.5], [False]),
+                           method=method)
+    np.testing.assert_allclose(res.primal, 2.5 * a / (a @ a), rtol=1e-6)
+    np.testing.assert_allclose(res.dual, [2.5 / (a @ a)], rtol=1e-5)
+    assert res.status == "optimal"
+    assert abs(res.gap) < 1e-6 and res.max_violation < 1e-7
+    assert res.primal.shape == (3,)
+
+
+@pytest.mark.parametrize("method", EXACT_METHODS)
+def test_inactive_and_orthogonal_constraints(method):
+    # w_0 >= 2 and w_1 >= 3 (orthogonal, both active); w_0 + w_1 >= 1 (inactive)
+    keys = [[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 1.0]]]
+    res = solve_max_margin(key_problem(keys, [0, 1, 2], [0, 0, 0], [-1, -1, -1],
+                                       [2.0, 3.0, 1.0], [False] * 3), method=method)
+    np.testing.assert_allclose(res.primal, [2.0, 3.0], rtol=1e-7)
+    np.testing.assert_allclose(res.dual, [2.0, 3.0, 0.0], atol=1e-6)
+
+
+def test_equalities_give_the_minimum_norm_solution_and_free_duals():
+    rng = np.random.default_rng(3)
+    keys = rng.standard_normal((1, 4, 6))
+    # S[0,1] - S[0,0] = -1 and S[0,2] - S[0,0] = 2: equalities with right-hand sides
+    # of both signs, so the multipliers have both signs
+    problem = key_problem(keys, [0, 0], [1, 2], [0, 0], [-1.0, 2.0], [True, True])
+    A = dense_constraints(problem)
+    ref = np.linalg.pinv(A) @ np.array([-1.0, 2.0])
+    res = solve_max_margin(problem, method="cvxpy")
+    np.testing.assert_allclose(res.primal, ref, rtol=1e-6, atol=1e-9)
+    lam = np.linalg.lstsq(A.T, ref, rcond=None)[0]  # w = A^T lam
+    np.testing.assert_allclose(res.dual, lam, rtol=1e-5, atol=1e-8)
+    assert res.gap == pytest.approx(0.0, abs=1e-7)
+    w, residual = solve_min_norm(problem)
+    np.testing.assert_allclose(w, ref, rtol=1e-10, atol=1e-13)
+    assert residual < 1e-12
+
+
+def test_min_norm_reports_the_residual_of_unsolvable_equations():
+    keys = np.array([[[1.0, 0.0], [0.0, 0.0], [2.0, 0.0]]])
+    # w_0 = 1 and 2 w_0 = 5 cannot both hold: least squares gives w_0 = 11/5
+    problem = key_problem(keys, [0, 0], [0, 2], [1, 1], [1.0, 5.0], [True, True])
+    w, residual = solve_min_norm(problem)
+    np.testing.assert_allclose(w, [11 / 5, 0.0], rtol=1e-10, atol=1e-14)
+    r = np.array([11 / 5 - 1.0, 22 / 5 - 5.0])
+    assert residual == pytest.approx(np.linalg.norm(r) / np.linalg.norm([1.0, 5.0]),
+                                     rel=1e-8)
+    empty = key_problem(keys, [], [], [], [], [])
+    w0, r0 = solve_min_norm(empty)
+    np.testing.assert_array_equal(w0, [0.0, 0.0])
+    assert r0 == 0.0
+
+
+def test_empty_program_is_the_zero_solution():
+    problem = key_problem(np.ones((2, 3, 4)), [], [], [], [], [])
+    calls = []
+    res = solve_max_margin(problem, method="cvxpy", callback=lambda *a: calls.append(a))
+    np.testing.assert_array_equal(res.primal, np.zeros(4))
+    assert res.method == "trivial" and res.status == "optimal"
+    assert res.gap == 0.0 and res.max_violation == 0.0 and res.dual.shape == (0,)
+    assert calls == []
+
+
+def test_infeasible_programs_name_themselves():
+    # w_0 >= 1 and -w_0 >= 1
+    problem = key_problem([[[1.0]], [[-1.0]]], [0, 1], [0, 0], [-1, -1], [1.0, 1.0],
+                          [False, False])
+    for method in ("cvxpy", "auto"):
+        with pytest.raises(NotSeparableError, match="toy is infeasible.*the toy data are "
+                           "not separable"):
+            solve_max_margin(problem, method=method)
+
+
+# --------------------------------------------------------------------------
+# the auto dispatch
+# --------------------------------------------------------------------------
+@pytest.fixture
+def methods(monkeypatch):
+    """A private registry: the real cvxpy method plus the test's own."""
+    registry = {"cvxpy": _core._METHODS["cvxpy"]}
+    monkeypatch.setattr(_core, "_METHODS", registry)
+    return registry
+
+
+def _answer(problem, primal, violation, name):
+    return MaxMarginResult(primal=np.asarray(primal, float), dual=np.zeros(len(
+        problem.constraints)), method=name, status="optimal", n_iter=7, gap=0.25,
+        max_violation=violation)
+
+
+def test_auto_tries_methods_by_priority_and_skips_decliners(methods):
+    problem = key_problem([[[1.0, 0.0]]], [0], [0], [-1], [1.0], [False])
+    seen = []
+
+    def decline(p, tol, max_iter, be, verbose, callback):
+        seen.append("decline")
+        return None
+
+    def answer(p, tol, max_iter, be, verbose, callback):
+        seen.append(("answer", tol, max_iter, str(be.dtype)))
+        return _answer(p, [1.0, 0.0], 0.0, "answer")
+
+    register_method("decline", decline, auto_priority=1)
+    register_method("answer", answer, auto_priority=2)
+    register_method("never", lambda *a: pytest.fail("a method without priority"))
+    calls = []
+    res = solve_max_margin(problem, tol=1e-6, max_iter=11, dtype="float32",
+                           callback=lambda *a: calls.append(a))
+    # float32 requests are solved in float64; tol and max_iter reach the method
+    assert seen == ["decline", ("answer", 1e-6, 11, "float64")] and res.method == "answer"
+    assert calls == [(7, 0.25, 0.0)]  # the final certificate
+    # asked by name, a method runs alone
+    assert solve_max_margin(problem, method="answer").method == "answer"
+    with pytest.raises(ValueError, match="no max-margin method accepts the problem toy"):
+        solve_max_margin(problem, method="decline")
+
+
+def test_auto_moves_on_from_an_undecided_result(methods):
+    # a method that ends far from feasible (violation > 1e-3) has not decided: the
+    # next one (cvxpy, last) decides; at the threshold itself the answer stands
+    problem = key_problem([[[2.0, 0.0]]], [0], [0], [-1], [1.0], [False])
+    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], 2e-3, "rough"),
+                    auto_priority=1)
+    assert solve_max_margin(problem).method == "cvxpy"
+    register_method("rough", lambda p, *a: _answer(p, [0.5, 0.0], 1e-3, "rough"),
+                    auto_priority=1)
+    res = solve_max_margin(problem)
+    assert res.method == "rough"
+    np.testing.assert_array_equal(res.primal, [0.5, 0.0])
+    # the last candidate's answer is returned whatever its violation
+    methods.pop("cvxpy")
+    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], 0.5, "rough"),
+                    auto_priority=1)
+    assert solve_max_margin(problem).max_violation == 0.5
+
+
+def test_unknown_method_and_bad_backend_are_refused():
+    problem = key_problem([[[1.0]]], [0], [0], [-1], [1.0], [False])
+    with pytest.raises(ValueError, match=r"unknown max-margin method 'magic'; choose from "
+                       r"\[.*'cvxpy'.*'auto'\]"):
+        solve_max_margin(problem, method="magic")
+    with pytest.raises(ValueError, match="backend must be 'numpy' or 'torch', got 'jax'"):
+        solve_max_margin(problem, backend="jax")
+    with pytest.raises(ValueError, match="dtype must be 'float64' or 'float32'"):
+        solve_max_margin(problem, dtype="float16")
+
+
+def test_cvxpy_reports_gap_and_violation_of_its_answer():
+    rng = np.random.default_rng(4)
+    K = rng.standard_normal((3, 4, 6))
+    selected = np.argmax(K @ rng.standard_normal(6), axis=1)
+    i, t = np.nonzero(np.arange(4)[None, :] != selected[:, None])
+    problem = key_problem(K, i, selected[i], t, np.ones(i.size), np.zeros(i.size, bool))
+    res = solve_max_margin(problem, method="cvxpy")
+    A = dense_constraints(problem)
+    w, lam = res.primal, res.dual
+    assert res.method == "cvxpy" and res.n_iter > 0
+    assert res.gap == pytest.approx((w @ w - lam.sum()) / (w @ w), abs=1e-12)
+    assert res.max_violation == pytest.approx(max(0.0, (1 - A @ w).max()), abs=1e-15)
+    assert np.all(lam >= -1e-9) and np.allclose(A.T @ lam, w, atol=1e-6)
