@@ -18,8 +18,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ._attention_model import attention_weights, loss_and_derivative
-from ._backend import logsumexp, to_numpy
+from ._backend import to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
     TRAINING_CONSTRAINTS,
@@ -31,91 +30,13 @@ from ._optim import minimize
 from ._progress import close_progress, make_progress
 from ._sequences import check_sequences
 from .metrics import alignment
+from .models.attention import AttentionObjective, attention_decision, attention_weights
 from .svm import NotSeparableError
 from .svm._joint import head_svm, joint_svm, relaxed_att_svm, support_vectors
 
 __all__ = ["JointAttentionSVM"]
 
 _SATURATION_NATS = 20.0
-
-
-# --------------------------------------------------------------------------
-# The model's forward pass and objective, cancellation-free at large norms
-# --------------------------------------------------------------------------
-def _forward(xp, X, K, v, p, mask, arange_T):
-    """Attention ``s``, the anchor one-hot, ``h - h_a``, ``f - h_a`` and ``f``.
-
-    ``a_i = argmax_t s_it`` is the anchor token.  The prediction is written
-    ``f_i = h_{i a_i} + delta_i`` with ``delta_i = sum_t s_it (h_it - h_{i a_i})``
-    (``h_it = v^T x_it``), which stays accurate when attention saturates
-    (``delta_i`` is then tiny and is not lost to rounding against ``h_{i a_i}``).
-    """
-    s = attention_weights(xp, K, p, mask)                        # (n, T)
-    idx = xp.argmax(s, axis=-1)
-    onehot = xp.astype(arange_T[None, :] == idx[:, None], s.dtype)
-    h = (X @ v[:, None])[..., 0]                                 # (n, T)
-    h_a = xp.sum(onehot * h, axis=-1)
-    dh = h - h_a[:, None]
-    delta = xp.sum(s * dh, axis=-1)
-    return s, onehot, dh, delta, h_a + delta
-
-
-class _JointObjective:
-    """Mean logistic loss of ``f(X) = v^T X^T S(K p)`` and its gradient in ``(v, p)``.
-
-    The risk is (ERM) with ``l(u) = log(1 + e^{-u})``.  Gradients (App. A.1,
-    softmax Jacobian ``diag(s) - s s^T``), with ``c_i = Y_i l'(Y_i f_i) / n``:
-
-    * ``dL/dv = sum_i c_i X_i^T s_i``;
-    * ``dL/dp = sum_i c_i sum_t s_it (h_it - f_i) (k_it - k_{i a_i})``.
-
-    The second form subtracts the anchor key ``k_{i a_i}`` (allowed because
-    ``sum_t s_it (h_it - f_i) = 0``) and computes ``h_it - f_i`` as
-    ``(h_it - h_{i a_i}) - delta_i``: both without cancellation.  The naive
-    ``sum_t s_it (h_it - f_i) k_it`` loses the gradient entirely once
-    ``1 - s_{i a_i}`` falls below machine precision relative to ``f_i`` (it
-    is exactly zero on Fig. 3's data, whose other keys are ``0``), which
-    stalls normalized GD at ``||p|| ~ 47``.
-
-    With ``log=True`` the objective is ``log L`` (computed in the log
-    domain, finite when ``L`` underflows) with gradient ``grad L / L``: the
-    same minimizers over any ball, hence the same regularization path, but
-    well scaled at large radii.
-    """
-
-    def __init__(self, be, X, K, y, mask, *, log=False):
-        self.xp = be.xp
-        self.X, self.K, self.y = be.asarray(X), be.asarray(K), be.asarray(y)
-        self.mask = be.asbool(mask)
-        self.arange_T = be.asindex(np.arange(X.shape[1]))
-        self.n = X.shape[0]
-        self.log = log
-        self.work_size = int(np.prod(X.shape)) + int(np.prod(K.shape))  # threads: blas_threads
-
-    def __call__(self, params):
-        xp = self.xp
-        v, p = params
-        s, onehot, dh, delta, f = _forward(xp, self.X, self.K, v, p, self.mask,
-                                           self.arange_T)
-        u = self.y * f
-        if self.log:
-            softplus_neg = xp.maximum(-u, xp.zeros_like(u)) + xp.log1p(xp.exp(-xp.abs(u)))
-            softplus_pos = softplus_neg + u
-            # log(softplus(-u)); for u > 30, softplus(-u) = e^{-u}(1 - e^{-u}/2 + ...)
-            log_terms = xp.where(u > 30.0, -u - 0.5 * xp.exp(-xp.minimum(u, 700.0 + 0 * u)),
-                                 xp.log(xp.maximum(softplus_neg, 1e-300 + 0 * u)))
-            lse = logsumexp(xp, log_terms, axis=0)[0]
-            loss = lse - math.log(self.n)
-            c = -self.y * xp.exp(-softplus_pos - lse)       # y l'(u) / (n L)
-        else:
-            value, deriv = loss_and_derivative(xp, "logistic", u)
-            loss = xp.sum(value) / self.n
-            c = self.y * deriv / self.n
-        r = c[:, None] * s * (dh - delta[:, None])                   # (n, T)
-        k_a = xp.sum(onehot[..., None] * self.K, axis=1)             # (n, k)
-        grad_p = xp.sum(r[..., None] * (self.K - k_a[:, None, :]), axis=(0, 1))
-        grad_v = xp.sum((c[:, None] * s)[..., None] * self.X, axis=(0, 1))
-        return loss, (grad_v, grad_p)
 
 
 def _unit_or_zero(w):
@@ -508,7 +429,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         self.query_ = R_p * self.mm_direction_
         self.n_iter_ = 0
         be = backend_of(self)
-        obj = _JointObjective(be, X, K, y, mask)
+        obj = self._objective(be, X, y, mask, log=False)
         loss = float(obj((be.asarray(self.head_), be.asarray(self.query_)))[0])
         s = attention_weights(np, K, self.query_, mask)
         f = np.einsum("nt,ntd,d->n", s, X, self.head_)
@@ -538,13 +459,14 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         # log L has the same minimizers on every ball (regpath) and the same
         # normalized gradient in every block (ngd), and does not underflow.
         use_log = self.solver in ("regpath", "ngd")
-        objective = _JointObjective(be, X, K, y, mask, log=use_log)
-        plain = objective if not use_log else _JointObjective(be, X, K, y, mask)
+        objective = self._objective(be, X, y, mask, log=use_log)
+        Xb, Kb, maskb = objective.X, objective.K, objective.mask
         traj_v, traj_p = [], []
 
         def metrics(params):
             v, p = params
-            s, _, _, _, f = _forward(xp, plain.X, plain.K, v, p, plain.mask, plain.arange_T)
+            s = attention_weights(xp, Kb, p, maskb)
+            f = attention_decision(xp, Xb, Kb, v, p, maskb)
             vn, pn = to_numpy(v).astype(float), to_numpy(p).astype(float)
             traj_v.append(vn.copy())
             traj_p.append(pn.copy())
@@ -598,6 +520,12 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
         hist["att_svm_alignment"] = self._cosines(Q, self.att_svm_direction_)
         self.history_ = hist
 
+    def _objective(self, be, X, y, mask, *, log):
+        """The attention risk (ERM) in ``(v, p)`` with the logistic loss (Sec. 3)."""
+        return AttentionObjective(
+            be.xp, be.asarray(X), be.asarray(y), mask=be.asbool(mask), loss="logistic",
+            W=be.asarray(self.key_query_), train=("v", "p"), log=log)
+
     def _progress(self, use_log):
         """The progress bar (``verbose > 0``), showing ``L`` rather than ``log L``."""
         bar = make_progress(self.verbose, self.max_iter, desc=self.solver)
@@ -639,12 +567,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, BaseEstimator):
     def decision_function(self, X):
         """``f(X_i) = v^T X_i^T S(K_i p)`` of shape (n,); positive means ``classes_[1]``."""
         X, mask, K = self._validated(X)
-        s = attention_weights(np, K, self.query_, mask)
-        idx = np.argmax(s, axis=1)
-        rows = np.arange(X.shape[0])
-        h = X @ self.head_
-        h_a = h[rows, idx]
-        return h_a + np.sum(s * (h - h_a[:, None]), axis=1)
+        return attention_decision(np, X, K, self.head_, self.query_, mask)
 
     def predict_proba(self, X):
         """Logistic probabilities ``[1 - sigmoid(f), sigmoid(f)]`` of shape (n, 2)."""

@@ -30,13 +30,6 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ._attention_model import (
-    LOSSES,
-    AttentionObjective,
-    attention_features,
-    attention_loss_grad,
-    attention_weights,
-)
 from ._backend import to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
@@ -49,6 +42,13 @@ from ._optim import minimize
 from ._progress import close_progress, make_progress
 from ._sequences import check_sequences
 from .metrics import alignment
+from .models.attention import (
+    LOSSES,
+    AttentionObjective,
+    attention_features,
+    attention_loss_grad,
+    attention_weights,
+)
 from .svm import NotSeparableError, att_svm, att_svm_prime, min_score_gap, svm_neighbors
 
 __all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "JointAttentionSVM", "attention_trials",

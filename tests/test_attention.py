@@ -8,12 +8,6 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import make_pipeline
 
-from skntp._attention_model import (
-    AttentionObjective,
-    attention_loss_grad,
-    attention_weights,
-    compute_keys,
-)
 from skntp._backend import get_backend
 from skntp._optim import minimize
 from skntp.attention import AttentionSelector, attention_trials, diagnose_selection
@@ -25,6 +19,12 @@ from skntp.datasets import (
     make_attention_random,
 )
 from skntp.metrics import alignment
+from skntp.models.attention import (
+    AttentionObjective,
+    attention_loss_grad,
+    attention_weights,
+    compute_keys,
+)
 from skntp.svm import (
     NotSeparableError,
     att_svm,

@@ -8,10 +8,10 @@ import pytest
 from sklearn.pipeline import make_pipeline
 from sklearn.svm import LinearSVC
 
-from skntp._attention_model import AttentionObjective
 from skntp._backend import get_backend
-from skntp._joint import JointAttentionSVM, _JointObjective
+from skntp._joint import JointAttentionSVM
 from skntp.datasets import make_joint_fig3
+from skntp.models.attention import AttentionObjective
 from skntp.svm import (
     NotSeparableError,
     head_svm,
@@ -184,7 +184,7 @@ def test_gradient_matches_finite_differences(log):
     y = np.array([1.0, -1.0, 1.0, 1.0, -1.0])
     mask = np.ones((5, 4), dtype=bool)
     mask[1, 3] = mask[2, 2:] = False
-    obj = _JointObjective(get_backend(), X, X, y, mask, log=log)
+    obj = AttentionObjective(get_backend().xp, X, y, mask=mask, train=("v", "p"), log=log)
     v, p = rng.standard_normal(3), rng.standard_normal(3)
     _, (gv, gp) = obj((v, p))
     eps = 1e-6
@@ -203,7 +203,7 @@ def test_objective_agrees_with_attention_model_and_stays_accurate():
     be = get_backend()
     v, p = rng.standard_normal(4), rng.standard_normal(4)
     ref = AttentionObjective(be.xp, X, y, loss="logistic", train=("v", "p"))
-    mine = _JointObjective(be, X, X, y, np.ones((6, 3), bool))
+    mine = AttentionObjective(be.xp, X, y, mask=np.ones((6, 3), bool), train=("v", "p"))
     (l1, g1), (l2, g2) = ref((v, p)), mine((v, p))
     assert float(l1) == pytest.approx(float(l2), rel=1e-12)
     for a, b in zip(g1, g2):
@@ -211,12 +211,13 @@ def test_objective_agrees_with_attention_model_and_stays_accurate():
     # Saturated attention on Fig. 3 data: the p-gradient stays nonzero and
     # points along the theory's direction (the naive form is exactly 0 here).
     Xf, yf, P = make_joint_fig3("a", return_params=True)
-    obj = _JointObjective(be, Xf, Xf, yf, np.ones((3, 2), bool))
+    obj = AttentionObjective(be.xp, Xf, yf, mask=np.ones((3, 2), bool), train=("v", "p"))
     _, (_, gp) = obj((60.0 * P.head_mm, 50.0 * P.att_svm / np.linalg.norm(P.att_svm)))
     assert np.linalg.norm(gp) > 0
     assert cos(-gp, P.att_svm) > 0.9
     # log objective: same direction per block, finite where L underflows
-    log_obj = _JointObjective(be, Xf, Xf, yf, np.ones((3, 2), bool), log=True)
+    log_obj = AttentionObjective(be.xp, Xf, yf, mask=np.ones((3, 2), bool), train=("v", "p"),
+                                 log=True)
     big = (900.0 * P.head_mm, 900.0 * P.att_svm / np.linalg.norm(P.att_svm))
     lval, (lgv, lgp) = log_obj(big)
     assert np.isfinite(float(lval)) and float(lval) < -800
@@ -450,7 +451,7 @@ def test_ngd_on_log_loss_equals_ngd_on_loss():
 
     X, y, P = make_joint_fig3("b", return_params=True)
     be = get_backend()
-    plain = _JointObjective(be, X, X, y, np.ones((3, 2), bool))
+    plain = AttentionObjective(be.xp, X, y, mask=np.ones((3, 2), bool), train=("v", "p"))
     ref = minimize(plain, (P.head_init, P.query_init), xp=be.xp, solver="ngd", lr=0.1,
                    max_iter=200)
     est = JointAttentionSVM(head_init=P.head_init, query_init=P.query_init,

@@ -17,10 +17,9 @@ import pytest
 from sklearn.svm import LinearSVC
 
 from skntp import AttentionSelector, JointAttentionSVM
-from skntp._attention_model import AttentionObjective, attention_loss_grad, compute_keys
 from skntp._backend import get_backend
-from skntp._joint import _JointObjective
 from skntp.datasets import make_attention_fig1c, make_joint_fig3
+from skntp.models.attention import AttentionObjective, attention_loss_grad, compute_keys
 from skntp.svm import (
     att_svm,
     att_svm_prime,
@@ -134,7 +133,7 @@ def test_joint_objective_matches_the_hand_written_risk_and_its_log():
     X, mask = padded(seqs)
     be = get_backend()
     for log in (False, True):
-        obj = _JointObjective(be, X, X, y, mask, log=log)
+        obj = AttentionObjective(be.xp, X, y, mask=mask, train=("v", "p"), log=log)
         value, (gv, gp) = obj((v, p))
 
         def f(v_, p_, log=log):
@@ -154,7 +153,8 @@ def test_joint_log_objective_is_exact_where_the_risk_underflows():
     X, y, P = make_joint_fig3("a", return_params=True)
     v = 900.0 * P.head_mm
     p = 900.0 * P.att_svm / np.linalg.norm(P.att_svm)
-    obj = _JointObjective(get_backend(), X, X, y, np.ones(X.shape[:2], bool), log=True)
+    obj = AttentionObjective(get_backend().xp, X, y, mask=np.ones(X.shape[:2], bool),
+                             train=("v", "p"), log=True)
     value, _ = obj((v, p))
     u = y * outputs(X, v, p)
     assert np.all(u > 700)

@@ -35,19 +35,28 @@ Gradients are closed-form.  With ``s_i = S(K_i p)``, ``h_i = X_i v``
 * ``dL/dW = p g^T`` with ``g = sum_i c_i X_i^T (s_i * (h_i - f_i))``
   (keys ``K = X W^T``, the parameterization of Lemma 1).
 
-The signatures of this module are stable: other estimators (the joint
-head/attention model of Sec. 3) build on them.
+Both the model of Sec. 2 (``p`` or ``W`` trained, :class:`~skntp.AttentionSelector`)
+and the joint model of Sec. 3 (``v`` and ``p`` trained together,
+:class:`~skntp.JointAttentionSVM`) use this one risk and gradient.  The
+query gradient is written with the keys relative to the most attended one,
+``r_i^T (K_i - k_ref)`` (equal to ``r_i^T K_i`` since ``sum_t r_it = 0``),
+which stays accurate when the softmax saturates (the other keys may be ``0``
+and ``r_i`` tiny).  With ``log=True`` the risk is returned as ``log L``,
+computed in the log domain (finite when ``L`` underflows), with gradient
+``grad L / L``: the same minimizers over every ball and the same normalized
+gradient, well scaled at any norm.
 """
 
 from __future__ import annotations
 
 import math
 
-from ._backend import softmax
+from .._backend import logsumexp, softmax
 
 __all__ = [
     "LOSSES",
     "AttentionObjective",
+    "attention_decision",
     "attention_features",
     "attention_logits",
     "attention_loss_grad",
@@ -142,8 +151,51 @@ def loss_and_derivative(xp, loss, u):
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
 
 
+def _anchored_forward(xp, X, K, v, p, mask):
+    """``(s, dh, df, f, k_ref)``: the forward pass relative to the most attended token.
+
+    ``h_it = v^T x_it``; ``dh = h - h_ref`` and ``df = f - h_ref`` with
+    ``h_ref``, ``k_ref`` the mean ``h`` and key over the most attended tokens:
+    when the softmax saturates, ``h_t - f = sum_tau s_tau (h_t - h_tau)`` is a
+    sum of tiny terms, which ``h_t - s^T h`` would cancel to rounding noise.
+    """
+    s = attention_weights(xp, K, p, mask)                      # (..., n, T)
+    h = (X @ v[..., None, :, None])[..., 0]                    # (..., n, T)
+    top = xp.astype(s >= xp.max(s, axis=-1, keepdims=True), s.dtype)
+    count = xp.sum(top, axis=-1, keepdims=True)
+    h_ref = xp.sum(h * top, axis=-1, keepdims=True) / count
+    k_ref = (top[..., None, :] @ K)[..., 0, :] / count          # (..., n, k)
+    dh = h - h_ref
+    if mask is not None:
+        dh = xp.where(mask, dh, xp.zeros_like(dh))
+    df = xp.sum(s * dh, axis=-1, keepdims=True)                # f - h_ref
+    return s, dh, df, (h_ref + df)[..., 0], k_ref
+
+
+def attention_decision(xp, X, K, v, p, mask=None):
+    """``f(X_i) = v^T X_i^T S(K_i p)``, shape ``(..., n)`` (eq. (5))."""
+    return _anchored_forward(xp, X, K, v, p, mask)[3]
+
+
+def _log_loss_terms(xp, loss, u):
+    """``log l(u)`` and ``l'(u) / l(u)`` for the losses that are positive."""
+    if loss == "logistic":
+        # l = softplus(-u); log l = -u - log1p(...) for large u (l underflows there)
+        softplus_neg = xp.maximum(-u, xp.zeros_like(u)) + xp.log1p(xp.exp(-xp.abs(u)))
+        tiny = float(xp.finfo(u.dtype).smallest_normal)
+        big = xp.minimum(u, xp.full_like(u, 700.0))
+        log_l = xp.where(u > 30.0, -u - 0.5 * xp.exp(-big),
+                         xp.log(xp.maximum(softplus_neg, xp.full_like(u, tiny))))
+        # l'/l = -sigmoid(-u)/softplus(-u) = -exp(-softplus(u) - log l)
+        return log_l, -xp.exp(-(softplus_neg + u) - log_l)
+    if loss == "exponential":
+        return -u, -xp.ones_like(u)
+    raise ValueError(f"log=True needs a positive loss ('logistic' or 'exponential'), "
+                     f"got {loss!r}.")
+
+
 def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
-                        sample_weight=None, wrt=("p",)):
+                        sample_weight=None, wrt=("p",), log=False):
     """Risk (ERM) and its closed-form gradients.
 
     Parameters
@@ -164,6 +216,9 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
     wrt : tuple of {"p", "v", "W"}
         Gradients to return, in this order.  ``"W"`` assumes ``K = X W^T``
         and returns ``dL/dW = p g^T`` of shape ``(..., k, d)``.
+    log : bool, default=False
+        Return ``log L`` and the gradients of ``log L`` (``grad L / L``),
+        computed in the log domain (positive losses only).
 
     Returns
     -------
@@ -172,35 +227,28 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
     grads : tuple of arrays
         One per entry of ``wrt``.
     """
-    s = attention_weights(xp, K, p, mask)                      # (..., n, T)
-    h = (X @ v[..., None, :, None])[..., 0]                    # (..., n, T)
-    # f and h - f relative to the most attended token: when the softmax
-    # saturates, h_t - f = sum_tau s_tau (h_t - h_tau) is a sum of tiny terms
-    # and computing it as h_t - s^T h would cancel to rounding noise.
-    top = s >= xp.max(s, axis=-1, keepdims=True)
-    top = xp.astype(top, s.dtype)
-    h_ref = xp.sum(h * top, axis=-1, keepdims=True) / xp.sum(top, axis=-1, keepdims=True)
-    dh = h - h_ref
-    if mask is not None:
-        dh = xp.where(mask, dh, xp.zeros_like(dh))
-    df = xp.sum(s * dh, axis=-1, keepdims=True)                # f - h_ref
-    f = (h_ref + df)[..., 0]                                   # (..., n)
-    value, deriv = loss_and_derivative(xp, loss, y * f)
-    if sample_weight is None:
-        n = y.shape[-1]
-        risk = xp.sum(value, axis=-1) / n
-        c = y * deriv / n
+    s, dh, df, f, k_ref = _anchored_forward(xp, X, K, v, p, mask)
+    u = y * f
+    w = xp.ones_like(y) if sample_weight is None else sample_weight * xp.ones_like(y)
+    total = xp.sum(w, axis=-1, keepdims=True)
+    if log:
+        log_l, ratio = _log_loss_terms(xp, loss, u)
+        log_wl = xp.where(w > 0, log_l + xp.log(xp.where(w > 0, w, xp.ones_like(w))),
+                          xp.full_like(w, -float("inf")))
+        lse = logsumexp(xp, log_wl, axis=-1)                   # log sum_i w_i l_i
+        risk = (lse - xp.log(total))[..., 0]
+        c = y * ratio * xp.exp(log_wl - lse)                   # w_i y_i l'_i / (sum w L)
     else:
-        total = xp.sum(sample_weight * xp.ones_like(y), axis=-1, keepdims=True)
-        risk = xp.sum(sample_weight * value, axis=-1) / total[..., 0]
-        c = sample_weight * y * deriv / total
+        value, deriv = loss_and_derivative(xp, loss, u)
+        risk = xp.sum(w * value, axis=-1) / total[..., 0]
+        c = w * y * deriv / total
     grads = []
-    need_r = any(w in ("p", "W") for w in wrt)
-    if need_r:
-        r = c[..., None] * s * (dh - df)                       # (..., n, T)
+    if any(name in ("p", "W") for name in wrt):
+        r = c[..., None] * s * (dh - df)                       # (..., n, T), sums to 0
     for name in wrt:
         if name == "p":
-            grads.append(xp.sum((r[..., None, :] @ K)[..., 0, :], axis=-2))
+            rel = K - k_ref[..., None, :]
+            grads.append(xp.sum((r[..., None, :] @ rel)[..., 0, :], axis=-2))
         elif name == "v":
             cs = c[..., None] * s
             grads.append(xp.sum((cs[..., None, :] @ X)[..., 0, :], axis=-2))
@@ -243,15 +291,15 @@ class AttentionObjective:
         With leading batch axes the returned loss is the *sum* of the batch
         risks (the problems are independent, so each block's gradient is
         that of its own risk).
-
-    Attributes
-    ----------
-    last_weights : array
-        Attention weights at the last evaluated parameters.
+    log : bool, default=False
+        Minimize ``log L`` instead of ``L`` (see :func:`attention_loss_grad`):
+        the same minimizers over every ball (the regularization path) and the
+        same normalized steps, without underflow at large norms.
     """
 
     def __init__(self, xp, X, y, *, mask=None, loss="logistic", v=None, p=None, W=None,
-                 train=("p",), sample_weight=None, grad_scale=1.0, batched=False):
+                 train=("p",), sample_weight=None, grad_scale=1.0, batched=False,
+                 log=False):
         self.xp, self.X, self.y, self.mask, self.loss = xp, X, y, mask, loss
         self.v, self.p, self.W = v, p, W
         self.train = tuple(train)
@@ -260,6 +308,7 @@ class AttentionObjective:
             grad_scale = (float(grad_scale),) * len(self.train)
         self.grad_scale = tuple(grad_scale)
         self.batched = batched
+        self.log = log
         self.K = None if "W" in self.train else compute_keys(xp, X, W)
         # multiply-adds of a call (BLAS threads: skntp._backend.blas_threads)
         self.work_size = int(math.prod(X.shape)) * (1 if W is None else int(W.shape[0]))
@@ -272,7 +321,7 @@ class AttentionObjective:
         K = compute_keys(xp, self.X, cur["W"]) if "W" in cur else self.K
         risk, grads = attention_loss_grad(
             xp, self.X, K, self.y, v, p, mask=self.mask, loss=self.loss,
-            sample_weight=self.sample_weight, wrt=self.train,
+            sample_weight=self.sample_weight, wrt=self.train, log=self.log,
         )
         grads = tuple(g * sc if sc != 1.0 else g
                       for g, sc in zip(grads, self.grad_scale, strict=True))
