@@ -34,8 +34,9 @@ from .graphs import (
     token_priority_graphs,
 )
 from .metrics import SubspaceProjector, alignment, history_metrics
+from .models.self_attention import SelfAttentionRisk
 from .svm._core import NotSeparableError, solve_max_margin
-from .svm._graph import SelfAttentionRisk, cyclic_correction, graph_svm_problem
+from .svm._graph import cyclic_correction, graph_svm_problem
 
 __all__ = ["NTPAttentionClassifier"]
 

@@ -208,7 +208,8 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
     >>> len(fits), fits[0].coef_.shape
     (10, (4, 8))
     """
-    from .decoder import NTPDecoderClassifier, _CrossEntropy
+    from .decoder import NTPDecoderClassifier
+    from .models.decoder import CrossEntropy
 
     if not isinstance(estimator, NTPDecoderClassifier):
         raise TypeError("fit_ntp_trials takes an NTPDecoderClassifier template.")
@@ -255,7 +256,7 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
         e.coef_shape_ = (V, d)
     metrics = _batched_metrics(be, ests)
     W0 = np.stack([e._init_coef(V, d) for e in ests])
-    objective = _CrossEntropy(be, contexts, weights, probs, max_elements=max_elements)
+    objective = CrossEntropy(be, contexts, weights, probs, max_elements=max_elements)
     result = minimize(
         objective, (be.asarray(W0),), xp=be.xp, solver=estimator.solver, lr=estimator.lr,
         max_iter=estimator.max_iter, tol=estimator.tol, metrics=metrics,

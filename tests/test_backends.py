@@ -18,7 +18,7 @@ from skntp import NTPDecoderClassifier
 from skntp._backend import CHUNK_ELEMENTS, get_backend, row_chunks, to_numpy
 from skntp._optim import minimize
 from skntp.datasets import make_ntp_data
-from skntp.decoder import _CrossEntropy, aggregate_contexts
+from skntp.models.decoder import CrossEntropy, aggregate_contexts
 from skntp.svm import log_odds_problem, ntp_svm_problem, solve_max_margin, solve_min_norm
 from skntp.svm._core import _METHODS
 from skntp.sweeps import fit_ntp_trials, run_sweep, trial_seeds
@@ -80,7 +80,7 @@ def _gd_iterates(be, H, pi, P, W0, n_iter=100, lr=0.5, max_elements=None):
         iterates.append(np.array(to_numpy(params[0]), dtype=np.float64))
         return {}
 
-    objective = _CrossEntropy(be, H, pi, P, max_elements=max_elements)
+    objective = CrossEntropy(be, H, pi, P, max_elements=max_elements)
     minimize(objective, (be.asarray(W0),), xp=be.xp, solver="gd", lr=lr,
              max_iter=n_iter, metrics=keep)
     return np.stack(iterates)
@@ -150,7 +150,7 @@ def _dense_reference(H, pi, P, W):
 def test_chunked_cross_entropy_matches_dense_reference(seed, max_elements):
     _, _, H, pi, P = _data(seed, m=20, V=9)
     W = np.random.default_rng(seed).standard_normal((9, H.shape[1])) * 3
-    loss, (grad,) = _CrossEntropy(get_backend(), H, pi, P, max_elements=max_elements)((W,))
+    loss, (grad,) = CrossEntropy(get_backend(), H, pi, P, max_elements=max_elements)((W,))
     ref_loss, ref_grad = _dense_reference(H, pi, P, W)
     assert abs(float(loss) - ref_loss) <= 1e-12 * abs(ref_loss)
     assert _rel(grad, ref_grad) <= 1e-12
@@ -159,7 +159,7 @@ def test_chunked_cross_entropy_matches_dense_reference(seed, max_elements):
 def test_chunked_objective_is_stable_at_large_norms():
     _, _, H, pi, P = _data(3, m=20, V=9)
     W = np.random.default_rng(0).standard_normal((9, H.shape[1])) * 1e4
-    loss, (grad,) = _CrossEntropy(get_backend(), H, pi, P, max_elements=30)((W,))
+    loss, (grad,) = CrossEntropy(get_backend(), H, pi, P, max_elements=30)((W,))
     ref_loss, ref_grad = _dense_reference(H, pi, P, W)
     assert np.isfinite(float(loss)) and np.all(np.isfinite(grad))
     assert abs(float(loss) - ref_loss) <= 1e-12 * abs(ref_loss)

@@ -20,9 +20,9 @@ from skntp.graphs import (
     strongly_connected_components,
     token_priority_graphs,
 )
+from skntp.models.self_attention import SelfAttentionRisk
 from skntp.svm import (
     NotSeparableError,
-    SelfAttentionRisk,
     cyclic_correction,
     graph_svm,
     graph_svm_problem,

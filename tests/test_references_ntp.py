@@ -20,7 +20,7 @@ from scipy.special import logsumexp, softmax
 from skntp import NTPDecoderClassifier
 from skntp._backend import get_backend
 from skntp.datasets import make_ntp_data
-from skntp.decoder import _CrossEntropy, ntp_cross_entropy
+from skntp.models.decoder import CrossEntropy, ntp_cross_entropy
 from skntp.svm import finite_component, ntp_svm
 
 
@@ -87,7 +87,7 @@ def test_cross_entropy_and_gradient_match_the_formula_and_finite_differences(see
     X, y, H, pi, P = data(seed)
     W = scale * np.random.default_rng(seed).standard_normal((P.shape[1], H.shape[1]))
     for max_elements in (None, 7):  # one chunk, and a chunk per context or so
-        obj = _CrossEntropy(get_backend(), H, pi, sp.csr_matrix(P), max_elements=max_elements)
+        obj = CrossEntropy(get_backend(), H, pi, sp.csr_matrix(P), max_elements=max_elements)
         loss, (grad,) = obj((W,))
         assert float(loss) == pytest.approx(ce(W, H, pi, P), rel=1e-12)
         np.testing.assert_allclose(grad, ce_grad(W, H, pi, P), rtol=1e-10, atol=1e-14)
@@ -105,7 +105,7 @@ def test_cross_entropy_keeps_out_of_support_mass_at_large_norms():
     est = NTPDecoderClassifier(solver="svm", svm_radius=600.0, vocabulary=V + 2).fit(X, y)
     P2 = np.hstack([P, np.zeros((P.shape[0], 2))])
     W = est.coef_
-    loss, (grad,) = _CrossEntropy(get_backend(), H, pi, sp.csr_matrix(P2))((W,))
+    loss, (grad,) = CrossEntropy(get_backend(), H, pi, sp.csr_matrix(P2))((W,))
     L = H @ W.T
     q = np.exp(L - logsumexp(L, axis=1, keepdims=True))
     ref = (pi[:, None] * q[:, V:]).T @ H
@@ -121,14 +121,14 @@ def test_batched_cross_entropy_equals_each_trial():
     pi = np.stack([p[1][:m] / p[1][:m].sum() for p in parts])
     P = [p[2][:m] for p in parts]
     W = np.random.default_rng(0).standard_normal((3, 5, H.shape[2]))
-    obj = _CrossEntropy(get_backend(), H, pi, sp.csr_matrix(np.vstack(P)), max_elements=11)
+    obj = CrossEntropy(get_backend(), H, pi, sp.csr_matrix(np.vstack(P)), max_elements=11)
     loss, (grad,) = obj((W,))
     for b in range(3):
         assert loss[b] == pytest.approx(ce(W[b], H[b], pi[b], P[b]), rel=1e-12)
         np.testing.assert_allclose(grad[b], ce_grad(W[b], H[b], pi[b], P[b]), rtol=1e-10,
                                    atol=1e-14)
     with pytest.raises(ValueError, match=r"next_token_probs has 15 rows; expected 24"):
-        _CrossEntropy(get_backend(), H, pi, sp.csr_matrix(np.vstack(P)[:15]))
+        CrossEntropy(get_backend(), H, pi, sp.csr_matrix(np.vstack(P)[:15]))
 
 
 # --------------------------------------------------------------------------

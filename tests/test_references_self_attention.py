@@ -19,8 +19,9 @@ from scipy.special import logsumexp
 from skntp._backend import get_backend
 from skntp.datasets import make_token_priority_data
 from skntp.graphs import check_token_sequences, is_acyclic, token_priority_graphs
+from skntp.models.self_attention import SelfAttentionRisk
 from skntp.self_attention import NTPAttentionClassifier
-from skntp.svm import SelfAttentionRisk, cyclic_correction, graph_svm
+from skntp.svm import cyclic_correction, graph_svm
 
 
 def attention(E, W, seq, query=None):

@@ -200,15 +200,15 @@ def test_blas_threads_limits_and_restores_torch():
 def test_loops_run_on_one_thread_for_small_objectives(monkeypatch):
     """The training loop and the max-margin core see one BLAS thread on small problems."""
     seen = []
-    import skntp.decoder as decoder
+    import skntp.models.decoder as models_decoder
 
-    original = decoder._CrossEntropy.__call__
+    original = models_decoder.CrossEntropy.__call__
 
     def spy(self, params):
         seen.append(tuple(_blas_threads_now()))
         return original(self, params)
 
-    monkeypatch.setattr(decoder._CrossEntropy, "__call__", spy)
+    monkeypatch.setattr(models_decoder.CrossEntropy, "__call__", spy)
     rng = np.random.default_rng(8)
     NTPDecoderClassifier(max_iter=3, compute_limits=False).fit(
         rng.standard_normal((30, 5)), rng.integers(0, 3, 30))

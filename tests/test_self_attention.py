@@ -12,8 +12,8 @@ from skntp._backend import get_backend
 from skntp.datasets import make_token_priority_data
 from skntp.graphs import check_token_sequences, is_acyclic, token_priority_graphs
 from skntp.metrics import alignment
+from skntp.models.self_attention import SelfAttentionRisk
 from skntp.self_attention import NTPAttentionClassifier
-from skntp.svm import SelfAttentionRisk
 
 
 def _cyclic_instance(seed, K=6, d=8, n=6, T=4):

@@ -16,7 +16,7 @@ self-attention" (``ntp-self-attention-mechanics.md``):
   a tight gradient tolerance.
 
 The empirical risk itself (ERM, with the log, cross-entropy and squared
-losses) is :class:`SelfAttentionRisk`, written once over an array namespace.
+losses) is :class:`skntp.models.self_attention.SelfAttentionRisk`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import numpy as np
 import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from .._backend import get_backend, logsumexp, scatter_add, softmax, to_numpy
+from .._backend import get_backend, to_numpy
+from ..models.self_attention import SelfAttentionRisk
 from ._core import (
     BilinearScores,
     Constraints,
@@ -38,15 +39,10 @@ from ._core import (
 )
 
 __all__ = [
-    "LOSSES",
-    "SelfAttentionRisk",
     "cyclic_correction",
     "graph_svm",
     "graph_svm_problem",
 ]
-
-LOSSES = ("log", "ce", "squared")
-
 
 def _check_embeddings(embeddings):
     E = np.asarray(embeddings, dtype=float)
@@ -212,163 +208,6 @@ def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=1e-8,
     problem = graph_svm_problem(embeddings, graphs, sccs)
     result = solve_max_margin(problem, method=method, tol=tol, max_iter=max_iter, **backend)
     return (result.primal, result) if return_result else result.primal
-
-
-# --------------------------------------------------------------------------
-# The empirical risk (ERM) of eq. (1)
-# --------------------------------------------------------------------------
-def _at_top(xp, s, p, mask):
-    """``p`` at the most-attended position of each row (mean over exact ties), (n, 1)."""
-    top = (s == xp.max(s, axis=1, keepdims=True)) & mask
-    topf = xp.astype(top, s.dtype)
-    return xp.sum(topf * xp.where(top, p, 0.0 * p), axis=1, keepdims=True) / xp.sum(
-        topf, axis=1, keepdims=True)
-
-
-def _centered(xp, s, p, mask):
-    """``p_t - sum_t' s_t' p_t'`` computed as ``(p_t - p_r) - sum_t' s_t' (p_t' - p_r)``.
-
-    ``r`` is the most-attended position: when the softmax saturates on ``r``
-    both terms are exact small numbers instead of the difference of two
-    nearly equal ones, so the gradient keeps its direction at any norm.
-    """
-    dp = xp.where(mask, p - _at_top(xp, s, p, mask), 0.0 * p)
-    return dp - xp.sum(s * dp, axis=1, keepdims=True)
-
-
-class SelfAttentionRisk:
-    """Empirical risk of ``y_hat = C X^T softmax(X W x_bar)`` (eq. (1), ERM) and its gradient.
-
-    With ``a_t = e_{x_t}^T W e_k`` (``k`` the query token), ``s = softmax(a)``
-    over the real tokens, ``Gamma = C E^T`` and ``gamma_t = Gamma[y, x_t]``:
-
-    * ``"log"``: ``-log u`` with ``u = sum_t s_t gamma_t`` (Sec. 5; needs
-      ``gamma >= 0``); for ``C E^T = I`` (Assumption 4) ``u`` is the attention
-      mass on the label and the loss is computed as ``-log1p(-r)`` with ``r``
-      the mass on the other tokens, accurate at any norm;
-    * ``"squared"``: ``(1 - u)^2`` (Sec. 6, Fig. 5);
-    * ``"ce"``: ``-log softmax(y_hat)_y`` with ``y_hat = Gamma[:, x] s`` (Fig. 6).
-
-    The gradient is ``E^T D E`` with ``D[x, k] = sum dloss/da_t`` over the
-    positions holding token ``x`` in sequences with query ``k``: one gather,
-    one scatter-add and two matrix products per call.
-
-    Parameters
-    ----------
-    be : Backend
-    embeddings : ndarray of shape (K, d)
-    gamma : ndarray of shape (K, K)
-        ``C E^T``.
-    ids, mask : ndarrays of shape (n, T)
-        Token ids and real-token mask.
-    query : ndarray of shape (n,)
-        Query (last) token of each sequence.
-    labels : ndarray of shape (n,)
-    loss : {"log", "ce", "squared"}
-    sample_weight : ndarray of shape (n,), optional
-        Defaults to ``1/n`` each (the ``1/n`` of ERM).
-    """
-
-    def __init__(self, be, embeddings, gamma, ids, mask, query, labels, loss="log",
-                 sample_weight=None):
-        if loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
-        self.xp = be.xp
-        self.be, self.loss = be, loss
-        ids, mask = np.asarray(ids, np.int64), np.asarray(mask, bool)
-        query, labels = np.asarray(query, np.int64), np.asarray(labels, np.int64)
-        n = ids.shape[0]
-        K = gamma.shape[0]
-        self.K = K
-        w = np.full(n, 1.0 / max(n, 1)) if sample_weight is None else np.asarray(
-            sample_weight, float)
-        self.E = be.asarray(embeddings)
-        K_, d_ = np.shape(embeddings)
-        self.work_size = K_ * K_ * d_ + int(np.size(ids))  # threads: blas_threads
-        self.Et = be.asarray(np.ascontiguousarray(np.asarray(embeddings).T))
-        self.flat = be.asindex(np.where(mask, ids * K + query[:, None], 0))
-        self.shape = ids.shape
-        self.mask = be.asbool(mask)
-        self.neg_inf = be.asarray(np.where(mask, 0.0, -np.inf))
-        self.w = be.asarray(w[:, None])
-        g = np.where(mask, gamma[labels[:, None], ids], 0.0)
-        self.binary = bool(np.all((g == 0) | (g == 1)))
-        self.gamma = be.asarray(g)
-        if loss == "log":
-            if np.any(g[mask] < 0):
-                raise ValueError(
-                    "loss='log' needs c_y^T e_x >= 0 for every token of every sequence "
-                    "(u = c_y^T f(X) must stay positive); use loss='ce' or 'squared' "
-                    "with this head."
-                )
-            if not (g > 0).any(axis=1).all():
-                raise ValueError(
-                    "loss='log' is infinite on a sample whose sequence has no token x "
-                    "with c_y^T e_x > 0 (the label is not in the sequence)."
-                )
-            self.log_gamma = be.asarray(
-                np.where(mask & (g > 0), np.log(np.where(g > 0, g, 1.0)), -np.inf))
-            self.pos = be.asarray((g > 0).astype(float))
-        if loss == "ce":
-            self.gamma_cols = be.asarray(np.asarray(gamma).T[ids])  # (n, T, K)
-            self.onehot = be.asarray(np.eye(K)[labels])
-
-    def scores(self, W):
-        """Attention logits ``a`` of shape (n, T) (``-inf`` at padding)."""
-        xp = self.xp
-        G = self.E @ W @ self.Et  # G[x, k] = e_x^T W e_k
-        a = xp.reshape(xp.take(xp.reshape(G, (-1,)), xp.reshape(self.flat, (-1,))),
-                       self.shape)
-        return a + self.neg_inf
-
-    def __call__(self, params):
-        xp = self.xp
-        W = params[0]
-        a = self.scores(W)
-        s = softmax(xp, a, axis=1)
-        if self.loss == "log":
-            if self.binary:
-                r = xp.sum(s * (1.0 - self.pos), axis=1, keepdims=True)
-                lse_all = logsumexp(xp, a, axis=1)
-                lse_y = logsumexp(xp, a + self.log_gamma, axis=1)
-                q = xp.exp(a + self.log_gamma - lse_y)
-                small = r < 0.5
-                per = xp.where(small, -xp.log1p(-xp.where(small, r, 0.0 * r)),
-                               lse_all - lse_y)
-                delta = s * (1.0 - self.pos) - q * r
-            else:
-                lse_all = logsumexp(xp, a, axis=1)
-                lse_y = logsumexp(xp, a + self.log_gamma, axis=1)
-                per = lse_all - lse_y
-                # s_t - q_t = s_t (u - gamma_t) / u, with u - gamma_t centred precisely
-                u = xp.exp(lse_y - lse_all)
-                delta = -s * _centered(xp, s, self.gamma, self.mask) / u
-        elif self.loss == "squared":
-            # gamma_t - u and 1 - u measured from the most-attended position r, so
-            # that a saturated softmax does not lose them to cancellation.
-            c = _centered(xp, s, self.gamma, self.mask)  # gamma_t - u
-            g_r = _at_top(xp, s, self.gamma, self.mask)
-            one_minus_u = (1.0 - g_r) - xp.sum(s * (self.gamma - g_r), axis=1,
-                                               keepdims=True)
-            per = one_minus_u**2
-            delta = -2.0 * one_minus_u * s * c
-        else:
-            yhat = xp.sum(s[:, :, None] * self.gamma_cols, axis=1)  # (n, K)
-            lse = logsumexp(xp, yhat, axis=1)
-            per = lse - xp.sum(yhat * self.onehot, axis=1, keepdims=True)
-            g = softmax(xp, yhat, axis=1) - self.onehot
-            proj = xp.sum(self.gamma_cols * g[:, None, :], axis=2)  # (n, T)
-            delta = s * _centered(xp, s, proj, self.mask)
-        loss = xp.sum(self.w * per)
-        delta = xp.where(self.mask, delta * self.w, 0.0 * delta)
-        D = xp.reshape(scatter_add(xp, xp.reshape(self.flat, (-1,)),
-                                   xp.reshape(delta, (-1,)), self.K * self.K),
-                       (self.K, self.K))
-        return loss, (self.Et @ D @ self.E,)
-
-    def attention(self, W):
-        """Softmax attention ``s`` of shape (n, T) at ``W``."""
-        return softmax(self.xp, self.scores(W), axis=1)
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,189 @@
+"""Next-token prediction with a linear decoder: the model's data and its loss.
+
+Thrampoulidis, "Implicit Bias of Next-Token Prediction" (2024): distinct
+contexts ``h_j`` with weights ``pi_j`` and next-token distributions
+``p_j`` (Sec. 2) and the NTP cross-entropy (eq. (2)) of ``softmax(W h)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._backend import exp_, row_chunks, scatter_add
+
+__all__ = ["CrossEntropy", "aggregate_contexts", "ntp_cross_entropy"]
+
+
+def aggregate_contexts(X, Y, sample_weight=None):
+    """Group repeated rows of ``X`` into distinct contexts (Sec. 2, eq. (2)).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        Context embeddings; identical rows are the same context.
+    Y : sparse matrix or ndarray of shape (n, V)
+        Non-negative next-token weights per row (one-hot rows for hard labels);
+        each row is normalized to sum to one.
+    sample_weight : ndarray of shape (n,), optional
+        Weight of each row (default 1).  Rows of weight 0 are dropped.
+
+    Returns
+    -------
+    contexts : ndarray of shape (m, d)
+        Distinct contexts ``h_j`` in lexicographic order.
+    context_weights : ndarray of shape (m,)
+        ``pi_j``, summing to one.
+    next_token_probs : scipy.sparse.csr_matrix of shape (m, V)
+        ``p_j``, rows summing to one.
+    inverse : ndarray of shape (n_kept,)
+        Context index of every kept row.
+    """
+    n = X.shape[0]
+    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+    keep = w > 0
+    if not keep.any():
+        raise ValueError("sample_weight is zero for every sample; nothing to fit.")
+    X, w = X[keep], w[keep]
+    Y = sp.csr_matrix(Y)[np.flatnonzero(keep)]
+    row_sums = np.asarray(Y.sum(axis=1)).ravel()
+    Y = sp.diags(w / row_sums) @ Y
+    contexts, inverse = np.unique(X, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    m = contexts.shape[0]
+    agg = sp.csr_matrix((np.ones(X.shape[0]), (inverse, np.arange(X.shape[0]))),
+                        shape=(m, X.shape[0]))
+    counts = agg @ Y  # (m, V): total weight of each next token after each context
+    counts.sum_duplicates()
+    counts.eliminate_zeros()
+    mass = np.asarray(counts.sum(axis=1)).ravel()
+    probs = sp.diags(1.0 / mass) @ counts
+    return contexts, mass / mass.sum(), sp.csr_matrix(probs), inverse
+
+
+class CrossEntropy:
+    """``CE(W) = -sum_j pi_j sum_z p_{j,z} log S_z(W h_j)`` (eq. (2)) and its gradient.
+
+    The gradient is ``(diag(pi) (softmax(H W^T) - P))^T H`` (eq. (2)
+    differentiated): two matrix products and a row-wise max-shifted softmax,
+    computed in place.  The next-token matrix ``P`` stays sparse, as
+    ``(flat index, pi_j p_{j,z})`` pairs.
+
+    When ``m * V`` exceeds the chunk budget (:data:`skntp._backend.CHUNK_ELEMENTS`)
+    the contexts are processed in row chunks: each chunk's logits are
+    max-shifted, exponentiated, normalized and multiplied back into the
+    gradient (fused log-sum-exp and gradient), so at most one chunk of
+    logits exists at a time.  With one chunk the arithmetic is exactly the
+    unchunked one.
+
+    A leading *trial* axis runs independent problems at once (batched
+    trials, see :mod:`skntp.sweeps`): ``contexts`` (B, m, d), weights
+    (B, m), next-token rows stacked as a sparse (B*m, V) matrix and ``W``
+    (B, V, d); the loss is then the vector of the B per-trial losses and the
+    gradient stacks the per-trial gradients.
+
+    Parameters
+    ----------
+    be : Backend
+    contexts : ndarray of shape (m, d) or (B, m, d)
+    context_weights : ndarray of shape (m,) or (B, m)
+    next_token_probs : sparse matrix of shape (m, V) or (B*m, V)
+    max_elements : int, optional
+        Chunk budget in logits per chunk (all trials together).
+    """
+
+    def __init__(self, be, contexts, context_weights, next_token_probs, max_elements=None):
+        self.be = be
+        self.xp = be.xp
+        self.numpy = be.name == "numpy"
+        contexts = np.asarray(contexts)
+        context_weights = np.asarray(context_weights, dtype=float)
+        self.batched = contexts.ndim == 3
+        B = contexts.shape[0] if self.batched else 1
+        m = contexts.shape[-2]
+        coo = sp.coo_matrix(next_token_probs)
+        V = coo.shape[1]
+        if coo.shape[0] != B * m:
+            raise ValueError(
+                f"next_token_probs has {coo.shape[0]} rows; expected {B * m} "
+                f"({B} trial(s) x {m} contexts)."
+            )
+        row, col = coo.row.astype(np.int64), coo.col.astype(np.int64)
+        trial, j = np.divmod(row, m)
+        weighted = context_weights.reshape(-1)[row] * coo.data
+        self.n_trials, self.V = B, V
+        # multiply-adds of the larger product (BLAS threads: skntp._backend.blas_threads)
+        self.work_size = B * m * V * contexts.shape[-1]
+        self.H = be.asarray(contexts)
+        self.pi = be.asarray(context_weights[..., None])
+        self.chunks = []
+        for start, stop in row_chunks(m, B * V, max_elements):
+            sel = (j >= start) & (j < stop)
+            rows = stop - start
+            flat = (trial[sel] * rows + (j[sel] - start)) * V + col[sel]
+            self.chunks.append((
+                start,
+                stop,
+                be.asindex(flat),
+                be.asarray(weighted[sel]),
+                be.asindex(trial[sel]) if self.batched else None,
+            ))
+        self.single = len(self.chunks) == 1
+
+    def __call__(self, params):
+        xp = self.xp
+        W = params[0]
+        Wt = xp.matrix_transpose(W) if self.batched else W.T
+        loss, grad = 0.0, None
+        for start, stop, flat_index, weighted_probs, trial in self.chunks:
+            if self.single:
+                H, pi = self.H, self.pi
+            else:
+                H, pi = self.H[..., start:stop, :], self.pi[..., start:stop, :]
+            L = H @ Wt
+            L -= xp.max(L, axis=-1, keepdims=True)
+            flat = xp.reshape(L, (-1,))
+            picked = flat[flat_index]
+            exp_(L)
+            s = xp.sum(L, axis=-1, keepdims=True)
+            # Split every row's mass into its support S_j and the rest, each summed
+            # directly: at large norms p_z - p_hat_z = (q_z - p_hat_z) - q_z * out
+            # (q the softmax restricted to S_j, out the out-of-support mass) keeps
+            # the tiny out-of-support part that p_z - p_hat_z would round away.
+            e_in = flat[flat_index]
+            rows = flat_index // self.V
+            s_in = xp.reshape(scatter_add(xp, rows, e_in, math.prod(s.shape)), s.shape)
+            flat[flat_index] = 0.0
+            s_out = xp.sum(L, axis=-1, keepdims=True)
+            flat[flat_index] = e_in
+            has_in = s_in > 0
+            safe_in = xp.where(has_in, s_in, xp.ones_like(s_in))
+            log_s = xp.where(has_in, xp.log(safe_in) + xp.log1p(s_out / safe_in), xp.log(s))
+            if self.batched:
+                part = xp.sum(pi * log_s, axis=(-2, -1)) - scatter_add(
+                    xp, trial, weighted_probs * picked, self.n_trials)
+            else:
+                part = xp.sum(pi * log_s) - xp.sum(weighted_probs * picked)
+            pi_flat = xp.reshape(xp.broadcast_to(pi, s.shape), (-1,))[rows]
+            q = e_in / xp.reshape(safe_in, (-1,))[rows]
+            out = xp.reshape(s_out / s, (-1,))[rows]
+            L *= pi / s
+            flat[flat_index] = (pi_flat * q - weighted_probs) - pi_flat * q * out
+            g = (xp.matrix_transpose(L) if self.batched else L.T) @ H
+            if grad is None:
+                loss, grad = part, g
+            else:
+                loss = loss + part
+                grad += g
+        return loss, (grad,)
+
+
+def ntp_cross_entropy(W, contexts, context_weights, next_token_probs):
+    """The NTP loss (eq. (2)) at ``W`` on aggregated data (NumPy)."""
+    from .._backend import get_backend
+
+    ce = CrossEntropy(get_backend(), np.asarray(contexts, float),
+                       np.asarray(context_weights, float), next_token_probs)
+    return float(ce((np.asarray(W, float),))[0])
