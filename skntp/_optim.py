@@ -128,21 +128,7 @@ def _step(xp, solver, params, grads, lr, ngd_scales, m1, m2, k, betas, eps):
         new.append(p - lr * mhat / (xp.sqrt(vhat) + eps))
     return tuple(new)
 
-def minimize(objective, params0, **kwargs):
-    """:func:`_minimize` with the BLAS/OpenMP threads sized to the objective.
-
-    An objective with a ``work_size`` attribute (the multiply-adds of its
-    largest product) runs on one thread when that is small (see
-    :func:`skntp._backend.blas_threads`): a loop of small products gains
-    nothing from a thread pool and loses badly on a busy machine.  Keywords
-    are those of :func:`_minimize`.
-    """
-    size = getattr(objective, "work_size", None)
-    with blas_threads(math.inf if size is None else size, kwargs.get("xp")):
-        return _minimize(objective, params0, **kwargs)
-
-
-def _minimize(
+def minimize(
     objective,
     params0,
     *,
@@ -160,14 +146,23 @@ def _minimize(
     project=None,
     progress=None,
     batched=False,
+    starts=(),
+    rescale=False,
 ):
     """Minimize ``objective`` from ``params0`` with a first-order method.
+
+    The one training loop of skntp: every estimator, the batched trials of
+    :mod:`skntp.sweeps` and the regularization path run through it.
 
     Parameters
     ----------
     objective : callable
         ``objective(params) -> (loss, grads)``; ``params`` and ``grads`` are
-        tuples of arrays, ``loss`` a float or 0-d array.
+        tuples of arrays, ``loss`` a float or 0-d array.  An objective with a
+        ``work_size`` attribute (the multiply-adds of its largest product)
+        runs on one BLAS/OpenMP thread when that is small
+        (:func:`skntp._backend.blas_threads`): a loop of small products gains
+        nothing from a thread pool and loses badly on a busy machine.
     params0 : tuple of arrays
         Initial parameter blocks.
     xp : namespace
@@ -187,10 +182,11 @@ def _minimize(
     tol : float
         Stop when the gradient norm is ``<= tol``.
     metrics : callable, optional
-        ``metrics(params) -> dict`` of floats recorded in the history.
+        ``metrics(params) -> dict`` recorded in the history: floats, or
+        arrays (per-trial values, or an iterate to keep its trajectory).
     record_every : int
         Record every that many iterations (and always the first and last).
-    radii : array of shape (n_radii, n_blocks)
+    radii : array of shape (n_radii,) or (n_radii, n_blocks)
         The path's radii (``"regpath"`` only).
     project : callable, optional
         ``project(params) -> params`` applied after every step (keeps fixed
@@ -210,69 +206,118 @@ def _minimize(
         ``loss``, ``grad_norm`` (and any per-trial ``metrics``) are recorded
         per trial.  The run stops when every trial has stopped, or for all
         trials when any becomes non-finite.  Not available for ``"regpath"``.
+    starts : sequence of tuples of arrays, default=()
+        ``"regpath"`` only: unit-norm parameter tuples ``e``; every radius is
+        also solved from ``r e`` and the solution of lowest loss is kept (the
+        path of a non-convex loss is the *global* minimizer at every radius,
+        which a local method from the previous solution cannot certify).
+        With ``starts``, the previous solution is scaled onto the sphere of
+        radius ``r`` (Thm. 1: the solutions lie on the boundary).
+    rescale : bool, default=False
+        ``"regpath"`` only: divide the objective by its gradient norm at each
+        start (a constant factor per solve, so the constrained minimizer is
+        unchanged, while the stopping rule becomes relative to the
+        gradient's scale, which is ``exp(-R * margin)`` at large radii).
 
     Returns
     -------
     OptimResult
     """
-    if batched:
+    size = getattr(objective, "work_size", None)
+    with blas_threads(math.inf if size is None else size, xp):
         if solver == "regpath":
-            raise ValueError("batched=True is not available for solver='regpath'.")
-        return _minimize_batched(objective, params0, xp=xp, solver=solver, lr=lr,
-                                 max_iter=max_iter, tol=tol, metrics=metrics,
-                                 record_every=record_every, betas=betas, eps=eps,
-                                 project=project, progress=progress)
-    if solver == "regpath":
-        return _regpath(objective, params0, xp=xp, radii=radii, tol=tol,
-                        inner_max_iter=inner_max_iter, metrics=metrics)
-    if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
+            if batched:
+                raise ValueError("batched=True is not available for solver='regpath'.")
+            return _regpath(objective, params0, xp=xp, radii=radii, tol=tol,
+                            inner_max_iter=inner_max_iter, metrics=metrics, starts=starts,
+                            rescale=rescale)
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
+        return _descend(objective, params0, xp=xp, solver=solver, lr=lr, max_iter=max_iter,
+                        tol=tol, metrics=metrics, record_every=record_every, betas=betas,
+                        eps=eps, project=project, progress=progress, batched=batched)
+
+
+def _finite(a):
+    if isinstance(a, (int, float)):
+        return math.isfinite(a)
+    return bool(np.all(np.isfinite(to_numpy(a))))
+
+
+def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, record_every,
+             betas, eps, project, progress, batched):
+    """GD, normalized GD and Adam, for one problem or a batch of trials.
+
+    Without a batch every per-trial quantity (gradient norms, the active
+    flag) is a scalar, and the loop is the plain one.
+    """
     params = tuple(params0)
     rec = _Recorder(metrics, record_every)
     t0 = time.perf_counter()
+
+    def total_norm(gn):
+        total = np.sqrt(sum(g * g for g in gn))
+        return total if batched else float(total)
+
+    def scalar(loss):  # what the history and the progress bar see
+        return loss if batched else float(loss)
+
     loss, grads = objective(params)
-    gn = _block_norms(xp, grads)
-    rec.record(0, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0, force=True)
+    gn = _block_norms(xp, grads, batched)
+    rec.record(0, params, scalar(loss), total_norm(gn), t0, force=True)
     m1 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
     m2 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
     stop_reason, k = "max_iter", 0
     for k in range(1, max_iter + 1):
-        total = math.sqrt(sum(g * g for g in gn))
-        if total == 0.0:  # before the tol test: tol=0 must not hide a saturation
-            stop_reason, k = "zero-gradient", k - 1
+        total = np.asarray(total_norm(gn))
+        active = total > tol
+        if not active.any():  # all zero first: tol=0 must not hide a saturation
+            stop_reason, k = ("zero-gradient" if np.all(total == 0.0) else "tol"), k - 1
             break
-        if total <= tol:
-            stop_reason, k = "tol", k - 1
-            break
-        scales = [lr / n if n > 0 else 0.0 for n in gn] if solver == "ngd" else None
+        if solver != "ngd":
+            scales = None
+        elif batched:
+            scales = [_per_trial(xp, np.divide(lr, n, out=np.zeros_like(n), where=n > 0), g)
+                      for g, n in zip(grads, gn)]
+        else:
+            scales = [lr / n if n > 0 else 0.0 for n in gn]
         new = _step(xp, solver, params, grads, lr, scales, m1, m2, k, betas, eps)
+        if not active.all():  # trials that reached tol stay where they are
+            new = tuple(xp.where(_per_trial(xp, active, p) > 0, q, p)
+                        for q, p in zip(new, params))
         if project is not None:
             new = project(new)
         new_loss, new_grads = objective(new)
-        if not (math.isfinite(float(new_loss)) and _all_finite(xp, new)
-                and _all_finite(xp, new_grads)):
+        if not (_finite(new_loss) and all(_finite(a) for a in new)
+                and all(_finite(g) for g in new_grads)):
             stop_reason, k = "non-finite", k - 1
+            which = ("of a trial became non-finite at iteration {}; stopped every trial "
+                     "and kept the last finite iterate" if batched else
+                     "became non-finite at iteration {}; stopped and kept the last finite "
+                     "iterate").format(k + 1)
             warnings.warn(
-                f"{solver}: the loss, parameters or gradients became non-finite at "
-                f"iteration {k + 1}; stopped and kept the last finite iterate. "
-                "Lower lr or use float64.",
+                f"{solver}: the loss, parameters or gradients {which}. Lower lr or use "
+                "float64.",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
             break
         params, loss, grads = new, new_loss, new_grads
-        gn = _block_norms(xp, grads)
-        rec.record(k, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0,
-                   force=(k == max_iter))
+        gn = _block_norms(xp, grads, batched)
+        rec.record(k, params, scalar(loss), total_norm(gn), t0, force=(k == max_iter))
         if progress is not None:
-            progress(k, float(loss), rec.last)
+            progress(k, scalar(loss), rec.last)
     else:
         k = max_iter
     _close_progress(progress)
-    if stop_reason == "zero-gradient" and k > 0:
-        _warn_saturated(solver, k, float(loss), params)
+    saturated = np.asarray(total_norm(gn)) == 0.0
+    if k > 0 and saturated.any() and stop_reason != "non-finite":
+        if batched:
+            _warn_saturated(solver, k, None, params, n_trials=int(saturated.sum()))
+        else:
+            _warn_saturated(solver, k, float(loss), params)
     if rec.rows["iteration"][-1] != k:
-        rec.record(k, params, float(loss), math.sqrt(sum(g * g for g in gn)), t0, force=True)
+        rec.record(k, params, scalar(loss), total_norm(gn), t0, force=True)
     return OptimResult(params, k, stop_reason in ("tol", "zero-gradient"), stop_reason,
                        rec.history())
 
@@ -293,72 +338,8 @@ def _warn_saturated(solver, k, loss, params, n_trials=None):
         f"{solver}: the gradient underflowed to exactly zero {where}: the softmax is "
         f"saturated in {dtype}, so the iterates cannot move. Stopped; {advice}.",
         ConvergenceWarning,
-        stacklevel=4,
+        stacklevel=5,
     )
-
-
-def _minimize_batched(objective, params0, *, xp, solver, lr, max_iter, tol, metrics,
-                      record_every, betas, eps, project, progress):
-    """:func:`minimize` with a leading trial axis (``batched=True``)."""
-    if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
-    params = tuple(params0)
-    rec = _Recorder(metrics, record_every)
-    t0 = time.perf_counter()
-
-    def total_norm(gn):
-        return np.sqrt(sum(g * g for g in gn))
-
-    def finite(a):
-        return bool(np.all(np.isfinite(to_numpy(a))))
-
-    loss, grads = objective(params)
-    gn = _block_norms(xp, grads, True)
-    rec.record(0, params, loss, total_norm(gn), t0, force=True)
-    m1 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
-    m2 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
-    stop_reason, k = "max_iter", 0
-    for k in range(1, max_iter + 1):
-        total = total_norm(gn)
-        active = total > tol
-        if not active.any():
-            stop_reason, k = ("zero-gradient" if np.all(total == 0.0) else "tol"), k - 1
-            break
-        scales = ([_per_trial(xp, np.divide(lr, n, out=np.zeros_like(n), where=n > 0), g)
-                   for g, n in zip(grads, gn)] if solver == "ngd" else None)
-        new = _step(xp, solver, params, grads, lr, scales, m1, m2, k, betas, eps)
-        if not active.all():  # trials that reached tol stay where they are
-            new = tuple(xp.where(_per_trial(xp, active, p) > 0, q, p)
-                        for q, p in zip(new, params))
-        if project is not None:
-            new = project(new)
-        new_loss, new_grads = objective(new)
-        if not (finite(new_loss) and all(finite(a) for a in new)
-                and all(finite(g) for g in new_grads)):
-            stop_reason, k = "non-finite", k - 1
-            warnings.warn(
-                f"{solver}: the loss, parameters or gradients of a trial became "
-                f"non-finite at iteration {k + 1}; stopped every trial and kept the "
-                "last finite iterate. Lower lr or use float64.",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
-            break
-        params, loss, grads = new, new_loss, new_grads
-        gn = _block_norms(xp, grads, True)
-        rec.record(k, params, loss, total_norm(gn), t0, force=(k == max_iter))
-        if progress is not None:
-            progress(k, loss, rec.last)
-    else:
-        k = max_iter
-    _close_progress(progress)
-    saturated = np.asarray(total_norm(gn)) == 0.0
-    if k > 0 and saturated.any() and stop_reason != "non-finite":
-        _warn_saturated(solver, k, None, params, n_trials=int(saturated.sum()))
-    if rec.rows["iteration"][-1] != k:
-        rec.record(k, params, loss, total_norm(gn), t0, force=True)
-    return OptimResult(params, k, stop_reason in ("tol", "zero-gradient"), stop_reason,
-                       rec.history())
 
 
 def _project_ball(xp, params, radii):
@@ -369,8 +350,54 @@ def _project_ball(xp, params, radii):
     return tuple(out)
 
 
-def _regpath(objective, params0, *, xp, radii, tol, inner_max_iter, metrics):
-    """Accelerated projected gradient (FISTA with restart) along the radii."""
+def _solve_ball(objective, x, r, *, xp, tol, inner_max_iter, step):
+    """``argmin_{||x_b|| <= r_b} objective`` from ``x``: accelerated projected gradient
+    (FISTA with adaptive restart and backtracking).  Returns ``(x, converged, step)``."""
+    y, t = x, 1.0
+    fx = float(objective(x)[0])
+    for _ in range(inner_max_iter):
+        fy, gy = objective(y)
+        fy = float(fy)
+        while True:  # backtracking on the projected step
+            cand = _project_ball(xp, tuple(a - step * g for a, g in zip(y, gy)), r)
+            diff = tuple(c - a for c, a in zip(cand, y))
+            fc = float(objective(cand)[0])
+            quad = fy + sum(float(xp.sum(g * d)) for g, d in zip(gy, diff)) + sum(
+                float(xp.sum(d * d)) for d in diff) / (2 * step)
+            if fc <= quad + 1e-12 * abs(fy) or step < 1e-12:
+                break
+            step *= 0.5
+        move = math.sqrt(sum(float(xp.sum(d * d)) for d in diff)) / step
+        if fc > fx:  # adaptive restart
+            y, t = x, 1.0
+            if move <= max(tol, 1e-10):
+                return x, True, step
+            continue
+        t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
+        y = tuple(c + ((t - 1) / t_new) * (c - a) for c, a in zip(cand, x))
+        x, fx, t = cand, fc, t_new
+        step *= 1.5
+        if move <= max(tol, 1e-10):
+            return x, True, step
+    return x, False, step
+
+
+def _rescaled(objective, params, xp):
+    """The objective divided by its gradient norm at ``params`` (1 if that is 0)."""
+    _, g = objective(params)
+    gn = math.sqrt(sum(float(xp.sum(x * x)) for x in g))
+    scale = 1.0 / gn if gn > 0 else 1.0
+
+    def scaled(ps):
+        loss, grads = objective(ps)
+        return loss * scale, tuple(x * scale for x in grads)
+
+    return scaled
+
+
+def _regpath(objective, params0, *, xp, radii, tol, inner_max_iter, metrics, starts=(),
+             rescale=False):
+    """The regularization path: :func:`_solve_ball` at each radius, warm-started."""
     if radii is None:
         raise ValueError("solver='regpath' needs radii.")
     radii = np.asarray(radii, dtype=float)
@@ -384,40 +411,23 @@ def _regpath(objective, params0, *, xp, radii, tol, inner_max_iter, metrics):
     step = 1.0
     all_ok = True
     for i, r in enumerate(radii):
-        x = _project_ball(xp, params, r)
-        y, t = x, 1.0
-        fx, _ = objective(x)
-        fx = float(fx)
-        ok = False
-        for _ in range(inner_max_iter):
-            fy, gy = objective(y)
-            fy = float(fy)
-            while True:  # backtracking on the projected step
-                cand = _project_ball(xp, tuple(a - step * g for a, g in zip(y, gy)), r)
-                diff = tuple(c - a for c, a in zip(cand, y))
-                fc, _ = objective(cand)
-                fc = float(fc)
-                quad = fy + sum(float(xp.sum(g * d)) for g, d in zip(gy, diff)) + sum(
-                    float(xp.sum(d * d)) for d in diff) / (2 * step)
-                if fc <= quad + 1e-12 * abs(fy) or step < 1e-12:
-                    break
-                step *= 0.5
-            move = math.sqrt(sum(float(xp.sum(d * d)) for d in diff)) / step
-            if fc > fx:  # adaptive restart
-                y, t = x, 1.0
-                if move <= max(tol, 1e-10):
-                    ok = True
-                    break
-                continue
-            t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            y = tuple(c + ((t - 1) / t_new) * (c - a) for c, a in zip(cand, x))
-            x, fx, t = cand, fc, t_new
-            step *= 1.5
-            if move <= max(tol, 1e-10):
-                ok = True
-                break
+        if not starts and not rescale:  # one warm start; the step carries over
+            params, ok, step = _solve_ball(objective, _project_ball(xp, params, r), r, xp=xp,
+                                           tol=tol, inner_max_iter=inner_max_iter, step=step)
+        else:
+            nrm = float(xp.sqrt(sum(xp.sum(p * p) for p in params)))
+            candidates = [tuple(p * (r[0] / nrm) for p in params) if nrm > 0 else params]
+            candidates += [tuple(p * r[0] for p in e) for e in starts]
+            best = None
+            for start in candidates:
+                obj = _rescaled(objective, start, xp) if rescale else objective
+                x, ok_x, _ = _solve_ball(obj, _project_ball(xp, start, r), r, xp=xp, tol=tol,
+                                         inner_max_iter=inner_max_iter, step=1.0)
+                value = float(objective(x)[0])
+                if best is None or value < best[0]:
+                    best = (value, x, ok_x)
+            _, params, ok = best
         all_ok &= ok
-        params = x
         loss, grads = objective(params)
         gn = math.sqrt(sum(float(norm(xp, g)) ** 2 for g in grads))
         rec.record(i, params, float(loss), gn, t0, force=True, radius=float(r[0]),

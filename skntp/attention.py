@@ -647,12 +647,15 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
             return row
 
         if self.solver == "regpath":
+            # the path of the non-convex risk (2): every radius also from R p^mm*
+            # (Thm. 1), each solve on the risk divided by its gradient norm
             extra = ()
             if self.gmm_direction_ is not None:
                 extra = ((gmm,),) if self.train == "p" else (
                     (be.asarray(np.outer(u, self.gmm_direction_) / nu),),)
-            result = _regularization_path(obj, params0, xp, radii, self.max_iter, self.tol,
-                                          metrics, extra)
+            result = minimize(obj, params0, xp=xp, solver="regpath", radii=radii,
+                              tol=self.tol, inner_max_iter=self.max_iter, metrics=metrics,
+                              starts=extra, rescale=True)
         else:
             result = minimize(obj, params0, xp=xp, solver=self.solver, lr=lr,
                               max_iter=self.max_iter, tol=self.tol, metrics=metrics,
@@ -715,64 +718,6 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = False
         return tags
-
-
-def _regularization_path(objective, params0, xp, radii, inner_max_iter, tol, metrics,
-                         extra_starts=()):
-    """The path (2) ``argmin_{||p|| <= R} L(p)`` over increasing radii.
-
-    Each radius is one call of the shared loop (``minimize(solver="regpath")``)
-    with two changes that keep it accurate at large ``R``, where the gradient
-    is of order ``exp(-R * margin)``: the start is the previous solution
-    scaled onto the sphere of radius ``R`` (Thm. 1: the solutions lie on the
-    boundary), and the objective is divided by its gradient norm there (a
-    constant factor, so the constrained minimizer is unchanged, while the
-    loop's stopping rule becomes relative to the gradient's scale).
-
-    The path of a non-convex risk is the *global* minimizer at every radius,
-    which a local method started from the previous solution cannot certify.
-    Every radius is therefore also solved from ``R`` times each direction of
-    ``extra_starts`` (unit-norm parameter tuples, e.g. the GMM direction), and
-    the solution of lowest risk is kept.
-    """
-    import time
-
-    from ._optim import OptimResult
-
-    t0 = time.perf_counter()
-    params = tuple(params0)
-    rows = {}
-    converged = True
-    for i, r in enumerate(np.asarray(radii, dtype=float).reshape(len(radii), -1)[:, 0]):
-        nrm = float(xp.sqrt(sum(xp.sum(p * p) for p in params)))
-        starts = [tuple(p * (r / nrm) for p in params) if nrm > 0 else params]
-        starts += [tuple(p * r for p in e) for e in extra_starts]
-        best = None
-        for start in starts:
-            _, g = objective(start)
-            gn = math.sqrt(sum(float(xp.sum(x * x)) for x in g))
-            scale = 1.0 / gn if gn > 0 else 1.0
-
-            def scaled(ps, scale=scale):
-                loss, grads = objective(ps)
-                return loss * scale, tuple(x * scale for x in grads)
-
-            res = minimize(scaled, start, xp=xp, solver="regpath", radii=[r], tol=tol,
-                           inner_max_iter=inner_max_iter)
-            loss = float(objective(res.params)[0])
-            if best is None or loss < best[0]:
-                best = (loss, res)
-        params = best[1].params
-        converged &= best[1].converged
-        loss, g = objective(params)
-        row = {"iteration": i, "radius": r, "loss": float(loss),
-               "grad_norm": math.sqrt(sum(float(xp.sum(x * x)) for x in g)),
-               "time": time.perf_counter() - t0, **metrics(params)}
-        for key, val in row.items():
-            rows.setdefault(key, []).append(float(val))
-    history = {k: np.asarray(v) for k, v in rows.items()}
-    return OptimResult(params, len(radii), converged, "tol" if converged else "max_iter",
-                       history)
 
 
 def attention_trials(X, y, head, *, loss="logistic", solver="ngd", lr=1.0, max_iter=1000,
