@@ -1,15 +1,54 @@
-"""Pieces shared by the estimator classes (parameters, backend, init)."""
+"""The estimator base: one fit, one limits step, one training call.
+
+Every estimator of skntp fits a model two ways, *implicitly* (a first-order
+method on the model's loss, through the one training loop
+:func:`skntp._optim.minimize`) or *explicitly* (``solver="svm"``: the
+max-margin limit that theory says the implicit fit converges to).  The
+flow is the same for the four models, and it is written here once:
+
+1. ``_prepare(X, y, sample_weight)``: validate and shape the data (model);
+2. ``_explicit_limits(data)``: solve the max-margin programs and the finite
+   part (model), through :meth:`ImplicitBiasEstimator._solve_limit`, which
+   shows the solve's progress and turns "not separable" and "too large for
+   memory" into a warning (an error for ``solver="svm"``);
+3. ``solver="svm"``: ``_limit_parameters(data, limits)``, the parameters at
+   the limit at radius ``svm_radius`` (model; ``"auto"`` through
+   :func:`saturation_radius`); otherwise ``_training(data, limits, be)``:
+   the objective, start and metrics (model), run by :meth:`_train`;
+4. ``_fitted(data, limits, params, result)``: the fitted attributes (model).
+
+:meth:`ImplicitBiasEstimator._fit` runs these steps *atomically*: the
+estimator's previous fit is kept until the new one has succeeded, and
+restored in full if it fails or is interrupted; a new fit replaces every
+fitted attribute (none is left over from an earlier fit).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._backend import get_backend
+from ._backend import get_backend, to_numpy
 
-__all__ = ["BACKEND_CONSTRAINTS", "TRAINING_CONSTRAINTS", "backend_of"]
+__all__ = [
+    "BACKEND_CONSTRAINTS",
+    "SATURATION_NATS",
+    "TRAINING_CONSTRAINTS",
+    "ImplicitBiasEstimator",
+    "Limits",
+    "Training",
+    "backend_of",
+    "saturation_radius",
+]
+
+#: Logit gap (nats) of ``svm_radius="auto"``: every non-selected output is at
+#: least this far below the selected ones, so its probability is below ``e^-20``.
+SATURATION_NATS = 20.0
 
 BACKEND_CONSTRAINTS = {
     "backend": [StrOptions({"numpy", "torch"})],
@@ -21,11 +60,14 @@ BACKEND_CONSTRAINTS = {
 }
 
 TRAINING_CONSTRAINTS = {
+    "solver": [StrOptions({"gd", "ngd", "adam", "regpath", "svm"})],
     "lr": [Interval(Real, 0, None, closed="neither")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
     "tol": [Interval(Real, 0, None, closed="left")],
     "record_every": [Interval(Integral, 1, None, closed="left")],
     "path_radii": ["array-like", None],
+    "svm_radius": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
+    "compute_limits": ["boolean"],
 }
 
 
@@ -51,49 +93,335 @@ def default_radii(path_radii, start=0.5, stop=200.0, num=24):
         raise ValueError("path_radii must be a non-empty array of positive numbers.")
     if radii.ndim == 1 and np.any(np.diff(radii) < 0):
         raise ValueError("path_radii must be increasing.")
+    if radii.ndim == 2 and np.any(np.diff(radii, axis=0) < 0):
+        raise ValueError("path_radii must be increasing in every column.")
     return radii
 
 
-def limit_progress(estimator, program):
-    """Progress callback of an estimator's limit solve (``None`` unless ``verbose > 0``).
+def saturation_radius(direction_gaps, base_gaps=0.0, nats=SATURATION_NATS):
+    """Smallest ``R`` with ``base + R * direction >= nats`` for every gap.
 
-    Pass it as ``callback=`` to the :mod:`skntp.svm` solve and close it with
-    :func:`skntp._progress.close_progress` afterwards; it shows
-    ``"limit <program>: it=..., gap=..., viol=..."``.
+    ``svm_radius="auto"`` of every estimator: ``direction_gaps`` are the
+    logit gaps (selected minus non-selected) of the unit max-margin
+    direction, ``base_gaps`` those of the finite part (0 where the model has
+    none), so at ``R`` every non-selected output is at least ``nats`` below
+    the selected ones.  Gaps the direction does not separate (``<= 0``,
+    e.g. ties it keeps) and infinite ones (nothing to separate) are ignored;
+    ``0.0`` when none is left.
     """
+    d = np.asarray(direction_gaps, dtype=float)
+    b = np.broadcast_to(np.asarray(base_gaps, dtype=float), d.shape)
+    keep = (d > 0) & np.isfinite(d) & np.isfinite(b)
+    if not keep.any():
+        return 0.0
+    return float(max(0.0, np.max((nats - b[keep]) / d[keep])))
+
+
+def unit(w):
+    """``(w / ||w||, ||w||)``; ``(0, 0)`` for the zero array."""
+    w = np.asarray(w, dtype=float)
+    n = float(np.linalg.norm(w))
+    return (w / n if n > 0 else np.zeros_like(w)), n
+
+
+def cosine(w, direction):
+    """Cosine of ``w`` with ``direction`` (0 for a zero argument, nan without direction)."""
+    if direction is None:
+        return float("nan")
+    from .metrics import alignment
+
+    return alignment(w, direction)
+
+
+class Limits:
+    """The explicit limit of a model, as the base needs it.
+
+    Parameters
+    ----------
+    direction : ndarray or None
+        The unit max-margin direction (``mm_direction_``), ``None`` when the
+        program is infeasible or was not solved.
+    finite : ndarray or None, default=None
+        The finite part the iterates converge to on the complementary
+        subspace (``finite_component_``), ``None`` where the theory has none.
+    projector : SubspaceProjector or None, default=None
+        The projector onto the finite part's subspace.
+    **attributes :
+        Further fitted attributes (``mm_margin_``, ``svm_result_``, ...).
+    """
+
+    def __init__(self, direction=None, finite=None, projector=None, **attributes):
+        self.direction = direction
+        self.finite = finite
+        self.projector = projector
+        self.attributes = attributes
+
+
+class Training:
+    """What :meth:`ImplicitBiasEstimator._train` minimizes, and how.
+
+    Parameters
+    ----------
+    objective : callable
+        ``params -> (loss, grads)`` on the estimator's backend.
+    params0 : tuple of ndarray
+        The start.
+    metrics : callable or None
+        The history's per-record metrics (:func:`skntp.metrics.history_metrics`).
+    lr : float, optional
+        The step (the estimator's ``lr`` unless the model rescales it).
+    radii : ndarray, optional
+        The path's radii (``solver="regpath"``).
+    starts, rescale :
+        Options of the path (:func:`skntp._optim.minimize`).
+    """
+
+    def __init__(self, objective, params0, metrics=None, *, lr=None, radii=None, starts=(),
+                 rescale=False):
+        self.objective = objective
+        self.params0 = params0
+        self.metrics = metrics
+        self.lr = lr
+        self.radii = radii
+        self.starts = starts
+        self.rescale = rescale
+
+
+def _is_fitted_name(name):
+    return (name.endswith("_") and not name.startswith("__")) or name in (
+        "_fit_state",)
+
+
+@contextlib.contextmanager
+def atomic_fit(estimator):
+    """Run a fit that either completes or leaves the estimator as it was.
+
+    The previous fitted state is set aside first (so no attribute of an
+    earlier fit survives the new one) and put back if the fit raises, or is
+    interrupted (``KeyboardInterrupt``).
+    """
+    state = dict(vars(estimator))
+    for name in [n for n in state if _is_fitted_name(n)]:
+        delattr(estimator, name)
+    try:
+        yield
+    except BaseException:
+        vars(estimator).clear()
+        vars(estimator).update(state)
+        raise
+
+
+class ImplicitBiasEstimator(BaseEstimator):
+    """Base of the estimators: validate, solve the limits, fit, publish, atomically.
+
+    Subclasses implement the model hooks (see the module docstring) and call
+    :meth:`_fit` from their ``fit``.  Names renamed for one vocabulary stay
+    readable for one release through ``_renamed_attributes`` (old name ->
+    new name, with a :class:`FutureWarning`).
+    """
+
+    _renamed_attributes = {}
+
+    # ------------------------------------------------------------------ fit
+    def _fit(self, X, y=None, sample_weight=None):
+        with atomic_fit(self):
+            be = backend_of(self)  # an unavailable device fails before any work
+            data = self._prepare(X, y, sample_weight)
+            if self.compute_limits or self.solver == "svm":
+                limits = self._explicit_limits(data)
+            else:
+                limits = Limits()
+            if self.solver == "svm":
+                params, result = self._limit_parameters(data, limits), None
+            else:
+                result = self._train(self._training(data, limits, be))
+                params = tuple(np.asarray(to_numpy(p), dtype=np.float64)
+                               for p in result.params)
+            self._fitted(data, limits, params, result)
+        return self
+
+    def _solve_limit(self, program, solve, consequence):
+        """``solve(callback)`` with a progress bar; infeasible or too large: warn.
+
+        Parameters
+        ----------
+        program : str
+            The program's name, shown by the progress bar.
+        solve : callable
+            ``solve(callback) -> result``; ``callback`` goes to
+            :func:`skntp.svm.solve_max_margin`.
+        consequence : str
+            What a failure means for the fit (appended to the warning).
+
+        Returns
+        -------
+        result : object or None
+            ``None`` when the program is infeasible or too large (an error for
+            ``solver="svm"``, which needs it).
+        failure : Exception or None
+            The :class:`~skntp.svm.NotSeparableError` or
+            :class:`~skntp.svm.ProgramTooLargeError` behind a ``None`` result.
+        """
+        from ._progress import close_progress, make_limit_progress
+        from .svm import NotSeparableError, ProgramTooLargeError
+
+        progress = make_limit_progress(self.verbose, desc=f"limit {program}")
+        try:
+            return solve(progress), None
+        except (NotSeparableError, ProgramTooLargeError) as exc:
+            if self.solver == "svm":
+                raise
+            warnings.warn(f"{str(exc).rstrip('.')}. {consequence}", UserWarning,
+                          stacklevel=5)
+            return None, exc
+        finally:
+            close_progress(progress)
+
+    def _train(self, training):
+        """Run the one training loop with the estimator's solver parameters."""
+        from ._optim import minimize
+        from ._progress import make_progress
+
+        be = backend_of(self)
+        regpath = self.solver == "regpath"
+        radii = training.radii
+        if regpath and radii is None:
+            radii = default_radii(self.path_radii)
+        return minimize(
+            training.objective,
+            tuple(be.asarray(p) for p in training.params0),
+            xp=be.xp,
+            solver=self.solver,
+            lr=self.lr if training.lr is None else training.lr,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            metrics=training.metrics,
+            record_every=self.record_every,
+            radii=radii,
+            inner_max_iter=self.max_iter,
+            starts=training.starts,
+            rescale=training.rescale,
+            # the regularization path reports no per-iteration progress
+            progress=(None if regpath else
+                      make_progress(self.verbose, self.max_iter, desc=self.solver)),
+        )
+
+    @classmethod
+    def _fit_trials(cls, estimators, datasets, **options):
+        """Fit ``estimators[b]`` on ``datasets[b]`` in one batched run of the loop.
+
+        Every trial is validated and gets its limits as in ``fit``; the
+        model's ``_batched_training`` stacks the trials along a leading
+        axis, the loop runs them together (``batched=True``: each trial
+        follows its own iterates), and each estimator is published from its
+        trial's slice of the run (atomically, as in ``fit``).
+        """
+        from ._optim import OptimResult, minimize
+
+        template = estimators[0]
+        if template.solver not in ("gd", "ngd", "adam"):
+            raise ValueError(
+                f"batched trials run the gradient solvers 'gd', 'ngd' and 'adam'; got "
+                f"solver={template.solver!r} (fit those trials one by one).")
+        be = backend_of(template)
+        with contextlib.ExitStack() as stack:
+            for est in estimators:
+                stack.enter_context(atomic_fit(est))
+            datas = [est._prepare(*data) for est, data in zip(estimators, datasets)]
+            limits = [est._explicit_limits(data) if est.compute_limits else Limits()
+                      for est, data in zip(estimators, datas)]
+            training = cls._batched_training(estimators, datas, limits, be, **options)
+            result = minimize(
+                training.objective, tuple(be.asarray(p) for p in training.params0),
+                xp=be.xp, solver=template.solver, lr=template.lr, max_iter=template.max_iter,
+                tol=template.tol, metrics=training.metrics,
+                record_every=template.record_every, batched=True)
+            params = [np.asarray(to_numpy(p), dtype=np.float64) for p in result.params]
+            for b, (est, data, lim) in enumerate(zip(estimators, datas, limits)):
+                history = {k: (v[:, b] if v.ndim == 2 else v.copy())
+                           for k, v in result.history.items()}
+                trial = OptimResult(tuple(p[b] for p in params), result.n_iter,
+                                    result.converged, result.stop_reason, history)
+                est._fitted(data, lim, trial.params, trial)
+        return estimators
+
+    # ------------------------------------------------------- the model hooks
+    def _prepare(self, X, y, sample_weight):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _explicit_limits(self, data):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _limit_parameters(self, data, limits):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _training(self, data, limits, be):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _fitted(self, data, limits, params, result):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ helpers
+    def _initial(self, init, shape, rng, *, default, scale, name="init"):
+        """A start point: ``"zeros"``, ``"random"`` (``N(0, scale^2)``), an array,
+        or ``default`` (one of those) for ``None``."""
+        init = default if init is None else init
+        if isinstance(init, str):
+            if init == "zeros":
+                return np.zeros(shape)
+            if init == "random":
+                return rng.standard_normal(shape) * scale
+            raise ValueError(f"{name} must be 'zeros', 'random' or an array, got {init!r}.")
+        arr = np.asarray(init, dtype=float)
+        if arr.shape != tuple(shape):
+            raise ValueError(f"{name} must have shape {tuple(shape)}, got {arr.shape}.")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} contains NaN or infinity.")
+        return arr.copy()
+
+    @staticmethod
+    def _svm_history(loss, params, **extra):
+        """The one-record history of ``solver="svm"``."""
+        w = np.concatenate([np.ravel(p) for p in params])
+        out = {"iteration": np.array([0.0]), "loss": np.array([float(loss)]),
+               "norm": np.array([float(np.linalg.norm(w))])}
+        out.update({k: np.array([float(v)]) for k, v in extra.items()})
+        return out
+
+    def __getattr__(self, name):
+        renamed = type(self)._renamed_attributes
+        if name in renamed:
+            new = renamed[name]
+            warnings.warn(f"{type(self).__name__}.{name} was renamed to {new}; the old "
+                          "name will be removed in the next release.", FutureWarning,
+                          stacklevel=2)
+            return getattr(self, new)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def warn_renamed_parameter(estimator, old, new):
+    """FutureWarning for a parameter renamed for one vocabulary (kept one release)."""
+    warnings.warn(f"{type(estimator).__name__}({old}=...) was renamed to {new}=...; the "
+                  "old name will be removed in the next release.", FutureWarning,
+                  stacklevel=4)
+
+
+# -- transition helpers (removed once every estimator runs on the base) ------------
+def limit_progress(estimator, program):
     from ._progress import make_limit_progress
 
     return make_limit_progress(estimator.verbose, desc=f"limit {program}")
 
 
 def train(estimator, objective, params0, be, metrics):
-    """Run the shared training loop with an estimator's solver parameters.
-
-    ``estimator`` supplies ``solver``, ``lr``, ``max_iter``, ``tol``,
-    ``record_every``, ``path_radii`` and ``verbose``; the regularization path
-    solves ``max_iter`` inner iterations per radius.
-
-    Returns
-    -------
-    OptimResult
-    """
     from ._optim import minimize
     from ._progress import make_progress
 
     radii = default_radii(estimator.path_radii) if estimator.solver == "regpath" else None
-    return minimize(
-        objective,
-        tuple(be.asarray(p) for p in params0),
-        xp=be.xp,
-        solver=estimator.solver,
-        lr=estimator.lr,
-        max_iter=estimator.max_iter,
-        tol=estimator.tol,
-        metrics=metrics,
-        record_every=estimator.record_every,
-        radii=radii,
-        inner_max_iter=estimator.max_iter,
-        # the regularization path reports no per-iteration progress
-        progress=(None if estimator.solver == "regpath" else
-                  make_progress(estimator.verbose, estimator.max_iter, desc=estimator.solver)),
-    )
+    return minimize(objective, tuple(be.asarray(p) for p in params0), xp=be.xp,
+                    solver=estimator.solver, lr=estimator.lr, max_iter=estimator.max_iter,
+                    tol=estimator.tol, metrics=metrics, record_every=estimator.record_every,
+                    radii=radii, inner_max_iter=estimator.max_iter,
+                    progress=(None if estimator.solver == "regpath" else
+                              make_progress(estimator.verbose, estimator.max_iter,
+                                            desc=estimator.solver)))

@@ -7,10 +7,10 @@ from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import column_or_1d
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
     _check_sample_weight,
     check_is_fitted,
@@ -18,28 +18,35 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ._backend import log_softmax, row_chunks, to_numpy
+from ._backend import log_softmax
 from ._base import (
     BACKEND_CONSTRAINTS,
     TRAINING_CONSTRAINTS,
+    ImplicitBiasEstimator,
+    Limits,
+    Training,
     backend_kwargs,
-    backend_of,
-    limit_progress,
-    train,
+    cosine,
+    saturation_radius,
+    unit,
 )
-from ._progress import close_progress
-from .metrics import SubspaceProjector, alignment, history_metrics
-from .models.decoder import CrossEntropy, aggregate_contexts, ntp_cross_entropy
-from .svm import NotSeparableError, ProgramTooLargeError, log_odds_problem, solve_ntp_svm
+from .metrics import SubspaceProjector, history_metrics
+from .models.decoder import (
+    CrossEntropy,
+    aggregate_contexts,
+    next_token_targets,
+    ntp_cross_entropy,
+    ntp_logit_gaps,
+)
+from .svm import NotSeparableError, log_odds_problem, solve_ntp_svm
 from .svm._core import solve_min_norm
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
 _DENSE_PROBS_MAX = 1_000_000
-_SATURATION_NATS = 20.0
 
 
-class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
+class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
     """Next-token prediction with a linear decoder ``W`` on fixed context embeddings.
 
     The model predicts ``softmax(W h)`` for a context embedding ``h`` and is
@@ -78,6 +85,9 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
     path_radii : array-like, default=None
         Increasing radii ``B`` of the regularization path; ``None`` uses
         ``geomspace(0.5, 200, 24)``.
+    init : None, "zeros", "random" or array-like of shape (V, d), default=None
+        The start ``W_0`` of the gradient solvers: ``None`` or "random" draws
+        the LeCun-normal ``N(0, 1/d)`` from ``random_state``.
     compute_limits : bool, default=True
         Solve the NTP-SVM and the finite component during ``fit`` (needed for
         ``solver="svm"``, ``mm_direction_`` and the alignment history).
@@ -95,7 +105,7 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         Torch device (``"cpu"``, ``"cuda"``); only with ``backend="torch"``.
     dtype : {"float64", "float32"}, default="float64"
     random_state : int, RandomState instance or None, default=None
-        Seeds the LeCun-normal initialization ``W_0 ~ N(0, 1/d)``.
+        Seeds the random start ``init``.
     verbose : int, default=0
 
     Attributes
@@ -117,7 +127,8 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         ``W^mm/||W^mm||`` (unit Frobenius norm); ``None`` when the data are
         not NTP-separable.
     mm_margin_ : float
-        ``1/||W^mm||``, the NTP-margin (0 when not separable).
+        ``1/||W^mm||``, the NTP-margin (0 when not separable, nan when not
+        computed).
     is_ntp_compatible_ : bool
         Eq. (3) has a solution (Def. 3.1).
     is_ntp_separable_ : bool
@@ -126,11 +137,16 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         Cosine of ``coef_ - finite_component_`` with ``mm_direction_``.
     history_ : dict of ndarray
         ``iteration``, ``loss``, ``excess_loss`` (``loss - entropy_``),
-        ``grad_norm``, ``norm``, ``alignment``, ``alignment_corrected`` and
-        ``finite_distance`` (``||P_F(W_k) - W*||``), ``time``.
+        ``grad_norm``, ``norm``, ``alignment`` (cosine of ``W_k - W*`` with
+        ``mm_direction_``, so its last value is ``alignment_``),
+        ``alignment_uncorrected`` (cosine of ``W_k``), ``finite_distance``
+        (``||P_F(W_k) - W*||``) and ``time`` (``alignment_corrected``, the
+        former name of ``alignment``, is kept for one release).
     n_iter_ : int
     svm_result_ : MaxMarginResult or None
         Duals, gap and iterations of the NTP-SVM solve.
+    svm_radius_ : float
+        ``R`` of ``solver="svm"``.
     n_features_in_ : int
 
     Examples
@@ -146,38 +162,22 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "solver": [StrOptions({"gd", "ngd", "adam", "regpath", "svm"})],
         "vocabulary": [None, Interval(Real, 2, None, closed="left"), "array-like"],
-        "svm_radius": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
-        "compute_limits": ["boolean"],
+        "init": [None, StrOptions({"zeros", "random"}), "array-like"],
         **TRAINING_CONSTRAINTS,
         **BACKEND_CONSTRAINTS,
     }
 
-    def __init__(
-        self,
-        solver="gd",
-        *,
-        lr=0.5,
-        max_iter=1000,
-        tol=0.0,
-        vocabulary=None,
-        svm_radius="auto",
-        path_radii=None,
-        compute_limits=True,
-        svm_method="auto",
-        record_every=10,
-        backend="numpy",
-        device=None,
-        dtype="float64",
-        random_state=None,
-        verbose=0,
-    ):
+    def __init__(self, solver="gd", *, lr=0.5, max_iter=1000, tol=0.0, vocabulary=None,
+                 init=None, svm_radius="auto", path_radii=None, compute_limits=True,
+                 svm_method="auto", record_every=10, backend="numpy", device=None,
+                 dtype="float64", random_state=None, verbose=0):
         self.solver = solver
         self.lr = lr
         self.max_iter = max_iter
         self.tol = tol
         self.vocabulary = vocabulary
+        self.init = init
         self.svm_radius = svm_radius
         self.path_radii = path_radii
         self.compute_limits = compute_limits
@@ -189,73 +189,6 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
-    # ------------------------------------------------------------------ data
-    def _targets(self, y, n):
-        """Return ``(classes, Y)``: the vocabulary and an (n, V) sparse target."""
-        y_arr = np.asarray(y) if not sp.issparse(y) else y
-        soft = sp.issparse(y_arr) or (y_arr.ndim == 2 and y_arr.shape[1] > 1)
-        if soft:
-            Y = sp.csr_matrix(y_arr, dtype=float)
-            if Y.shape[0] != n:
-                raise ValueError(
-                    f"y has {Y.shape[0]} rows but X has {n} samples."
-                )
-            data = Y.data
-            if not np.all(np.isfinite(data)):
-                raise ValueError("soft labels y contain NaN or infinity.")
-            if np.any(data < 0):
-                raise ValueError("soft labels y must be non-negative.")
-            if np.any(np.asarray(Y.sum(axis=1)).ravel() <= 0):
-                raise ValueError(
-                    "every row of soft labels y needs a positive entry (a row sums to 0)."
-                )
-            V = Y.shape[1]
-            if self.vocabulary is None:
-                classes = np.arange(V)
-            else:
-                classes = self._vocabulary_array()
-                if classes.shape[0] != V:
-                    raise ValueError(
-                        f"soft labels have {V} columns but the vocabulary has "
-                        f"{classes.shape[0]} tokens."
-                    )
-            if V < 2:
-                raise ValueError("soft labels need at least 2 columns (tokens).")
-            return classes, Y
-        y_arr = y_arr.ravel() if y_arr.ndim == 2 else y_arr
-        check_classification_targets(y_arr)
-        if self.vocabulary is None:
-            classes, idx = np.unique(y_arr, return_inverse=True)
-            if classes.shape[0] < 2:
-                raise ValueError(
-                    "NTPDecoderClassifier needs at least 2 classes (next tokens) in y "
-                    f"when vocabulary=None; got 1 class: {classes[0]!r}. Pass "
-                    "vocabulary=V to name the other tokens."
-                )
-        else:
-            classes = self._vocabulary_array()
-            idx = np.searchsorted(classes, y_arr)
-            idx = np.clip(idx, 0, classes.shape[0] - 1)
-            bad = classes[idx] != y_arr
-            if bad.any():
-                raise ValueError(
-                    f"labels outside the vocabulary: {np.unique(y_arr[bad])[:10]!r}."
-                )
-        Y = sp.csr_matrix((np.ones(n), (np.arange(n), idx.ravel())),
-                          shape=(n, classes.shape[0]))
-        return classes, Y
-
-    def _vocabulary_array(self):
-        if isinstance(self.vocabulary, Real) and not isinstance(self.vocabulary, bool):
-            if int(self.vocabulary) != self.vocabulary:
-                raise ValueError("vocabulary must be an integer number of tokens.")
-            return np.arange(int(self.vocabulary))
-        classes = np.unique(np.asarray(self.vocabulary))
-        if classes.shape[0] < 2:
-            raise ValueError("the vocabulary needs at least 2 tokens.")
-        return classes
-
-    # ----------------------------------------------------------------- fit
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
         """Fit the decoder by the chosen solver.
@@ -274,179 +207,127 @@ class NTPDecoderClassifier(ClassifierMixin, BaseEstimator):
         -------
         self
         """
-        be, contexts, weights, probs = self._prepare(X, y, sample_weight)
-        if self.solver == "svm":
-            self._fit_svm(contexts, probs)
-        else:
-            self._fit_gradient(be, contexts, weights, probs)
-        self._set_alignment()
-        return self
+        return self._fit(X, y, sample_weight)
 
+    # ------------------------------------------------------------- the model
     def _prepare(self, X, y, sample_weight):
-        """Validate, aggregate the contexts and solve the limits (all but the solver).
-
-        Returns ``(backend, contexts, context_weights, next_token_probs)``;
-        also used by :func:`skntp.sweeps.fit_ntp_trials`.
-        """
-        be = backend_of(self)  # an unavailable device fails before any work
-        X = validate_data(self, X, reset=True, dtype=np.float64,
-                          ensure_min_samples=1)
+        X = validate_data(self, X, reset=True, dtype=np.float64, ensure_min_samples=1)
         n = X.shape[0]
-        if not sp.issparse(y):
-            y = np.asarray(y)
-        if sp.issparse(y) or (y.ndim == 2 and y.shape[1] > 1):
-            y_checked = y
-        else:
-            from sklearn.utils import column_or_1d
-
-            y_checked = column_or_1d(y, warn=True)
-        if not sp.issparse(y_checked) and np.shape(y_checked)[0] != n:
-            raise ValueError(
-                f"X has {n} samples but y has {np.shape(y_checked)[0]}."
-            )
-        classes, Y = self._targets(y_checked, n)
+        y = y if sp.issparse(y) else np.asarray(y)
+        if not sp.issparse(y) and not (y.ndim == 2 and y.shape[1] > 1):
+            y = column_or_1d(y, warn=True)
+        if y.shape[0] != n:
+            raise ValueError(f"X has {n} samples but y has {y.shape[0]}.")
+        classes, Y = next_token_targets(y, n, self.vocabulary)
         sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64,
                                              ensure_non_negative=True)
         contexts, weights, probs, _ = aggregate_contexts(X, Y, sample_weight)
-        self.classes_ = classes
-        self.contexts_ = contexts
-        self.context_weights_ = weights
+        m, V = probs.shape
+        row = np.repeat(np.arange(m), np.diff(probs.indptr))
+        entropy = float(-np.sum(weights[row] * probs.data * np.log(probs.data)))
+        return {"classes": classes, "contexts": contexts, "weights": weights,
+                "probs": probs, "entropy": entropy}
+
+    def _explicit_limits(self, data):
+        contexts, probs = data["contexts"], data["probs"]
+        equations = log_odds_problem(contexts, probs)
+        finite, residual = solve_min_norm(equations)
+        res, failure = self._solve_limit(
+            "NTP-SVM",
+            # (astype copies: a comparison would sort probs' indices in place)
+            lambda cb: solve_ntp_svm(contexts, probs.astype(bool), method=self.svm_method,
+                                     callback=cb, **backend_kwargs(self))[1],
+            "Gradient solvers still fit, but there is no max-margin direction: "
+            "mm_direction_ is None.")
+        direction, norm = (None, 0.0) if res is None else unit(res.primal)
+        if failure is None:  # (W^mm = 0 when every context has full support)
+            separable, margin = True, 1.0 / norm if norm > 0 else float("inf")
+        elif isinstance(failure, NotSeparableError):
+            separable, margin = False, 0.0
+        else:  # too large to solve here: unknown
+            separable, margin = None, float("nan")
+        return Limits(direction, finite, SubspaceProjector.from_problem(equations),
+                      is_ntp_compatible_=bool(residual <= 1e-8), is_ntp_separable_=separable,
+                      mm_margin_=margin, svm_result_=res)
+
+    def _limit_parameters(self, data, limits):
+        if self.svm_radius == "auto":
+            base, direction = ntp_logit_gaps(data["contexts"], data["probs"],
+                                             limits.finite, limits.direction)
+            R = saturation_radius(direction, base)
+        else:
+            R = float(self.svm_radius)
+        self.svm_radius_ = R
+        return (limits.finite + R * limits.direction,)
+
+    def _training(self, data, limits, be):
+        V, d = data["probs"].shape[1], data["contexts"].shape[1]
+        rng = check_random_state(self.random_state)
+        W0 = self._initial(self.init, (V, d), rng, default="random", scale=1 / np.sqrt(d))
+        objective = CrossEntropy(be, data["contexts"], data["weights"], data["probs"])
+        metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector)
+        return Training(objective, (W0,), metrics)
+
+    @classmethod
+    def _batched_training(cls, estimators, datas, limits, be, max_elements=None):
+        """The trials stacked: contexts padded with zero-weight rows to the largest ``m``."""
+        shapes = {(data["probs"].shape[1], data["contexts"].shape[1]) for data in datas}
+        if len(shapes) != 1:
+            raise ValueError(
+                "all trials need the same vocabulary size and number of features; got "
+                f"(V, d) in {sorted(shapes)}. Pass vocabulary=V to the template.")
+        m = max(data["contexts"].shape[0] for data in datas)
+        contexts = np.stack([np.pad(data["contexts"], ((0, m - data["contexts"].shape[0]),
+                                                       (0, 0))) for data in datas])
+        weights = np.stack([np.pad(data["weights"], (0, m - data["weights"].shape[0]))
+                            for data in datas])
+        probs = sp.vstack([sp.vstack([data["probs"], sp.csr_matrix(
+            (m - data["probs"].shape[0], data["probs"].shape[1]))]) for data in datas]).tocsr()
+        starts = [est._training(data, lim, be).params0[0]
+                  for est, data, lim in zip(estimators, datas, limits)]
+        metrics = history_metrics(be, 0, [lim.direction for lim in limits],
+                                  [lim.finite for lim in limits],
+                                  [lim.projector for lim in limits], trials=True)
+        objective = CrossEntropy(be, contexts, weights, probs, max_elements=max_elements)
+        return Training(objective, (np.stack(starts),), metrics)
+
+    def _fitted(self, data, limits, params, result):
+        self.classes_ = data["classes"]
+        self.contexts_ = data["contexts"]
+        self.context_weights_ = data["weights"]
+        probs = data["probs"]
         m, V = probs.shape
         self.next_token_probs_ = probs if m * V > _DENSE_PROBS_MAX else probs.toarray()
-        p = probs.data
-        row = np.repeat(np.arange(m), np.diff(probs.indptr))
-        self.entropy_ = float(-np.sum(weights[row] * p * np.log(p)))
-        self._fit_limits(contexts, probs)
-        return be, contexts, weights, probs
-
-    def _set_alignment(self):
-        d = self.coef_ - self.finite_component_ if self.finite_component_ is not None \
-            else self.coef_
-        self.alignment_ = (alignment(d, self.mm_direction_)
-                           if self.mm_direction_ is not None else float("nan"))
-
-    def _fit_limits(self, contexts, probs):
-        self.svm_result_ = None
-        if not self.compute_limits and self.solver != "svm":
-            self.finite_component_ = None
-            self.mm_direction_ = None
-            self.mm_margin_ = float("nan")
-            self.is_ntp_compatible_ = None
-            self.is_ntp_separable_ = None
-            self._projector = None
+        self.entropy_ = data["entropy"]
+        self.finite_component_ = limits.finite
+        self.mm_direction_ = limits.direction
+        self.mm_margin_ = limits.attributes.get("mm_margin_", float("nan"))
+        self.is_ntp_compatible_ = limits.attributes.get("is_ntp_compatible_")
+        self.is_ntp_separable_ = limits.attributes.get("is_ntp_separable_")
+        self.svm_result_ = limits.attributes.get("svm_result_")
+        self._projector = limits.projector
+        self.coef_ = params[0]
+        W = self.coef_ if limits.finite is None else self.coef_ - limits.finite
+        self.alignment_ = cosine(W, limits.direction)
+        if result is None:  # solver="svm"
+            loss = ntp_cross_entropy(self.coef_, data["contexts"], data["weights"], probs)
+            self.n_iter_ = 0 if self.svm_result_ is None else self.svm_result_.n_iter
+            self.history_ = self._svm_history(
+                loss, params, excess_loss=loss - self.entropy_,
+                alignment=self.alignment_, alignment_corrected=self.alignment_,
+                alignment_uncorrected=cosine(self.coef_, limits.direction),
+                finite_distance=0.0)
             return
-        equations = log_odds_problem(contexts, probs)
-        self.finite_component_, residual = solve_min_norm(equations)
-        self.is_ntp_compatible_ = bool(residual <= 1e-8)
-        self._projector = SubspaceProjector.from_problem(equations)
-        progress = limit_progress(self, "NTP-SVM")
-        try:
-            # (astype copies: a comparison would sort probs' indices in place)
-            _, res = solve_ntp_svm(contexts, probs.astype(bool), method=self.svm_method,
-                                   callback=progress, **backend_kwargs(self))
-        except ProgramTooLargeError as exc:
-            if self.solver == "svm":
-                raise
-            self.is_ntp_separable_ = None
-            self.mm_direction_ = None
-            self.mm_margin_ = float("nan")
-            warnings.warn(
-                f"{exc} Gradient solvers still fit, without the max-margin direction: "
-                "mm_direction_ is None and the history has no alignment.",
-                UserWarning,
-                stacklevel=3,
-            )
-            return
-        except NotSeparableError as exc:
-            if self.solver == "svm":
-                raise
-            self.is_ntp_separable_ = False
-            self.mm_direction_ = None
-            self.mm_margin_ = 0.0
-            warnings.warn(
-                f"{exc} Gradient solvers still fit (the loss has a finite minimizer "
-                "on the non-separable part), but there is no max-margin direction: "
-                "mm_direction_ is None.",
-                UserWarning,
-                stacklevel=3,
-            )
-            return
-        finally:
-            close_progress(progress)
-        nrm = float(np.linalg.norm(res.primal))
-        self.svm_result_ = res
-        self.is_ntp_separable_ = True
-        if nrm == 0:  # every context has full support: F-perp direction is moot
-            self.mm_direction_ = np.zeros_like(res.primal)
-            self.mm_margin_ = float("inf")
-        else:
-            self.mm_direction_ = res.primal / nrm
-            self.mm_margin_ = 1.0 / nrm
-
-    def _svm_radius(self, contexts, probs):
-        if self.svm_radius != "auto":
-            return float(self.svm_radius)
-        m, V = probs.shape
-        if probs.nnz == m * V or not np.isfinite(self.mm_margin_):
-            return 0.0
-        R = 0.0
-        for start, stop in row_chunks(m, V):  # one chunk of logits at a time
-            support = probs[start:stop].toarray() > 0
-            L_star = contexts[start:stop] @ self.finite_component_.T
-            L_dir = contexts[start:stop] @ self.mm_direction_.T
-            lo_in = np.where(support, L_star, np.inf).min(axis=1)
-            hi_out = np.where(~support, L_star, -np.inf).max(axis=1)
-            gap_dir = (np.where(support, L_dir, np.inf).min(axis=1)
-                       - np.where(~support, L_dir, -np.inf).max(axis=1))
-            need = (_SATURATION_NATS + hi_out - lo_in) / gap_dir
-            need = need[np.isfinite(need)]
-            if need.size:
-                R = max(R, float(need.max()))
-        return R
-
-    def _fit_svm(self, contexts, probs):
-        R = self._svm_radius(contexts, probs)
-        self.svm_radius_ = R
-        self.coef_ = self.finite_component_ + R * self.mm_direction_
-        self.n_iter_ = self.svm_result_.n_iter if self.svm_result_ is not None else 0
-        loss = ntp_cross_entropy(self.coef_, contexts, self.context_weights_, probs)
-        self.history_ = {
-            "iteration": np.array([0.0]),
-            "loss": np.array([loss]),
-            "excess_loss": np.array([loss - self.entropy_]),
-            "norm": np.array([np.linalg.norm(self.coef_)]),
-            "alignment": np.array([alignment(self.coef_, self.mm_direction_)]),
-            "alignment_corrected": np.array([1.0 if R > 0 else 0.0]),
-            "finite_distance": np.array([0.0]),
-        }
-
-    def _init_coef(self, V, d):
-        """LeCun-normal ``W_0 ~ N(0, 1/d)`` of shape (V, d) from ``random_state``."""
-        rng = check_random_state(self.random_state)
-        return rng.standard_normal((V, d)) / np.sqrt(d)
-
-    def _fit_gradient(self, be, contexts, weights, probs):
-        W0 = self._init_coef(probs.shape[1], contexts.shape[1])
-        objective = CrossEntropy(be, contexts, weights, probs)
-        metrics = history_metrics(
-            be, 0, self.mm_direction_, self.finite_component_, self._projector
-        )
-        result = train(self, objective, (W0,), be, metrics)
-        self.coef_ = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
         self.n_iter_ = result.n_iter
-        hist = result.history
-        hist["excess_loss"] = hist["loss"] - self.entropy_
-        self.history_ = hist
+        self.history_ = dict(result.history, excess_loss=result.history["loss"] - self.entropy_)
         if (self.is_ntp_separable_ is False and not result.converged
-                and self.solver != "regpath" and hist["grad_norm"][-1] > 1e-8):
+                and self.solver != "regpath" and self.history_["grad_norm"][-1] > 1e-8):
             warnings.warn(
                 f"solver={self.solver!r} stopped after max_iter={self.max_iter} "
-                f"iterations with gradient norm {hist['grad_norm'][-1]:.3g} > "
+                f"iterations with gradient norm {self.history_['grad_norm'][-1]:.3g} > "
                 f"tol={self.tol}; the data are not NTP-separable, so the loss has a "
                 "finite minimizer that was not reached. Increase max_iter.",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
+                ConvergenceWarning, stacklevel=4)
 
     # ------------------------------------------------------------- predict
     def _logits(self, X):

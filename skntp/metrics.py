@@ -7,7 +7,7 @@ import math
 import numpy as np
 import scipy.linalg
 
-from ._backend import norm, to_numpy
+from ._backend import to_numpy
 
 __all__ = [
     "SubspaceProjector",
@@ -138,52 +138,98 @@ class SubspaceProjector:
 
 
 def history_metrics(be, param_index=0, direction=None, finite=None, projector=None,
-                    prefix=""):
+                    prefix="", trials=False):
     """Build the metrics callback of the training loop.
 
-    Records, for the parameter block ``param_index``: ``norm``; ``alignment``
-    (cosine with ``direction``); ``alignment_corrected`` (cosine of
-    ``w - finite`` with ``direction``); ``finite_distance``
-    (``||P(w) - finite||`` with ``P`` the projector onto the finite subspace).
-    Keys are prefixed with ``prefix`` (e.g. ``"head_"``).
+    Records, for the parameter block ``param_index``: ``norm``; ``alignment``,
+    the cosine with ``direction`` of ``w - finite`` when the model has a
+    finite part (the estimators' ``alignment_``), else of ``w``; with a finite
+    part also ``alignment_uncorrected`` (the cosine of ``w``),
+    ``alignment_corrected`` (the former name of ``alignment``, kept for one
+    release) and ``finite_distance`` (``||P(w) - finite||`` with ``P`` the
+    projector onto the finite subspace).  Keys are prefixed with ``prefix``
+    (e.g. ``"head_"``).
+
+    With ``trials=True`` the block has a leading trial axis (batched runs,
+    :mod:`skntp.sweeps`), ``direction``, ``finite`` and ``projector`` are
+    sequences with one entry per trial (``None`` entries allowed for
+    ``direction``: NaN there), and every value is a vector over trials.
+    A single problem is computed as a batch of one.
     """
     xp = be.xp
-    d = None if direction is None else be.asarray(direction)
-    f = None if finite is None else be.asarray(finite)
-    basis = None if projector is None else projector.to_backend(be)
-    # On NumPy, coordinates through the sparse constraint matrix when cheaper.
-    sparse_coords = (basis is not None and be.name == "numpy" and f is not None
-                     and projector._from_rows is not None)
-    if basis is not None and f is not None:
-        # ||P(w) - f||^2 = ||B^T (w - f)||^2 + ||f - P(f)||^2 for an orthonormal
-        # basis B: the coordinates of w per record, not a projection.
-        f_coords = basis.T @ xp.reshape(f, (-1,))
-        f_off = max(0.0, float(xp.sum(f * f)) - float(xp.sum(f_coords * f_coords)))
+    dirs = list(direction) if trials else [direction]
+    fins = list(finite) if trials else [finite]
+    projs = list(projector) if trials else [projector]
+    has_dir = np.array([d is not None for d in dirs])
+    has_fin = all(f is not None for f in fins)
+    shape = next((np.shape(a) for a in dirs + fins if a is not None), None)
+    D = F = basis = f_coords = None
+    if has_dir.any():
+        D = be.asarray(np.stack([d if d is not None else np.zeros(shape) for d in dirs]))
+    no_dir = np.where(has_dir, 0.0, np.nan)
+    if has_fin:
+        F = be.asarray(np.stack(fins))
+    with_basis = has_fin and all(p is not None and (p.is_zero or p.basis is not None)
+                                 for p in projs)
+    if with_basis:
+        # ||P(w) - f||^2 = ||B^T (w - f)||^2 + ||f - P(f)||^2 for an orthonormal basis B:
+        # the coordinates of w per record, not a projection
+        rank = max([0] + [p.basis.shape[1] for p in projs if not p.is_zero])
+        stacked = np.zeros((len(projs), int(np.prod(shape)), rank))
+        for b, p in enumerate(projs):
+            if not p.is_zero:
+                stacked[b, :, : p.basis.shape[1]] = p.basis
+        basis = be.asarray(stacked)
+        f_coords = _coords(xp, basis, F)
+        f_off = xp.maximum(_trial_dot(xp, F, F) - xp.sum(f_coords * f_coords, axis=1), 0.0)
+    # one problem on NumPy: coordinates through the sparse constraint rows when cheaper
+    sparse_coords = (not trials and with_basis and be.name == "numpy"
+                     and getattr(projs[0], "_from_rows", None) is not None)
 
     def metrics(params):
-        w = params[param_index]
-        nw = float(norm(xp, w))
-        out = {prefix + "norm": nw}
-        if d is not None:
-            out[prefix + "alignment"] = float(xp.sum(w * d)) / nw if nw > 0 else 0.0
-            if f is not None:
-                r = w - f
-                nr = float(norm(xp, r))
-                out[prefix + "alignment_corrected"] = (
-                    float(xp.sum(r * d)) / nr if nr > 0 else 0.0
-                )
-        if f is not None and projector is not None:
-            if basis is None:
-                pw = projector.project(w)
-                out[prefix + "finite_distance"] = float(
-                    np.linalg.norm(to_numpy(pw) - to_numpy(f)))
-            else:
-                c = (projector.coordinates(w) if sparse_coords
-                     else basis.T @ xp.reshape(w, (-1,))) - f_coords
-                out[prefix + "finite_distance"] = math.sqrt(float(xp.sum(c * c)) + f_off)
-        return out
+        W = params[param_index] if trials else params[param_index][None]
+        nw = xp.sqrt(_trial_dot(xp, W, W))
+        out = {"norm": nw}
+        if D is not None:
+            out["alignment"] = _ratio(xp, _trial_dot(xp, W, D), nw) + no_dir
+            if F is not None:
+                R = W - F
+                raw = out["alignment"]
+                out["alignment"] = _ratio(xp, _trial_dot(xp, R, D),
+                                          xp.sqrt(_trial_dot(xp, R, R))) + no_dir
+                out["alignment_uncorrected"] = raw
+                out["alignment_corrected"] = out["alignment"]
+        if F is not None and all(p is not None for p in projs):
+            if with_basis:
+                c = (xp.asarray(projs[0].coordinates(W[0]))[None] if sparse_coords
+                     else _coords(xp, basis, W)) - f_coords
+                out["finite_distance"] = xp.sqrt(xp.sum(c * c, axis=1) + f_off)
+            else:  # LSQR projectors (large programs)
+                Wn = to_numpy(W)
+                out["finite_distance"] = np.array([
+                    float(np.linalg.norm(p.project(Wn[b]) - fins[b]))
+                    for b, p in enumerate(projs)])
+        out = {prefix + k: np.asarray(to_numpy(v), dtype=float) for k, v in out.items()}
+        return out if trials else {k: float(v[0]) for k, v in out.items()}
 
     return metrics
+
+
+def _trial_dot(xp, a, b):
+    """Per-trial inner products of arrays with a leading trial axis."""
+    return xp.sum(xp.reshape(a * b, (a.shape[0], -1)), axis=1)
+
+
+def _coords(xp, basis, W):
+    """``B_b^T w_b`` per trial, shape (trials, rank)."""
+    flat = xp.reshape(W, (W.shape[0], -1, 1))
+    return (xp.matrix_transpose(basis) @ flat)[..., 0]
+
+
+def _ratio(xp, num, den):
+    """``num / den`` per trial, 0 where ``den`` is 0 (NumPy)."""
+    num, den = to_numpy(num), to_numpy(den)
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
 
 
 # ---------------------------------------------------------------------------

@@ -21,14 +21,10 @@ Two tools make such sweeps cheap:
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 from joblib import Parallel, delayed
 from sklearn.base import clone
 from sklearn.model_selection import ParameterGrid
 from sklearn.utils.validation import check_random_state
-
-from ._backend import to_numpy
-from ._optim import minimize
 
 __all__ = ["fit_ntp_trials", "run_sweep", "trial_seeds"]
 
@@ -90,77 +86,6 @@ def run_sweep(func, grid, *, n_jobs=None, verbose=0, **fixed):
     return list(zip(points, results))
 
 
-def _stack_probs(probs, m_max):
-    """Stack per-trial (m_b, V) sparse rows, each padded to ``m_max`` rows."""
-    V = probs[0].shape[1]
-    return sp.vstack([
-        sp.vstack([P, sp.csr_matrix((m_max - P.shape[0], V))]) if P.shape[0] < m_max else P
-        for P in probs
-    ]).tocsr()
-
-
-def _batched_metrics(be, estimators):
-    """Per-trial ``norm``, ``alignment``, ``alignment_corrected``, ``finite_distance``.
-
-    The batched counterpart of :func:`skntp.metrics.history_metrics`: every
-    value is a vector over trials (NaN where a trial has no max-margin
-    direction).
-    """
-    xp = be.xp
-    shape = estimators[0].coef_shape_
-    has_dir = np.array([e.mm_direction_ is not None for e in estimators])
-    has_fin = all(e.finite_component_ is not None for e in estimators)
-    zeros = np.zeros(shape)
-    D = be.asarray(np.stack([e.mm_direction_ if e.mm_direction_ is not None else zeros
-                             for e in estimators])) if has_dir.any() else None
-    F = be.asarray(np.stack([e.finite_component_ for e in estimators])) if has_fin else None
-    projs = [e._projector for e in estimators] if has_fin else None
-    basis = None
-    if projs is not None and all(p.is_zero or p.basis is not None for p in projs):
-        r = max([0] + [p.basis.shape[1] for p in projs if not p.is_zero])
-        stacked = np.zeros((len(projs), int(np.prod(shape)), r))
-        for b, p in enumerate(projs):
-            if not p.is_zero:
-                stacked[b, :, : p.basis.shape[1]] = p.basis
-        basis = be.asarray(stacked)
-    nan_where = np.where(has_dir, 0.0, np.nan)
-
-    def trial_norm(a):
-        return xp.sqrt(xp.sum(xp.reshape(a * a, (a.shape[0], -1)), axis=1))
-
-    def trial_dot(a, b):
-        return xp.sum(xp.reshape(a * b, (a.shape[0], -1)), axis=1)
-
-    def ratio(num, den):
-        num, den = to_numpy(num), to_numpy(den)
-        return np.divide(num, den, out=np.zeros_like(num), where=den > 0) + nan_where
-
-    def metrics(params):
-        W = params[0]
-        nw = trial_norm(W)
-        out = {"norm": to_numpy(nw)}
-        if D is not None:
-            out["alignment"] = ratio(trial_dot(W, D), nw)
-            if F is not None:
-                R = W - F
-                out["alignment_corrected"] = ratio(trial_dot(R, D), trial_norm(R))
-        if F is not None:
-            if basis is not None:
-                flat = xp.reshape(W, (W.shape[0], -1, 1))
-                P = basis @ (xp.matrix_transpose(basis) @ flat)
-                out["finite_distance"] = to_numpy(
-                    trial_norm(xp.reshape(P, W.shape) - F))
-            else:
-                Wn = to_numpy(W)
-                out["finite_distance"] = np.array([
-                    float(np.linalg.norm(p.project(Wn[b]) - e.finite_component_))
-                    for b, (p, e) in enumerate(zip(projs, estimators))
-                ])
-        return out
-
-    return metrics
-
-
 def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None):
     """Fit one :class:`~skntp.NTPDecoderClassifier` per dataset in one batched run.
 
@@ -209,7 +134,6 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
     (10, (4, 8))
     """
     from .decoder import NTPDecoderClassifier
-    from .models.decoder import CrossEntropy
 
     if not isinstance(estimator, NTPDecoderClassifier):
         raise TypeError("fit_ntp_trials takes an NTPDecoderClassifier template.")
@@ -230,45 +154,10 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
             raise ValueError(f"random_state has {len(seeds)} seeds for {B} datasets.")
     else:
         seeds = [int(s) for s in trial_seeds(random_state, B)]
-    ests, prepared = [], []
-    for data, seed in zip(datasets, seeds):
+    for data in datasets:
         if len(data) not in (2, 3):
             raise ValueError("each dataset must be (X, y) or (X, y, sample_weight).")
-        est = clone(estimator).set_params(random_state=seed)
-        prepared.append(est._prepare(*data[:2], data[2] if len(data) == 3 else None))
-        ests.append(est)
-    be = prepared[0][0]
-    shapes = {(P.shape[1], H.shape[1]) for _, H, _, P in prepared}
-    if len(shapes) != 1:
-        raise ValueError(
-            "all trials need the same vocabulary size and number of features; got "
-            f"(V, d) in {sorted(shapes)}. Pass vocabulary=V to the template."
-        )
-    (V, d), = shapes
-    m_max = max(H.shape[0] for _, H, _, _ in prepared)
-    contexts = np.zeros((B, m_max, d))
-    weights = np.zeros((B, m_max))
-    for b, (_, H, pi, _) in enumerate(prepared):
-        contexts[b, : H.shape[0]] = H
-        weights[b, : H.shape[0]] = pi
-    probs = _stack_probs([P for *_, P in prepared], m_max)
-    for e in ests:
-        e.coef_shape_ = (V, d)
-    metrics = _batched_metrics(be, ests)
-    W0 = np.stack([e._init_coef(V, d) for e in ests])
-    objective = CrossEntropy(be, contexts, weights, probs, max_elements=max_elements)
-    result = minimize(
-        objective, (be.asarray(W0),), xp=be.xp, solver=estimator.solver, lr=estimator.lr,
-        max_iter=estimator.max_iter, tol=estimator.tol, metrics=metrics,
-        record_every=estimator.record_every, batched=True,
-    )
-    W = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
-    hist = result.history
-    for b, e in enumerate(ests):
-        del e.coef_shape_
-        e.coef_ = W[b]
-        e.n_iter_ = result.n_iter
-        e.history_ = {k: (v[:, b] if v.ndim == 2 else v.copy()) for k, v in hist.items()}
-        e.history_["excess_loss"] = e.history_["loss"] - e.entropy_
-        e._set_alignment()
-    return ests
+    estimators = [clone(estimator).set_params(random_state=seed) for seed in seeds]
+    return NTPDecoderClassifier._fit_trials(
+        estimators, [tuple(data) + (None,) * (3 - len(data)) for data in datasets],
+        max_elements=max_elements)

@@ -241,7 +241,7 @@ SEQUENCE_FIT_CASES = [
     ("param-tol", {"tol": -1.0}, _XA, _YA, ValueError, "'tol' parameter"),
     ("param-dtype", {"dtype": "float16"}, _XA, _YA, ValueError, "'dtype' parameter"),
     ("param-backend", {"backend": "jax"}, _XA, _YA, ValueError, "'backend' parameter"),
-    ("param-svm-radius", {"solver": "svm", "svm_radius": 0.0}, _XA, _YA, ValueError,
+    ("param-svm-radius", {"solver": "svm", "svm_radius": -0.5}, _XA, _YA, ValueError,
      "'svm_radius' parameter"),
     ("param-path-radii", {"solver": "regpath", "path_radii": [-1.0, 2.0]}, _XA, _YA,
      ValueError, "path_radii must be a non-empty array of positive numbers"),

@@ -8,13 +8,16 @@ contexts ``h_j`` with weights ``pi_j`` and next-token distributions
 from __future__ import annotations
 
 import math
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils.multiclass import check_classification_targets
 
 from .._backend import exp_, row_chunks, scatter_add
 
-__all__ = ["CrossEntropy", "aggregate_contexts", "ntp_cross_entropy"]
+__all__ = ["CrossEntropy", "aggregate_contexts", "next_token_targets", "ntp_cross_entropy",
+           "ntp_logit_gaps", "vocabulary_array"]
 
 
 def aggregate_contexts(X, Y, sample_weight=None):
@@ -187,3 +190,103 @@ def ntp_cross_entropy(W, contexts, context_weights, next_token_probs):
     ce = CrossEntropy(get_backend(), np.asarray(contexts, float),
                        np.asarray(context_weights, float), next_token_probs)
     return float(ce((np.asarray(W, float),))[0])
+
+
+def next_token_targets(y, n, vocabulary=None):
+    """``(classes, Y)``: the vocabulary and an ``(n, V)`` sparse next-token matrix.
+
+    ``y`` holds next tokens (n,) or soft labels (n, V) (non-negative rows);
+    ``vocabulary`` is ``None`` (the labels seen, or the columns of soft
+    labels), an int ``V`` (tokens ``0..V-1``) or an array of tokens.
+    """
+    y_arr = np.asarray(y) if not sp.issparse(y) else y
+    soft = sp.issparse(y_arr) or (y_arr.ndim == 2 and y_arr.shape[1] > 1)
+    if soft:
+        Y = sp.csr_matrix(y_arr, dtype=float)
+        if Y.shape[0] != n:
+            raise ValueError(
+                f"y has {Y.shape[0]} rows but X has {n} samples."
+            )
+        data = Y.data
+        if not np.all(np.isfinite(data)):
+            raise ValueError("soft labels y contain NaN or infinity.")
+        if np.any(data < 0):
+            raise ValueError("soft labels y must be non-negative.")
+        if np.any(np.asarray(Y.sum(axis=1)).ravel() <= 0):
+            raise ValueError(
+                "every row of soft labels y needs a positive entry (a row sums to 0)."
+            )
+        V = Y.shape[1]
+        if vocabulary is None:
+            classes = np.arange(V)
+        else:
+            classes = vocabulary_array(vocabulary)
+            if classes.shape[0] != V:
+                raise ValueError(
+                    f"soft labels have {V} columns but the vocabulary has "
+                    f"{classes.shape[0]} tokens."
+                )
+        if V < 2:
+            raise ValueError("soft labels need at least 2 columns (tokens).")
+        return classes, Y
+    y_arr = y_arr.ravel() if y_arr.ndim == 2 else y_arr
+    check_classification_targets(y_arr)
+    if vocabulary is None:
+        classes, idx = np.unique(y_arr, return_inverse=True)
+        if classes.shape[0] < 2:
+            raise ValueError(
+                "The decoder needs at least 2 classes (next tokens) in y "
+                f"when vocabulary=None; got 1 class: {classes[0]!r}. Pass "
+                "vocabulary=V to name the other tokens."
+            )
+    else:
+        classes = vocabulary_array(vocabulary)
+        idx = np.searchsorted(classes, y_arr)
+        idx = np.clip(idx, 0, classes.shape[0] - 1)
+        bad = classes[idx] != y_arr
+        if bad.any():
+            raise ValueError(
+                f"labels outside the vocabulary: {np.unique(y_arr[bad])[:10]!r}."
+            )
+    Y = sp.csr_matrix((np.ones(n), (np.arange(n), idx.ravel())),
+                      shape=(n, classes.shape[0]))
+    return classes, Y
+
+def vocabulary_array(vocabulary):
+    """The sorted tokens of a ``vocabulary`` parameter (an int ``V`` or tokens)."""
+    if isinstance(vocabulary, Real) and not isinstance(vocabulary, bool):
+        if int(vocabulary) != vocabulary:
+            raise ValueError("vocabulary must be an integer number of tokens.")
+        return np.arange(int(vocabulary))
+    classes = np.unique(np.asarray(vocabulary))
+    if classes.shape[0] < 2:
+        raise ValueError("the vocabulary needs at least 2 tokens.")
+    return classes
+
+
+def ntp_logit_gaps(contexts, next_token_probs, *decoders):
+    """Per context and decoder: the smallest in-support logit minus the largest other.
+
+    Computed in row chunks of the logits (:func:`skntp._backend.row_chunks`),
+    so memory stays bounded at any vocabulary; ``+inf`` for a context whose
+    support is the whole vocabulary.
+
+    Parameters
+    ----------
+    contexts : ndarray of shape (m, d)
+    next_token_probs : sparse matrix of shape (m, V)
+    *decoders : ndarrays of shape (V, d)
+
+    Returns
+    -------
+    list of ndarray of shape (m,), one per decoder
+    """
+    m, V = next_token_probs.shape
+    out = [np.empty(m) for _ in decoders]
+    for start, stop in row_chunks(m, V):
+        support = next_token_probs[start:stop].toarray() > 0
+        for gaps, W in zip(out, decoders):
+            L = contexts[start:stop] @ W.T
+            gaps[start:stop] = (np.where(support, L, np.inf).min(axis=1)
+                                - np.where(support, -np.inf, L).max(axis=1))
+    return out
