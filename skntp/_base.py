@@ -400,10 +400,14 @@ class ImplicitBiasEstimator(BaseEstimator):
 
 
 def warn_renamed_parameter(estimator, old, new):
-    """FutureWarning for a parameter renamed for one vocabulary (kept one release)."""
-    warnings.warn(f"{type(estimator).__name__}({old}=...) was renamed to {new}=...; the "
-                  "old name will be removed in the next release.", FutureWarning,
-                  stacklevel=4)
+    """FutureWarning for a parameter (or a value) renamed for one vocabulary.
+
+    ``old`` and ``new`` are written as in a call, e.g. ``"query_init=..."`` or
+    ``"loss='log'"``; the old one keeps working for one release.
+    """
+    name = type(estimator).__name__
+    warnings.warn(f"{name}({old}) was renamed to {name}({new}); the old name will be "
+                  "removed in the next release.", FutureWarning, stacklevel=5)
 
 
 # -- transition helpers (removed once every estimator runs on the base) ------------

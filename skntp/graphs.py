@@ -33,6 +33,7 @@ __all__ = [
     "draw_token_priority_graph",
     "graph_relations",
     "is_acyclic",
+    "label_scc_positions",
     "pseudo_token_priority_graphs",
     "strongly_connected_components",
     "token_priority_graphs",
@@ -337,6 +338,19 @@ def _component_index(sccs, n_tokens):
             arr[list(c)] = c_idx
         comp[k] = arr
     return comp
+
+
+def label_scc_positions(sccs, ids, mask, last, y, n_tokens):
+    """The positions of every sequence holding a token of its label's SCC in ``G^(last)``.
+
+    (The sets ``R_i`` of App. A: the tokens the limit keeps attending to.)
+    """
+    comp = _component_index(sccs, n_tokens)
+    inside = np.zeros_like(mask)
+    for k, arr in comp.items():
+        sel = last == k
+        inside[sel] = mask[sel] & (arr[ids[sel]] == arr[y[sel]][:, None])
+    return inside
 
 
 def graph_relations(graphs, sccs=None):

@@ -6,64 +6,53 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils import Bunch, column_or_1d
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, check_random_state
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
 
-from ._backend import get_backend, softmax, to_numpy
+from ._backend import get_backend, softmax
 from ._base import (
     BACKEND_CONSTRAINTS,
     TRAINING_CONSTRAINTS,
+    ImplicitBiasEstimator,
+    Limits,
+    Training,
     backend_kwargs,
-    backend_of,
-    limit_progress,
-    train,
+    cosine,
+    saturation_radius,
+    unit,
+    warn_renamed_parameter,
 )
-from ._data_graphs import random_unit_embeddings
-from ._progress import close_progress
 from .graphs import (
     PaddedSequences,
-    _component_index,
     check_token_labels,
     check_token_sequences,
     cyclic_subspace_basis,
     is_acyclic,
+    label_scc_positions,
     pseudo_token_priority_graphs,
     strongly_connected_components,
     token_priority_graphs,
 )
-from .metrics import SubspaceProjector, alignment, history_metrics
-from .models.self_attention import SelfAttentionRisk
-from .svm._core import NotSeparableError, solve_max_margin
+from .metrics import SubspaceProjector, history_metrics
+from .models.self_attention import (
+    SelfAttentionRisk,
+    embedding_table,
+    head_matrix,
+    saturation_gaps,
+)
+from .svm._core import solve_max_margin
 from .svm._graph import cyclic_correction, graph_svm_problem
 
 __all__ = ["NTPAttentionClassifier"]
 
-_SATURATION_NATS = 20.0
 _ORTHOGONALITY_TOL = 1e-6
+#: public loss names -> the model's (the former public names are kept one release)
+_LOSS = {"log_loss": "log", "log": "log", "ce": "ce", "squared": "squared"}
 
 
-def _identity_head(E):
-    """``C = (E E^T)^{-1} E``: the minimum-norm head with ``C E^T = I_K`` (Assumption 4)."""
-    K, d = E.shape
-    if K > d:
-        raise ValueError(
-            f"head='identity' needs C E^T = I_K (Assumption 4), which is impossible with "
-            f"K={K} tokens embedded in d={d} < K dimensions (E E^T is singular). Use "
-            f"embedding_dim >= n_tokens, or pass head='embeddings' or a (K, d) head array."
-        )
-    gram = E @ E.T
-    s = np.linalg.svd(E, compute_uv=False)
-    if s[-1] <= 1e-10 * s[0]:
-        raise ValueError(
-            "head='identity' needs C E^T = I_K (Assumption 4), which is impossible: the "
-            "token embeddings are linearly dependent (E has rank < K)."
-        )
-    return np.linalg.solve(gram, E)
-
-
-class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
+class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
     """Next-token prediction with 1-layer self-attention over token embeddings.
 
     The model (eq. (1)) predicts ``y_hat = C X^T softmax(X W x_bar)`` for a
@@ -100,8 +89,9 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         head satisfying Assumption 3 for distinct unit-norm embeddings
         (Sec. 6).  An array is used as given (a warning is raised if it
         violates Assumption 3, ``argmax_k c_y^T e_k = y``).
-    loss : {"log", "ce", "squared"}, default="log"
-        ``"log"``: ``-log(c_y^T f(X))``, the attention mass on the label under
+    loss : {"log_loss", "ce", "squared"}, default="log_loss"
+        ``"log_loss"`` (formerly ``"log"``, kept for one release):
+        ``-log(c_y^T f(X))``, the attention mass on the label under
         Assumption 4, convex in ``W`` (Lemma 3, Sec. 5); ``"ce"``: the
         cross-entropy of ``y_hat`` (Fig. 6); ``"squared"``:
         ``(1 - c_y^T f(X))^2`` (Fig. 5).
@@ -116,8 +106,10 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
     tol : float, default=0.0
         Stop when the gradient norm falls to ``tol``.  With ``W^mm != 0``
         the iterates diverge in norm by design, so ``max_iter`` is the horizon.
-    init : {"zeros", "normal"}, default="zeros"
-        ``W(0) = 0`` or ``W(0) ~ N(0, 1/d^2)`` entrywise (seeded by ``random_state``).
+    init : None, "zeros", "random" or array-like of shape (d, d), default=None
+        The start ``W(0)``: ``None`` or "zeros" is ``0``; "random" draws
+        ``N(0, 1/d^2)`` entrywise from ``random_state`` ("normal", its former
+        name, is kept for one release); an array is used as given.
     svm_radius : "auto" or float, default="auto"
         ``R`` for ``solver="svm"``.  ``"auto"``: the smallest ``R`` for which,
         in every sequence, every token outside the label's SCC scores at least
@@ -143,7 +135,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
     device : str, default=None
     dtype : {"float64", "float32"}, default="float64"
     random_state : int, RandomState instance or None, default=None
-        Seeds the embeddings (when drawn) and the ``"normal"`` initialization.
+        Seeds the embeddings (when drawn) and the ``"random"`` start.
     verbose : int, default=0
         ``> 0`` shows a progress bar of the gradient solvers on stderr.
 
@@ -179,9 +171,11 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         Cosine of ``coef_ - finite_component_`` with ``mm_direction_``.
     history_ : dict of ndarray
         ``iteration``, ``loss``, ``grad_norm``, ``norm``, ``alignment``
-        (``<W, W^mm>/(||W|| ||W^mm||)``, the paper's correlation),
-        ``alignment_corrected``, ``finite_distance``
-        (``||Pi_Scyc(W) - W^cyc||``), ``time``.
+        (cosine of ``W - W^cyc`` with ``W^mm``, so its last value is
+        ``alignment_``), ``alignment_uncorrected`` (``<W, W^mm>/(||W||
+        ||W^mm||)``, the paper's correlation), ``finite_distance``
+        (``||Pi_Scyc(W) - W^cyc||``), ``time`` (``alignment_corrected``, the
+        former name of ``alignment``, is kept for one release).
     n_iter_ : int
     svm_result_ : MaxMarginResult or None
     svm_radius_ : float
@@ -201,7 +195,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
     >>> X, y, E = make_token_priority_data(8, 8, 4, 6, acyclic=True, random_state=0)
     >>> clf = NTPAttentionClassifier(embeddings=E, solver="ngd", lr=0.01,
     ...                              max_iter=4000).fit(X, y)
-    >>> clf.is_acyclic_, bool(clf.history_["alignment"][-1] > 0.99)
+    >>> clf.is_acyclic_, bool(clf.alignment_ > 0.99)
     (True, True)
     """
 
@@ -210,41 +204,20 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         "n_tokens": [Interval(Integral, 1, None, closed="left"), None],
         "embedding_dim": [Interval(Integral, 1, None, closed="left"), None],
         "head": [StrOptions({"identity", "embeddings"}), "array-like"],
-        "loss": [StrOptions({"log", "ce", "squared"})],
-        "solver": [StrOptions({"gd", "ngd", "adam", "regpath", "svm"})],
-        "init": [StrOptions({"zeros", "normal"})],
-        "svm_radius": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
-        "compute_limits": ["boolean"],
+        "loss": [StrOptions({"log_loss", "ce", "squared", "log"}, deprecated={"log"})],
+        "init": [None, StrOptions({"zeros", "random", "normal"}, deprecated={"normal"}),
+                 "array-like"],
         "selection_threshold": [Interval(Real, 0, 1, closed="neither")],
         **TRAINING_CONSTRAINTS,
         **BACKEND_CONSTRAINTS,
     }
 
-    def __init__(
-        self,
-        embeddings=None,
-        *,
-        n_tokens=None,
-        embedding_dim=None,
-        head="identity",
-        loss="log",
-        solver="gd",
-        lr=0.5,
-        max_iter=1000,
-        tol=0.0,
-        init="zeros",
-        svm_radius="auto",
-        path_radii=None,
-        compute_limits=True,
-        selection_threshold=1e-3,
-        svm_method="auto",
-        record_every=10,
-        backend="numpy",
-        device=None,
-        dtype="float64",
-        random_state=None,
-        verbose=0,
-    ):
+    def __init__(self, embeddings=None, *, n_tokens=None, embedding_dim=None,
+                 head="identity", loss="log_loss", solver="gd", lr=0.5, max_iter=1000,
+                 tol=0.0, init=None, svm_radius="auto", path_radii=None, compute_limits=True,
+                 selection_threshold=1e-3, svm_method="auto", record_every=10,
+                 backend="numpy", device=None, dtype="float64", random_state=None,
+                 verbose=0):
         self.embeddings = embeddings
         self.n_tokens = n_tokens
         self.embedding_dim = embedding_dim
@@ -267,58 +240,8 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
-    # ---------------------------------------------------------------- setup
-    def _embedding_table(self, ids, mask, y, rng):
-        if self.embeddings is not None:
-            E = np.asarray(self.embeddings, dtype=float)
-            if E.ndim != 2 or E.shape[0] < 2 or E.shape[1] < 1:
-                raise ValueError(
-                    f"embeddings must be a 2-D (K, d) array with K >= 2 tokens, got shape "
-                    f"{E.shape}."
-                )
-            if not np.all(np.isfinite(E)):
-                raise ValueError("embeddings contain NaN or infinity.")
-            if self.n_tokens is not None and self.n_tokens != E.shape[0]:
-                raise ValueError(
-                    f"n_tokens={self.n_tokens} but embeddings has {E.shape[0]} rows."
-                )
-            return E
-        K = self.n_tokens
-        if K is None:
-            K = int(max(ids[mask].max(), y.max())) + 1
-        if K < 2:
-            raise ValueError(
-                f"the vocabulary needs at least 2 tokens; got n_tokens={K}. Pass "
-                "n_tokens or embeddings."
-            )
-        d = K if self.embedding_dim is None else self.embedding_dim
-        return random_unit_embeddings(K, d, rng)
-
-    def _head(self, E):
-        K, d = E.shape
-        if isinstance(self.head, str):
-            if self.head == "identity":
-                return _identity_head(E), np.eye(K), True
-            C = E.copy()
-        else:
-            C = np.asarray(self.head, dtype=float)
-            if C.shape != (K, d):
-                raise ValueError(f"head must have shape (K, d) = {(K, d)}, got {C.shape}.")
-            if not np.all(np.isfinite(C)):
-                raise ValueError("head contains NaN or infinity.")
-        gamma = C @ E.T
-        if np.any(np.argmax(gamma, axis=1) != np.arange(K)):
-            warnings.warn(
-                "the head violates Assumption 3 (argmax_k c_y^T e_k = y for every token "
-                "y): attention cannot reach the minimal risk by selecting the label.",
-                UserWarning,
-                stacklevel=3,
-            )
-        return C, gamma, False
-
-    # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the attention weight ``W`` by the chosen solver.
 
         Parameters
@@ -327,181 +250,132 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
             Token ids (sequences may have different lengths).
         y : array-like of shape (n_samples,)
             Next-token ids.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the samples in the risk (ERM).
 
         Returns
         -------
         self
         """
+        return self._fit(X, y, sample_weight)
+
+    # ------------------------------------------------------------- the model
+    def _prepare(self, X, y, sample_weight):
+        if self.loss == "log":
+            warn_renamed_parameter(self, "loss='log'", "loss='log_loss'")
         if y is None:
             raise ValueError(
-                f"{type(self).__name__} requires y to be passed, but the target y is None."
-            )
+                f"{type(self).__name__} requires y to be passed, but the target y is None.")
         ids, mask, last = check_token_sequences(X)
         y = check_token_labels(column_or_1d(y, warn=True), ids.shape[0])
+        sw = _check_sample_weight(sample_weight, np.empty((ids.shape[0], 1)),
+                                  dtype=np.float64, ensure_non_negative=True)
         rng = check_random_state(self.random_state)
-        E = self._embedding_table(ids, mask, y, rng)
-        K, d = E.shape
+        E = embedding_table(self.embeddings, self.n_tokens, self.embedding_dim,
+                            max(ids[mask].max(), y.max()), rng)
+        K = E.shape[0]
         if ids[mask].max() >= K or y.max() >= K:
             bad = int(max(ids[mask].max(), y.max()))
-            raise ValueError(
-                f"token ids out of range: found id {bad} but the vocabulary has {K} "
-                f"tokens (ids 0..{K - 1})."
-            )
-        C, gamma, identity = self._head(E)
-        self.embeddings_, self.head_, self.classes_ = E, C, np.arange(K)
-        self._gamma, self._identity = gamma, identity
+            raise ValueError(f"token ids out of range: found id {bad} but the vocabulary has "
+                             f"{K} tokens (ids 0..{K - 1}).")
+        C, gamma, identity = head_matrix(self.head, E)
         realizable = ((ids == y[:, None]) & mask).any(axis=1)
-        self.realizable_ = realizable
-        used = np.ones(ids.shape[0], dtype=bool)
+        used = sw > 0
         if not realizable.all():
             bad = np.flatnonzero(~realizable)
             if identity:
-                used = realizable
-                warnings.warn(
-                    f"{bad.size} sample(s) (e.g. {bad[:5].tolist()}) are not realizable: "
-                    "the label does not occur in the sequence (Assumption 2). With "
-                    "head='identity' (C E^T = I) their prediction y_hat_y is 0 for every "
-                    "W, so they carry no gradient; they are left out of the loss and the "
-                    "token-priority graphs."
-                    + (" No sample is left: W stays at its initialization." if not
-                       realizable.any() else ""),
-                    UserWarning,
-                    stacklevel=2,
-                )
-            else:
-                warnings.warn(
-                    f"{bad.size} sample(s) (e.g. {bad[:5].tolist()}) are not realizable "
-                    "(the label does not occur in the sequence, Assumption 2); the "
-                    "theory's limits do not describe them.",
-                    UserWarning,
-                    stacklevel=2,
-                )
-        self._data = (ids[used], mask[used], last[used], y[used])
-        self.graphs_ = token_priority_graphs(PaddedSequences(ids[used], mask[used], last[used]),
-                                            y[used])
-        self.sccs_ = strongly_connected_components(self.graphs_)
-        self.is_acyclic_ = is_acyclic(self.graphs_, self.sccs_)
-        be = backend_of(self)
-        risk = SelfAttentionRisk(be, E, gamma, *self._data, loss=self.loss)
-        self._fit_limits(E, gamma)
-        if self.solver == "svm":
-            self._fit_svm(be, risk)
-        else:
-            self._fit_gradient(be, risk, rng, d)
-        if self.mm_direction_ is not None:
-            r = self.coef_ - (self.finite_component_ if self.finite_component_ is not None
-                              else 0.0)
-            self.alignment_ = alignment(r, self.mm_direction_)
-        else:
-            self.alignment_ = float("nan")
-        return self
+                used &= realizable
+            warnings.warn(
+                f"{bad.size} sample(s) (e.g. {bad[:5].tolist()}) are not realizable: the "
+                "label does not occur in the sequence (Assumption 2). " + (
+                    "With head='identity' (C E^T = I) their prediction y_hat_y is 0 for "
+                    "every W, so they carry no gradient; they are left out of the loss and "
+                    "the token-priority graphs." + (
+                        " No sample is left: W stays at its initialization."
+                        if not realizable.any() else "") if identity else
+                    "The theory's limits do not describe them."), UserWarning, stacklevel=4)
+        seqs = (ids[used], mask[used], last[used], y[used])
+        graphs = token_priority_graphs(PaddedSequences(*seqs[:3]), seqs[3])
+        sccs = strongly_connected_components(graphs)
+        w = sw[used] / max(sw[used].sum(), np.finfo(float).tiny)
+        return {"E": E, "C": C, "gamma": gamma, "identity": identity, "seqs": seqs,
+                "weights": w, "realizable": realizable, "graphs": graphs, "sccs": sccs,
+                "rng": rng, "loss": _LOSS[self.loss]}
 
-    def _fit_limits(self, E, gamma):
+    def _risk(self, data, be):
+        return SelfAttentionRisk(be, data["E"], data["gamma"], *data["seqs"], loss=data["loss"],
+                                 sample_weight=data["weights"])
+
+    def _explicit_limits(self, data):
+        E, seqs, sccs = data["E"], data["seqs"], data["sccs"]
         d = E.shape[1]
-        self.svm_result_ = None
-        self.mm_direction_ = None
-        self.mm_margin_ = float("nan")
-        self.finite_component_ = None
-        self.cyclic_basis_ = None
-        self._projector = None
-        if not self.compute_limits and self.solver != "svm":
-            return
-        ids, mask, last, y = self._data
-        wc, info = cyclic_correction(E, PaddedSequences(ids, mask, last), y, self.sccs_,
-                                     gamma=gamma, loss=self.loss, return_info=True)
-        self.finite_component_ = wc
-        self.cyclic_basis_ = info["basis"]
-        rows = cyclic_subspace_basis(E, self.sccs_)
-        self._projector = SubspaceProjector(rows if rows.shape[0] else None, (d, d))
-        problem = graph_svm_problem(E, self.graphs_, self.sccs_)
-        progress = limit_progress(self, "Graph-SVM")
-        try:
-            res = solve_max_margin(problem, method=self.svm_method, callback=progress,
-                                   **backend_kwargs(self))
-        except NotSeparableError as exc:
-            if self.solver == "svm":
-                raise
-            warnings.warn(f"{exc} mm_direction_ is None.", UserWarning, stacklevel=3)
-            return
-        finally:
-            close_progress(progress)
-        self.svm_result_ = res
-        nrm = float(np.linalg.norm(res.primal))
-        if nrm == 0:
-            self.mm_direction_ = np.zeros((d, d))
-            self.mm_margin_ = float("inf")
-        else:
-            self.mm_direction_ = res.primal / nrm
-            self.mm_margin_ = 1.0 / nrm
-            cos = alignment(wc, self.mm_direction_)
-            if abs(cos) > _ORTHOGONALITY_TOL:
-                warnings.warn(
-                    f"W^cyc and W^mm are not orthogonal (cosine {cos:.2e}), against "
-                    "Lemma 2: a limit was solved inaccurately.",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
+        wc, info = cyclic_correction(E, PaddedSequences(*seqs[:3]), seqs[3], sccs,
+                                     gamma=data["gamma"], loss=data["loss"],
+                                     sample_weight=data["weights"], return_info=True)
+        rows = cyclic_subspace_basis(E, sccs)
+        problem = graph_svm_problem(E, data["graphs"], sccs)
+        res, _ = self._solve_limit(
+            "Graph-SVM", lambda cb: solve_max_margin(problem, method=self.svm_method,
+                                                     callback=cb, **backend_kwargs(self)),
+            "mm_direction_ is None.")
+        direction, norm = (None, 0.0) if res is None else unit(res.primal)
+        if direction is not None and norm > 0 and abs(cosine(wc, direction)) > _ORTHOGONALITY_TOL:
+            warnings.warn(
+                f"W^cyc and W^mm are not orthogonal (cosine {cosine(wc, direction):.2e}), "
+                "against Lemma 2: a limit was solved inaccurately.", RuntimeWarning,
+                stacklevel=4)
+        return Limits(direction, wc, SubspaceProjector(rows if rows.shape[0] else None, (d, d)),
+                      svm_result_=res, cyclic_basis_=info["basis"],
+                      mm_margin_=(float("nan") if res is None else
+                                  1.0 / norm if norm > 0 else float("inf")))
 
-    def _label_scc_mask(self):
-        """Positions of every used sequence in its label's SCC (the sets R_i of App. A)."""
-        ids, mask, last, y = self._data
-        comp = _component_index(self.sccs_, self.embeddings_.shape[0])
-        inside = np.zeros_like(mask)
-        for k, arr in comp.items():
-            sel = last == k
-            inside[sel] = mask[sel] & (arr[ids[sel]] == arr[y[sel]][:, None])
-        return inside
-
-    def _auto_radius(self, risk_np):
-        if self.svm_radius != "auto":
-            return float(self.svm_radius)
-        if not np.any(self.mm_direction_):
-            return 0.0
-        _, mask, _, _ = self._data
-        inside = self._label_scc_mask()
-        outside = mask & ~inside
-        has = outside.any(axis=1)
-        if not has.any():
-            return 0.0
-        a_c = risk_np.scores(self.finite_component_)
-        a_u = risk_np.scores(self.mm_direction_)
-        lo_c = np.where(inside, a_c, np.inf).min(axis=1)
-        hi_c = np.where(outside, a_c, -np.inf).max(axis=1)
-        gap_u = np.where(inside, a_u, np.inf).min(axis=1) - np.where(
-            outside, a_u, -np.inf).max(axis=1)
-        need = (_SATURATION_NATS + hi_c[has] - lo_c[has]) / gap_u[has]
-        return float(max(0.0, need.max()))
-
-    def _fit_svm(self, be, risk):
-        risk_np = SelfAttentionRisk(get_backend(), self.embeddings_, self._gamma,
-                                    *self._data, loss=self.loss)
-        R = self._auto_radius(risk_np)
+    def _limit_parameters(self, data, limits):
+        R = float(self.svm_radius) if self.svm_radius != "auto" else 0.0
+        if self.svm_radius == "auto" and np.any(limits.direction):
+            ids, mask, last, y = data["seqs"]
+            inside = label_scc_positions(data["sccs"], ids, mask, last, y, data["E"].shape[0])
+            base, gaps = saturation_gaps(self._risk(data, get_backend()), inside, mask,
+                                         limits.finite, limits.direction)
+            R = saturation_radius(gaps, base)
         self.svm_radius_ = R
-        self.coef_ = self.finite_component_ + R * self.mm_direction_
-        self.n_iter_ = self.svm_result_.n_iter
-        loss, (grad,) = risk_np((self.coef_,))
-        proj = self._projector.project(self.coef_)
-        self.history_ = {
-            "iteration": np.array([0.0]),
-            "loss": np.array([float(loss)]),
-            "grad_norm": np.array([float(np.linalg.norm(grad))]),
-            "norm": np.array([float(np.linalg.norm(self.coef_))]),
-            "alignment": np.array([alignment(self.coef_, self.mm_direction_)]),
-            "alignment_corrected": np.array([1.0 if R > 0 else 0.0]),
-            "finite_distance": np.array([float(np.linalg.norm(proj - self.finite_component_))]),
-        }
+        return (limits.finite + R * limits.direction,)
 
-    def _fit_gradient(self, be, risk, rng, d):
-        if self.init == "normal":
-            W0 = rng.standard_normal((d, d)) / d
-        else:
-            W0 = np.zeros((d, d))
-        metrics = history_metrics(be, 0, self.mm_direction_, self.finite_component_,
-                                  self._projector)
-        result = train(self, risk, (W0,), be, metrics)
-        self.coef_ = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
-        self.n_iter_ = result.n_iter
-        self.history_ = result.history
+    def _training(self, data, limits, be):
+        init = self.init
+        if isinstance(init, str) and init == "normal":
+            warn_renamed_parameter(self, "init='normal'", "init='random'")
+            init = "random"
+        d = data["E"].shape[1]
+        W0 = self._initial(init, (d, d), data["rng"], default="zeros", scale=1 / d)
+        metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector)
+        return Training(self._risk(data, be), (W0,), metrics)
+
+    def _fitted(self, data, limits, params, result):
+        self.embeddings_, self.head_ = data["E"], data["C"]
+        self.classes_ = np.arange(data["E"].shape[0])
+        self._gamma, self._identity = data["gamma"], data["identity"]
+        self.realizable_ = data["realizable"]
+        self.graphs_, self.sccs_ = data["graphs"], data["sccs"]
+        self.is_acyclic_ = is_acyclic(self.graphs_, self.sccs_)
+        self.mm_direction_, self.finite_component_ = limits.direction, limits.finite
+        self.mm_margin_ = limits.attributes.get("mm_margin_", float("nan"))
+        self.svm_result_ = limits.attributes.get("svm_result_")
+        self.cyclic_basis_ = limits.attributes.get("cyclic_basis_")
+        self._projector = limits.projector
+        self.coef_ = params[0]
+        W = self.coef_ if limits.finite is None else self.coef_ - limits.finite
+        self.alignment_ = cosine(W, limits.direction)
+        if result is not None:
+            self.n_iter_, self.history_ = result.n_iter, result.history
+            return
+        loss, (grad,) = self._risk(data, get_backend())((self.coef_,))
+        proj = limits.projector.project(self.coef_)
+        self.n_iter_ = self.svm_result_.n_iter
+        self.history_ = self._svm_history(
+            loss, params, grad_norm=np.linalg.norm(grad), alignment=self.alignment_,
+            alignment_corrected=self.alignment_,
+            alignment_uncorrected=cosine(self.coef_, limits.direction),
+            finite_distance=np.linalg.norm(proj - limits.finite))
 
     # -------------------------------------------------------------- predict
     def _check_X(self, X):
@@ -593,12 +467,11 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
         d = E.shape[1]
         W_mm = solve_max_margin(graph_svm_problem(E, graphs, sccs), method=self.svm_method,
                                 **backend_kwargs(self)).primal
-        nrm = np.linalg.norm(W_mm)
-        direction = W_mm / nrm if nrm > 0 else np.zeros((d, d))
+        direction = unit(W_mm)[0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             W_cyc = cyclic_correction(E, PaddedSequences(ids, mask, last), y, sccs,
-                                      gamma=self._gamma, loss=self.loss, keep=selected)
+                                      gamma=self._gamma, loss=_LOSS[self.loss], keep=selected)
         rows = cyclic_subspace_basis(E, sccs)
         proj = SubspaceProjector(rows if rows.shape[0] else None, (d, d)).project(self.coef_)
         return Bunch(
@@ -608,7 +481,7 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
             selected=selected,
             mm_direction=direction,
             finite_component=W_cyc,
-            alignment=alignment(self.coef_, direction),
+            alignment=cosine(self.coef_, direction),
             finite_distance=float(np.linalg.norm(proj - W_cyc)),
         )
 

@@ -27,6 +27,10 @@ SELF_ATTENTION_EXPECTED_FAILURES = {
     "can only predict tokens that occur in the sequence, so the accuracy bar is unreachable",
     "check_decision_proba_consistency": "passes non-integer floats as token ids, which "
     "are rejected (no rounding)",
+    "check_sample_weight_equivalence_on_dense_data": "passes non-integer floats as token "
+    "ids, which are rejected (no rounding)",
+    "check_classifiers_one_label_sample_weights": "passes non-integer floats as token ids, "
+    "which are rejected (no rounding) before the labels are looked at",
 }
 
 

@@ -10,7 +10,12 @@ from sklearn.preprocessing import FunctionTransformer
 
 from skntp._backend import get_backend
 from skntp.datasets import make_token_priority_data
-from skntp.graphs import check_token_sequences, is_acyclic, token_priority_graphs
+from skntp.graphs import (
+    check_token_sequences,
+    is_acyclic,
+    label_scc_positions,
+    token_priority_graphs,
+)
 from skntp.metrics import alignment
 from skntp.models.self_attention import SelfAttentionRisk
 from skntp.self_attention import NTPAttentionClassifier
@@ -107,7 +112,8 @@ def test_svm_solver_is_the_limit():
     assert svm.history_["finite_distance"][0] < 1e-10
     # every token outside the label's SCC gets at most e^-20 of the attention
     s = svm.attention_weights(X)
-    inside = svm._label_scc_mask()
+    ids, mask, last = check_token_sequences(X)
+    inside = label_scc_positions(svm.sccs_, ids, mask, last, np.asarray(y), E.shape[0])
     assert s[~inside].max() <= np.exp(-20) * (1 + 1e-9)
     # GD moves toward the same limit: its loss approaches the SVM fit's from above
     gd = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=3000,

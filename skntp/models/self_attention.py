@@ -9,11 +9,14 @@ squared loss (Sec. 6).  Written once over an array namespace (NumPy or torch).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .._backend import logsumexp, scatter_add, softmax
 
-__all__ = ["LOSSES", "SelfAttentionRisk"]
+__all__ = ["LOSSES", "SelfAttentionRisk", "embedding_table", "head_matrix", "identity_head",
+           "saturation_gaps"]
 
 LOSSES = ("log", "ce", "squared")
 
@@ -170,3 +173,79 @@ class SelfAttentionRisk:
     def attention(self, W):
         """Softmax attention ``s`` of shape (n, T) at ``W``."""
         return softmax(self.xp, self.scores(W), axis=1)
+
+
+def identity_head(E):
+    """``C = (E E^T)^{-1} E``: the minimum-norm head with ``C E^T = I_K`` (Assumption 4)."""
+    K, d = E.shape
+    if K > d:
+        raise ValueError(
+            f"head='identity' needs C E^T = I_K (Assumption 4), which is impossible with "
+            f"K={K} tokens embedded in d={d} < K dimensions (E E^T is singular). Use "
+            f"embedding_dim >= n_tokens, or pass head='embeddings' or a (K, d) head array."
+        )
+    s = np.linalg.svd(E, compute_uv=False)
+    if s[-1] <= 1e-10 * s[0]:
+        raise ValueError(
+            "head='identity' needs C E^T = I_K (Assumption 4), which is impossible: the "
+            "token embeddings are linearly dependent (E has rank < K)."
+        )
+    return np.linalg.solve(E @ E.T, E)
+
+
+def embedding_table(embeddings, n_tokens, embedding_dim, largest_id, rng):
+    """The token embeddings ``E`` (K, d): given, or drawn on the unit sphere (App. D)."""
+    from .._data_graphs import random_unit_embeddings
+
+    if embeddings is not None:
+        E = np.asarray(embeddings, dtype=float)
+        if E.ndim != 2 or E.shape[0] < 2 or E.shape[1] < 1:
+            raise ValueError(
+                f"embeddings must be a 2-D (K, d) array with K >= 2 tokens, got shape "
+                f"{E.shape}.")
+        if not np.all(np.isfinite(E)):
+            raise ValueError("embeddings contain NaN or infinity.")
+        if n_tokens is not None and n_tokens != E.shape[0]:
+            raise ValueError(f"n_tokens={n_tokens} but embeddings has {E.shape[0]} rows.")
+        return E
+    K = int(largest_id) + 1 if n_tokens is None else n_tokens
+    if K < 2:
+        raise ValueError(f"the vocabulary needs at least 2 tokens; got n_tokens={K}. Pass "
+                         "n_tokens or embeddings.")
+    return random_unit_embeddings(K, K if embedding_dim is None else embedding_dim, rng)
+
+
+def head_matrix(head, E):
+    """``(C, Gamma = C E^T, identity)`` for a head parameter (Assumptions 3-4)."""
+    K, d = E.shape
+    if isinstance(head, str):
+        if head == "identity":
+            return identity_head(E), np.eye(K), True
+        C = E.copy()
+    else:
+        C = np.asarray(head, dtype=float)
+        if C.shape != (K, d):
+            raise ValueError(f"head must have shape (K, d) = {(K, d)}, got {C.shape}.")
+        if not np.all(np.isfinite(C)):
+            raise ValueError("head contains NaN or infinity.")
+    gamma = C @ E.T
+    if np.any(np.argmax(gamma, axis=1) != np.arange(K)):
+        warnings.warn(
+            "the head violates Assumption 3 (argmax_k c_y^T e_k = y for every token "
+            "y): attention cannot reach the minimal risk by selecting the label.",
+            UserWarning, stacklevel=4)
+    return C, gamma, False
+
+
+def saturation_gaps(risk, inside, mask, *weights):
+    """Per sequence and weight ``W``: the smallest score inside the label's SCC minus the
+    largest outside it (``svm_radius="auto"``); sequences without an outside token are
+    left out."""
+    outside = mask & ~inside
+    has = outside.any(axis=1)
+    out = []
+    for W in weights:
+        a = risk.scores(W)
+        out.append((np.where(inside, a, np.inf).min(axis=1)
+                    - np.where(outside, a, -np.inf).max(axis=1))[has])
+    return out

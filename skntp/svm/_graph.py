@@ -214,7 +214,7 @@ def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=1e-8,
 # Cyclic correction (Def. 3)
 # --------------------------------------------------------------------------
 def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=None,
-                      tol=1e-11, max_iter=20_000, return_info=False):
+                      sample_weight=None, tol=1e-11, max_iter=20_000, return_info=False):
     """The cyclic correction ``W^cyc`` (Def. 3): min-norm ERM minimizer on the cyclic sub-dataset.
 
     ``W^cyc`` lies in ``S_cyc`` (Lemma 2), where the risk of the cyclic
@@ -236,6 +236,8 @@ def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=No
     loss : {"log", "ce", "squared"}, default="log"
     keep : ndarray of shape (n, T_max), bool, optional
         Selected positions, for the pseudo cyclic sub-dataset of Sec. 6.
+    sample_weight : array-like of shape (n,), optional
+        Weights of the samples in the risk (uniform by default).
     tol : float, default=1e-11
         Gradient-norm tolerance (in the basis of ``S_cyc``).
     max_iter : int, default=20000
@@ -257,6 +259,7 @@ def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=No
     K, d = E.shape
     gamma = np.eye(K) if gamma is None else np.asarray(gamma, dtype=float)
     ids, mask, query, labels, index = cyclic_subdataset(X, y, sccs, keep=keep)
+    weights = None if sample_weight is None else np.asarray(sample_weight, float)[index]
     rows = cyclic_subspace_basis(E, sccs)
     basis = scipy.linalg.orth(rows.T) if rows.shape[0] else np.zeros((d * d, 0))
     info = {"basis": basis, "grad_norm": 0.0, "n_iter": 0, "loss": 0.0,
@@ -268,11 +271,13 @@ def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=No
         g = np.where(mask, gamma[labels[:, None], ids], 0.0)
         ok = (g > 0).any(axis=1)  # samples whose label left the kept set carry no gradient
         ids, mask, query, labels = ids[ok], mask[ok], query[ok], labels[ok]
+        weights = None if weights is None else weights[ok]
         if not ok.any():
             W = np.zeros((d, d))
             return (W, info) if return_info else W
     risk = SelfAttentionRisk(get_backend("numpy"), E, gamma, ids, mask, query, labels,
-                             loss=loss)
+                             loss=loss, sample_weight=None if weights is None else
+                             weights / max(weights.sum(), np.finfo(float).tiny))
 
     def fun(theta):
         W = (basis @ theta).reshape(d, d)
