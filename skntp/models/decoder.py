@@ -40,7 +40,7 @@ def aggregate_contexts(X, Y, sample_weight=None):
     context_weights : ndarray of shape (m,)
         ``pi_j``, summing to one.
     next_token_probs : scipy.sparse.csr_matrix of shape (m, V)
-        ``p_j``, rows summing to one.
+        ``p_j``, rows summing to one, in canonical form (sorted indices).
     inverse : ndarray of shape (n_kept,)
         Context index of every kept row.
     """
@@ -63,7 +63,9 @@ def aggregate_contexts(X, Y, sample_weight=None):
     counts.eliminate_zeros()
     mass = np.asarray(counts.sum(axis=1)).ravel()
     probs = sp.diags(1.0 / mass) @ counts
-    return contexts, mass / mass.sum(), sp.csr_matrix(probs), inverse
+    probs = sp.csr_matrix(probs)
+    probs.sum_duplicates()  # canonical (sorted indices): the loss sums in one fixed order
+    return contexts, mass / mass.sum(), probs, inverse
 
 
 class CrossEntropy:
