@@ -85,8 +85,8 @@ def _problems():
         "joint": (
             "JointAttentionSVM, Fig. 3(b) (n=3, T=d=2), NGD",
             lambda r, it: JointAttentionSVM(solver="ngd", lr=0.1, max_iter=it,
-                                            head_init=P_jt.head_init,
-                                            query_init=P_jt.query_init, record_every=r),
+                                            init=(P_jt.head_init, P_jt.query_init),
+                                            record_every=r),
             X_jt, y_jt, 5000),
     }
 

@@ -39,7 +39,7 @@ fits = {}
 for title, data in examples.items():
     fits[title] = {
         start: AttentionSelector(data.head, data.key_query, solver="ngd", lr=0.1,
-                                 max_iter=2000, query_init=p0,
+                                 max_iter=2000, init=p0,
                                  classes=[-1, 1]).fit(data.X, data.y)
         for start, p0 in data.starts.items()
     }

@@ -22,16 +22,16 @@ and fewer than 1% of the saturated runs have a negative minimal score gap
 # %%
 # All trials of one dimension in one vectorized run
 # -------------------------------------------------
-# :func:`skntp.attention.attention_trials` trains every trial in one batched
+# :func:`skntp.sweeps.attention_trials` trains every trial in one batched
 # run of the training loop and classifies each outcome.
 import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from skntp.attention import attention_trials
 from skntp.datasets import make_attention_random
 from skntp.plotting import plot_fig9_bars
+from skntp.sweeps import attention_trials
 
 dims = (2, 5, 10, 100, 300, 500)
 n_trials = 1000

@@ -42,8 +42,8 @@ print(f"{'fig':>4} {'solver':>6} {'cos(p,p^relax)':>15} {'cos(p,p^mm)':>12} "
 for variant in ("a", "b"):
     X, y, P = make_joint_fig3(variant, return_params=True)
     for solver in ("ngd", "svm"):
-        est = JointAttentionSVM(solver=solver, lr=0.1, max_iter=1000, head_init=P.head_init,
-                                query_init=P.query_init).fit(X, y)
+        est = JointAttentionSVM(solver=solver, lr=0.1, max_iter=1000,
+                                init=(P.head_init, P.query_init)).fit(X, y)
         fits[variant, solver] = (est, X, P)
         print(f"{'3(' + variant + ')':>4} {solver:>6} {cos(est.query_, P.relaxed):15.6f} "
               f"{cos(est.query_, P.att_svm):12.6f} {cos(est.head_, P.head_mm):12.6f} "
@@ -54,7 +54,7 @@ print("paper: (a) p -> p^mm = p^relax (Thm. 5); (b) p -> p^relax != p^mm (Thm. 6
 # %%
 # Fig. 3: trajectories and probabilities
 # --------------------------------------
-# ``history_["query"]`` and ``history_["head"]`` hold the iterates;
+# ``trajectory_["query"]`` and ``trajectory_["head"]`` hold the iterates;
 # ``attention_saturation`` and ``label_probability`` are the two curves of
 # Fig. 3(c).
 fig, axes = plt.subplots(1, 3, figsize=(16, 5))
@@ -63,7 +63,7 @@ for ax, variant in zip(axes, ("a", "b")):
     _, y, _ = make_joint_fig3(variant, return_params=True)
     Y = np.where(y == est.classes_[1], 1.0, -1.0)
     plot_attention_trajectories(
-        [est.history_["query"], est.history_["head"]], X, labels=["p(t)", "v(t)"],
+        [est.trajectory_["query"], est.trajectory_["head"]], X, labels=["p(t)", "v(t)"],
         directions={"p^relax": P.relaxed, "p^mm (ATT-SVM)": P.att_svm, "v^mm": P.head_mm},
         token_scores=Y[:, None] * (X @ est.head_),  # scores Y v^T x of the fitted head
         title=f"Fig. 3({variant})", ax=ax)

@@ -270,7 +270,7 @@ class ImplicitBiasEstimator(BaseEstimator):
             return solve(progress), None
         except (NotSeparableError, ProgramTooLargeError) as exc:
             if self.solver == "svm":
-                raise
+                raise type(exc)(f"solver='svm' needs the {program} solution: {exc}") from exc
             warnings.warn(f"{str(exc).rstrip('.')}. {consequence}", UserWarning,
                           stacklevel=5)
             return None, exc

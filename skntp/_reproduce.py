@@ -296,7 +296,7 @@ def attention_fig1(seed=0, quick=False):
                 warnings.simplefilter("ignore")
                 fits[name] = AttentionSelector(
                     data.head, data.key_query, solver="ngd", lr=0.1, max_iter=iters,
-                    query_init=p0, classes=[-1, 1], record_every=10,
+                    init=p0, classes=[-1, 1], record_every=10,
                 ).fit(data.X, data.y)
             est = fits[name]
             kind = {"global": "GMM", "local": "LMM"}.get(est.convergence_, est.convergence_)
@@ -329,8 +329,8 @@ def attention_fig1(seed=0, quick=False):
 @register("attention-fig9")
 def attention_fig9(seed=0, quick=False):
     """Max-margin attention Fig. 9: over random trials, GD on p converges to an LMM direction."""
-    from .attention import attention_trials
     from .datasets import make_attention_random
+    from .sweeps import attention_trials
 
     dims = (2, 10, 100) if quick else (2, 5, 10, 100, 300, 500)
     trials = 40 if quick else 1000
@@ -384,7 +384,7 @@ def attention_fig9(seed=0, quick=False):
 @register("joint-fig3")
 def joint_fig3(seed=0, quick=False):
     """Max-margin attention Fig. 3: joint (v, p) training, v -> v^mm and p -> p^relax."""
-    from ._joint import JointAttentionSVM
+    from .attention import JointAttentionSVM
     from .datasets import make_joint_fig3
 
     def cos(a, b):
@@ -398,8 +398,7 @@ def joint_fig3(seed=0, quick=False):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 est = JointAttentionSVM(solver=solver, lr=0.1, max_iter=iters,
-                                        head_init=P.head_init,
-                                        query_init=P.query_init).fit(X, y)
+                                        init=(P.head_init, P.query_init)).fit(X, y)
             fits[variant, solver] = (est, X, P)
             rows.append((f"3({variant})", solver, cos(est.query_, P.relaxed),
                          cos(est.query_, P.att_svm), cos(est.head_, P.head_mm),
@@ -420,7 +419,7 @@ def joint_fig3(seed=0, quick=False):
         for ax, variant in zip(axes, ("a", "b")):
             est, X, P = fits[variant, "ngd"]
             plot_attention_trajectories(
-                [est.history_["query"], est.history_["head"]], X,
+                [est.trajectory_["query"], est.trajectory_["head"]], X,
                 labels=["p(t)", "v(t)"], ax=ax, title=f"Fig. 3({variant})",
                 directions={"p^relax": P.relaxed, "p^mm": P.att_svm, "v^mm": P.head_mm})
         fig.tight_layout()

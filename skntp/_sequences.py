@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_sequences"]
+__all__ = ["binary_labels", "check_attention_input", "check_sequences", "key_query_matrix"]
 
 
 def check_sequences(X, *, n_features=None, dtype=np.float64, name="X"):
@@ -103,3 +103,95 @@ def check_sequences(X, *, n_features=None, dtype=np.float64, name="X"):
             f"{n_features} features."
         )
     return arr, mask
+
+
+def check_attention_input(estimator, X, *, reset):
+    """``(padded, mask)`` of an attention estimator's input, setting its input attributes.
+
+    A 2-D input ``(n, T)`` goes through
+    :func:`~sklearn.utils.validation.validate_data` (so ``n_features_in_``
+    is its number of columns ``T``, and predictions need the same ``T``); 3-D
+    and list inputs through :func:`check_sequences` (``n_features_in_ = d``).
+    With ``reset=True`` (``fit``) the estimator records which form it saw.
+    """
+    from sklearn.utils.validation import check_is_fitted, validate_data
+
+    if not reset:
+        check_is_fitted(estimator)
+    if hasattr(X, "__array__") and not hasattr(X, "shape") and not hasattr(X, "columns"):
+        X = np.asarray(X)
+    ndim = len(X.shape) if hasattr(X, "shape") else None
+    if ndim is None and isinstance(X, (list, tuple)) and len(X) and not any(
+            np.ndim(s) >= 2 for s in X):
+        try:
+            ndim = np.asarray(X, dtype=float).ndim
+        except (TypeError, ValueError):
+            ndim = None
+    if ndim == 1:
+        raise ValueError(
+            f"Expected a 3-D array (n_samples, seq_len, n_features), a 2-D array "
+            f"(n_samples, seq_len) or a list of 2-D sequences; got a 1-D array of shape "
+            f"{np.shape(X)}. Reshape your data either using array.reshape(-1, 1) if your "
+            "data has a single feature or array.reshape(1, -1) if it contains a single "
+            "sample.")
+    if ndim == 2 and (reset or getattr(estimator, "_input_2d", False)):
+        X2 = validate_data(estimator, X, reset=reset, dtype=np.float64)
+        if reset:
+            estimator._input_2d, estimator._token_dim = True, 1
+        return X2[:, :, None], np.ones(X2.shape, dtype=bool)
+    arr, mask = check_sequences(np.asarray(X, dtype=float) if ndim == 2 else X,
+                                n_features=None if reset else estimator._token_dim)
+    if reset:
+        estimator._input_2d, estimator._token_dim = False, arr.shape[2]
+        estimator.n_features_in_ = arr.shape[2]
+        if hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+    return arr, mask
+
+
+def binary_labels(y, n, classes=None, model="the estimator"):
+    """``(classes, Y)``: two sorted labels and ``Y`` in ``{-1, +1}`` (``classes[1]`` is +1).
+
+    ``classes`` names both labels (then ``y`` may hold one of them only, e.g.
+    a single input); ``None`` takes them from ``y``.
+    """
+    from sklearn.utils import column_or_1d
+    from sklearn.utils.multiclass import check_classification_targets
+
+    y = column_or_1d(y, warn=True)
+    if y.shape[0] != n:
+        raise ValueError(f"X has {n} sequences but y has {y.shape[0]} labels.")
+    check_classification_targets(y)
+    if classes is not None:
+        labels = np.unique(np.asarray(classes))
+        if labels.shape[0] != 2:
+            raise ValueError(f"classes must name exactly 2 labels, got {classes!r}.")
+        unknown = ~np.isin(y, labels)
+        if unknown.any():
+            raise ValueError(f"labels {np.unique(y[unknown])[:10]!r} are not in "
+                             f"classes={labels!r}.")
+        return labels, np.where(y == labels[1], 1.0, -1.0)
+    labels = np.unique(y)
+    if labels.shape[0] == 1:
+        raise ValueError(
+            f"{model} needs 2 classes in y; got 1 class: {labels[0]!r}. The labels are "
+            "mapped to Y = -1/+1; to fit inputs of one label (e.g. n = 1, Thm. 2) name "
+            "both with classes=[-1, 1].")
+    if labels.shape[0] > 2:
+        raise ValueError(
+            f"Only binary classification is supported: {model}'s labels are Y in "
+            f"{{-1, +1}} (Sec. 1.1); y has {labels.shape[0]} classes.")
+    return labels, np.where(y == labels[1], 1.0, -1.0)
+
+
+def key_query_matrix(key_query, d):
+    """The key-query matrix ``W`` (k, d): the identity for ``None``."""
+    if key_query is None:
+        return np.eye(d)
+    W = np.asarray(key_query, dtype=float)
+    if W.ndim != 2 or W.shape[1] != d:
+        raise ValueError(f"key_query must have shape (k, {d}) (d the token dimension), "
+                         f"got {W.shape}.")
+    if not np.all(np.isfinite(W)):
+        raise ValueError("key_query contains NaN or infinity.")
+    return W

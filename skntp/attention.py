@@ -1,62 +1,200 @@
 """Attention as token selection (Tarzanagh et al., "Max-Margin Token Selection
-in Attention Mechanism", Sec. 2): :class:`AttentionSelector`.
+in Attention Mechanism"): :class:`AttentionSelector` (Sec. 2) and
+:class:`JointAttentionSVM` (Sec. 3).
 
-The model is ``f(X) = v^T X^T softmax(X W^T p)`` (eq. (5)) with a fixed head
-``v``, trained in the query ``p`` (or, equivalently by Lemma 1, in the
-key-query matrix ``W``) on ``l(Y f(X))`` (ERM).  Gradient descent drives
+The model is ``f(X) = v^T X^T softmax(X W^T p)`` (eq. (5)), trained on
+``l(Y f(X))`` (ERM).  With the head ``v`` fixed and the query ``p`` (or, by
+Lemma 1, the key-query matrix ``W``) trained, gradient descent drives
 ``||p|| -> infinity`` and the softmax to select one token per input; the
 direction converges to a max-margin separator of the selected tokens,
 ``p^mm(alpha)`` of (ATT-SVM): the globally optimal one ``p^mm*`` (GMM) along
 the regularization path (Thm. 1) and for GD with one input (Thm. 2), a
 locally optimal one (LMM, Def. 2) for GD started in its cone (Thm. 3).
+With ``v`` and ``p`` trained jointly, ``v -> v^mm`` (the head SVM on the
+selected tokens) and ``p -> p^relax`` of eq. (10) (Thms. 5-6).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from scipy.special import expit
+from sklearn.base import ClassifierMixin, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import Hidden, Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import (
-    _check_sample_weight,
-    check_is_fitted,
-    check_random_state,
-    column_or_1d,
-    validate_data,
-)
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
 
 from ._backend import to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
+    SATURATION_NATS,
     TRAINING_CONSTRAINTS,
+    ImplicitBiasEstimator,
+    Limits,
+    Training,
     backend_of,
+    cosine,
     default_radii,
-    limit_progress,
+    saturation_radius,
+    unit,
+    warn_renamed_parameter,
 )
-from ._optim import minimize
-from ._progress import close_progress, make_progress
-from ._sequences import check_sequences
+from ._sequences import binary_labels, check_attention_input, key_query_matrix
 from .metrics import alignment
 from .models.attention import (
-    LOSSES,
     AttentionObjective,
+    attention_decision,
     attention_features,
     attention_loss_grad,
     attention_weights,
 )
-from .svm import NotSeparableError, att_svm, att_svm_prime, min_score_gap, svm_neighbors
+from .svm import (
+    NotSeparableError,
+    att_svm,
+    att_svm_prime,
+    head_svm,
+    joint_svm,
+    min_score_gap,
+    relaxed_att_svm,
+    support_vectors,
+    svm_neighbors,
+)
 
-__all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "JointAttentionSVM", "attention_trials",
+__all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "JointAttentionSVM",
            "diagnose_selection"]
 
 #: Softmax saturation threshold of App. E (Fig. 9): mean selected probability.
 SATURATION_THRESHOLD = 1.0 - 1e-5
-_SVM_NATS = 20.0
+#: public loss names -> the model's (the former public name is kept one release)
+_LOSS = {"log_loss": "logistic", "logistic": "logistic", "exponential": "exponential",
+         "correlation": "correlation"}
+_DEPRECATED = "deprecated"
+
+
+def _head_vector(head, X, mask, Y):
+    """The fixed head ``v``: given, or the unit difference of the class means of the
+    mean-pooled tokens (``e_1`` if that is zero)."""
+    d = X.shape[2]
+    if head is not None:
+        v = np.asarray(head, dtype=float).ravel()
+        if v.shape != (d,):
+            raise ValueError(f"head must have shape ({d},) (the token dimension), "
+                             f"got {np.shape(head)}.")
+        if not np.all(np.isfinite(v)):
+            raise ValueError("head contains NaN or infinity.")
+        return v
+    pooled = (X * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+    v, nv = unit(pooled[Y > 0].mean(0) - pooled[Y < 0].mean(0)) if (Y > 0).any() and (
+        Y < 0).any() else (np.zeros(d), 0.0)
+    if nv == 0 or not np.isfinite(nv):
+        v = np.zeros(d)
+        v[0] = 1.0
+    return v
+
+
+def _fixed_query(fixed, k, rng):
+    """The fixed query ``u`` of ``train="W"``: ``1/sqrt(k)`` everywhere, random, or given."""
+    if fixed is None:
+        return np.full(k, 1.0 / np.sqrt(k))
+    if isinstance(fixed, str):
+        if fixed == "random":
+            return rng.standard_normal(k) / np.sqrt(k)
+        raise ValueError("train='W' needs a non-zero fixed query: it cannot be 'zeros'.")
+    u = np.asarray(fixed, dtype=float).ravel()
+    if u.shape != (k,):
+        raise ValueError(f"fixed_query must have shape ({k},), got {np.shape(fixed)}.")
+    if not np.all(np.isfinite(u)):
+        raise ValueError("fixed_query contains NaN or infinity.")
+    if not np.any(u):
+        raise ValueError("train='W' needs a non-zero fixed query u.")
+    return u
+
+
+def _selection(keys, query, mask):
+    """The selected tokens and the saturation, without the max-margin diagnosis."""
+    s = attention_weights(np, keys, query, mask)
+    selected = np.argmax(s, axis=1)
+    return {"selected": selected, "saturation": float(s[np.arange(len(s)), selected].mean())}
+
+
+def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=None,
+                      support=None):
+    """The limit directions of the joint model for the tokens ``selected`` (Sec. 3).
+
+    Returns the fitted attributes (``selected_tokens_``, ``head_mm_direction_``,
+    ``head_mm_margin_``, ``support_``, ``support_vectors_``, ``att_svm_direction_``,
+    ``mm_direction_``, ``mm_margin_``) and the gaps of ``svm_radius="auto"``:
+    ``label_gaps`` (the head's margin) and ``attention_gaps`` (the logit gaps of
+    the unit ``p^relax`` that it separates, up to roundoff).
+    """
+    from ._progress import close_progress, make_limit_progress
+
+    X, K, mask, Y = data["X"], data["K"], data["mask"], data["Y"]
+    out = {"selected_tokens_": None, "head_mm_direction_": None, "head_mm_margin_": 0.0,
+           "support_": np.zeros(0, dtype=np.int64), "support_vectors_": np.zeros((0, X.shape[2])),
+           "att_svm_direction_": None, "mm_direction_": None, "mm_margin_": float("nan"),
+           "label_gaps": np.zeros(0), "attention_gaps": np.zeros(0)}
+    if selected is None:
+        return out
+    rows = np.arange(X.shape[0])
+    out["selected_tokens_"] = np.asarray(selected, dtype=np.int64)
+    tokens = X[rows, selected]
+    progress = None
+    if head is None or relaxed is None or att is None:
+        progress = make_limit_progress(estimator.verbose,
+                                       desc="limit head SVM, (relaxed) ATT-SVM")
+    kw = {"method": estimator.svm_method, "callback": progress}
+    try:
+        if head is None:
+            try:
+                head = head_svm(tokens, Y, **kw)
+            except NotSeparableError as exc:
+                warnings.warn(
+                    f"{str(exc).rstrip('.')}. The selected tokens (largest attention) admit "
+                    "no head max-margin direction: head_mm_direction_, mm_direction_ and "
+                    "att_svm_direction_ are None.", UserWarning, stacklevel=6)
+                return out
+        out["head_mm_direction_"], nv = unit(head)
+        out["head_mm_margin_"] = 1.0 / nv if nv > 0 else float("inf")
+        out["label_gaps"] = np.array([out["head_mm_margin_"]]) if nv > 0 else np.zeros(0)
+        if support is None:
+            support = support_vectors(tokens, Y, head)
+        out["support_"] = np.flatnonzero(support)
+        out["support_vectors_"] = tokens[support]
+        problems = []
+        if att is None:
+            try:
+                att = relaxed_att_svm(K, selected, mask=mask, **kw)
+            except NotSeparableError as exc:
+                problems.append(str(exc))
+        if att is not None:
+            out["att_svm_direction_"] = unit(att)[0]
+        if relaxed is None:
+            if att is not None and support.all():
+                relaxed = att
+            else:
+                try:
+                    relaxed = relaxed_att_svm(K, selected, support, mask=mask, **kw)
+                except NotSeparableError as exc:
+                    problems.append(str(exc))
+        if problems:
+            warnings.warn(" ".join(problems) + " The corresponding direction is None.",
+                          UserWarning, stacklevel=6)
+    finally:
+        close_progress(progress)
+    if relaxed is not None:
+        p, n_p = unit(relaxed)
+        out["mm_direction_"], out["mm_margin_"] = p, 1.0 / n_p if n_p > 0 else float("nan")
+        gaps = (K[rows, selected][:, None, :] - K) @ p
+        other = mask.copy()
+        other[rows, selected] = False
+        gaps = gaps[other]
+        out["attention_gaps"] = gaps[gaps > 1e-9 * max(1.0, float(np.abs(gaps).max(
+            initial=0.0)))]
+    return out
 
 
 def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="auto",
@@ -108,9 +246,10 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
            "saturated": saturation >= threshold, "mm": None, "neighbors": None,
            "min_score_gap": float("nan"), "locally_optimal": False,
            "selects_optimal": bool(optimal[np.arange(n), selected].all()),
-           "correlation": float("nan")}
+           "correlation": float("nan"), "mm_result": None}
     try:
-        mm = att_svm(keys, selected, mask=mask, method=method)
+        mm, out["mm_result"] = att_svm(keys, selected, mask=mask, method=method,
+                                       return_result=True)
     except NotSeparableError:
         mm = None
     if mm is not None:
@@ -131,7 +270,7 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
     return out
 
 
-class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
+class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
     """Softmax attention that selects one token per input, ``f(X) = v^T X^T S(X W^T p)``.
 
     The head ``v`` is fixed; the query ``p`` (``train="p"``) or the key-query
@@ -157,27 +296,36 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         ``train="W"`` it is the initial ``W(0)``.
     train : {"p", "W"}, default="p"
         ``"p"``: train the query ``p`` (Sec. 2).  ``"W"``: train ``W`` with
-        the query fixed to ``u = query_init``; the step on ``W`` is scaled as
+        the query fixed to ``u = fixed_query``; the step on ``W`` is scaled as
         in Lemma 1 (``lr/||u||^2`` for ``"gd"``, ``lr/||u||`` for ``"ngd"``,
         radii ``/||u||`` for ``"regpath"``) so that ``W(t)^T u`` follows
         exactly the iterates of ``train="p"`` with ``key_query=None`` started
         at ``W(0)^T u``.  Directions are then computed for the effective query
         ``W^T u`` on the keys ``X`` (``W = I``).
-    loss : {"logistic", "exponential", "correlation"}, default="logistic"
-        ``l(u) = log(1 + e^{-u})``, ``e^{-u}`` or ``-u`` (Assumption A).
-    solver : {"gd", "ngd", "regpath", "svm"}, default="ngd"
+    loss : {"log_loss", "exponential", "correlation"}, default="log_loss"
+        ``l(u) = log(1 + e^{-u})`` (the logistic loss; ``"logistic"``, its
+        former name, is kept for one release), ``e^{-u}`` or ``-u``
+        (Assumption A).
+    solver : {"gd", "ngd", "adam", "regpath", "svm"}, default="ngd"
         ``"gd"``: gradient descent (3); ``"ngd"``: normalized GD (App. E);
+        ``"adam"``: Adam;
         ``"regpath"``: the regularization path (2), ``argmin_{||p|| <= R}``
         over ``path_radii`` (Thm. 1), each radius solved by the shared loop
         from two starts (the previous solution and ``R`` times the GMM
         direction) keeping the lower risk, since (2) is non-convex; ``"svm"``: the explicit limit
         ``p = svm_radius * gmm_direction_`` (Thm. 1/2).
-    query_init : None, "zeros", "random" or array-like of shape (k,), default=None
-        ``train="p"``: the start ``p(0)`` (``None``/"zeros": ``0``;
-        "random": ``N(0, I/k)`` from ``random_state``; an array, e.g. a point
-        of the cone around an LMM direction, Thm. 3).  ``train="W"``: the fixed
-        query ``u`` (``None``: ``1/sqrt(k)`` in every entry; "random": a
-        ``N(0, I/k)`` draw).
+    init : None, "zeros", "random" or array-like, default=None
+        The start of the gradient solvers.  ``train="p"``: ``p(0)`` of shape
+        (k,) (``None``/"zeros": ``0``; "random": ``N(0, I/k)`` from
+        ``random_state``; an array, e.g. a point of the cone around an LMM
+        direction, Thm. 3).  ``train="W"``: ``W(0)`` of shape (k, d)
+        (``None``: ``key_query``).
+    fixed_query : None, "random" or array-like of shape (k,), default=None
+        ``train="W"`` only: the fixed query ``u`` (``None``: ``1/sqrt(k)`` in
+        every entry; "random": a ``N(0, I/k)`` draw).
+    query_init : deprecated
+        The former name of ``init`` (``train="p"``) and of ``fixed_query``
+        (``train="W"``), kept for one release.
     lr : float, default=0.1
         Step size (the paper's normalized GD uses 0.1 in Fig. 1-4 and 1 in
         Fig. 9).
@@ -199,9 +347,14 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         infimum by less than float64 resolves (``e^{-36}``), so larger radii
         cannot be solved meaningfully.  Without a GMM direction:
         ``geomspace(0.5, 200, 24)``.
-    max_optimal_choices : int, default=4096
+    max_enumeration : int, default=4096
         With tied optimal tokens, (ATT-SVM') of App. D is solved by
         enumerating up to this many choices of one optimal token per input.
+    max_optimal_choices : deprecated
+        The former name of ``max_enumeration``, kept for one release.
+    compute_limits : bool, default=True
+        Solve (ATT-SVM) for the optimal and the selected tokens during ``fit``
+        (needed for ``solver="svm"``, the directions and the diagnosis).
     classes : array-like of 2 labels, default=None
         The two labels (sorted; the first is ``Y = -1``).  ``None`` takes
         them from ``y``, which must then hold both; naming them lets ``y``
@@ -219,7 +372,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
     device : str, default=None
     dtype : {"float64", "float32"}, default="float64"
     random_state : int, RandomState instance or None, default=None
-        Seeds ``query_init="random"``.
+        Seeds the random starts (``init``, ``fixed_query``).
     verbose : int, default=0
 
     Attributes
@@ -258,15 +411,21 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         saturated on locally optimal tokens (LMM); saturated otherwise.
     attention_saturation_ : float
         ``mean_i max_t S(K_i p)_t``.
+    mm_margin_ : float
+        ``1 / ||p^mm(alpha)||`` (nan without a direction).
     alignment_ : float
         Cosine of the fitted query (``W^T u`` for ``train="W"``) with
         ``mm_direction_`` (nan when it is None).
     history_ : dict of ndarray
         ``iteration``, ``loss``, ``grad_norm``, ``norm``, ``saturation``,
         ``gmm_alignment`` (cosine with ``gmm_direction_``), ``alignment``
-        (with ``mm_direction_``), ``time``; ``radius`` for the path; and
-        ``query``, of shape (n_records, k), the recorded iterates of the
+        (with ``mm_direction_``), ``time``; ``radius`` for the path.  Every
+        entry is one value per record (``pandas.DataFrame(history_)`` works).
+    trajectory_ : dict of ndarray
+        ``query``, of shape (n_records, k): the recorded iterates of the
         fitted query (``W^T u`` for ``train="W"``), e.g. to draw trajectories.
+    svm_result_ : MaxMarginResult or None
+        The (ATT-SVM) solve of ``mm_direction_``.
     n_iter_ : int
     n_features_in_ : int
         Token dimension ``d``; for 2-D input ``(n, T)`` (read as ``n``
@@ -288,53 +447,40 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         "head": [None, "array-like"],
         "key_query": [None, "array-like"],
         "train": [StrOptions({"p", "W"})],
-        "loss": [StrOptions(set(LOSSES))],
-        "solver": [StrOptions({"gd", "ngd", "regpath", "svm"})],
-        "query_init": [None, StrOptions({"zeros", "random"}), "array-like"],
-        "svm_radius": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
-        "max_optimal_choices": [Interval(Integral, 1, None, closed="left")],
+        "loss": [StrOptions(set(_LOSS), deprecated={"logistic"})],
+        "init": [None, StrOptions({"zeros", "random"}), "array-like"],
+        "fixed_query": [None, StrOptions({"random"}), "array-like"],
+        "query_init": [Hidden(StrOptions({_DEPRECATED})), None,
+                       StrOptions({"zeros", "random"}), "array-like"],
+        "max_enumeration": [Interval(Integral, 1, None, closed="left")],
+        "max_optimal_choices": [Hidden(StrOptions({_DEPRECATED})),
+                                Interval(Integral, 1, None, closed="left")],
         "classes": [None, "array-like"],
         **TRAINING_CONSTRAINTS,
         **BACKEND_CONSTRAINTS,
     }
 
-    def __init__(
-        self,
-        head=None,
-        key_query=None,
-        *,
-        train="p",
-        loss="logistic",
-        solver="ngd",
-        query_init=None,
-        lr=0.1,
-        max_iter=1000,
-        tol=0.0,
-        svm_radius="auto",
-        path_radii=None,
-        max_optimal_choices=4096,
-        classes=None,
-        svm_method="auto",
-        record_every=10,
-        backend="numpy",
-        device=None,
-        dtype="float64",
-        random_state=None,
-        verbose=0,
-    ):
+    def __init__(self, head=None, key_query=None, *, train="p", loss="log_loss", solver="ngd",
+                 init=None, fixed_query=None, lr=0.1, max_iter=1000, tol=0.0,
+                 svm_radius="auto", path_radii=None, max_enumeration=4096, classes=None,
+                 compute_limits=True, svm_method="auto", record_every=10, backend="numpy",
+                 device=None, dtype="float64", random_state=None, verbose=0,
+                 query_init=_DEPRECATED, max_optimal_choices=_DEPRECATED):
         self.head = head
         self.key_query = key_query
         self.train = train
         self.loss = loss
         self.solver = solver
-        self.query_init = query_init
+        self.init = init
+        self.fixed_query = fixed_query
         self.lr = lr
         self.max_iter = max_iter
         self.tol = tol
         self.svm_radius = svm_radius
         self.path_radii = path_radii
-        self.max_optimal_choices = max_optimal_choices
+        self.max_enumeration = max_enumeration
         self.classes = classes
+        self.compute_limits = compute_limits
         self.svm_method = svm_method
         self.record_every = record_every
         self.backend = backend
@@ -342,124 +488,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
+        self.query_init = query_init
+        self.max_optimal_choices = max_optimal_choices
 
-    # ------------------------------------------------------------------ input
-    def _validate_X(self, X, reset):
-        two_d = False
-        if not isinstance(X, (np.ndarray, list, tuple)) and hasattr(X, "__array__") \
-                and not hasattr(X, "columns"):
-            X = np.asarray(X)
-        if hasattr(X, "shape") and len(X.shape) == 1:
-            raise ValueError(
-                f"Expected a 3-D array (n_samples, seq_len, n_features), a 2-D array "
-                f"(n_samples, seq_len) or a list of 2-D sequences; got a 1-D array of "
-                f"shape {X.shape}. Reshape your data either using array.reshape(-1, 1) "
-                "if your data has a single feature or array.reshape(1, -1) if it "
-                "contains a single sample.")
-        if hasattr(X, "shape") and len(X.shape) == 2:
-            two_d = True
-        elif isinstance(X, (list, tuple)) and len(X) and not any(
-                np.ndim(s) >= 2 for s in X):
-            try:
-                two_d = np.asarray(X, dtype=float).ndim == 2
-            except (TypeError, ValueError):
-                two_d = False
-        if two_d and (reset or getattr(self, "_input_2d", False)):
-            X2 = validate_data(self, X, reset=reset, dtype=np.float64)
-            if reset:
-                self._input_2d = True
-                self._token_dim = 1
-            return X2[:, :, None], np.ones(X2.shape, dtype=bool)
-        arr, mask = check_sequences(
-            np.asarray(X, dtype=float) if two_d else X,
-            n_features=None if reset else self._token_dim,
-        )
-        if reset:
-            self._input_2d = False
-            self._token_dim = arr.shape[2]
-            self.n_features_in_ = arr.shape[2]
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-        return arr, mask
-
-    def _targets(self, y, n):
-        y = column_or_1d(y, warn=True)
-        if y.shape[0] != n:
-            raise ValueError(f"X has {n} sequences but y has {y.shape[0]} labels.")
-        check_classification_targets(y)
-        if self.classes is not None:
-            classes = np.unique(np.asarray(self.classes))
-            if classes.shape[0] != 2:
-                raise ValueError(f"classes must name exactly 2 labels, got {self.classes!r}.")
-            unknown = ~np.isin(y, classes)
-            if unknown.any():
-                raise ValueError(f"labels {np.unique(y[unknown])[:10]!r} are not in "
-                                 f"classes={classes!r}.")
-            return classes, np.where(y == classes[1], 1.0, -1.0)
-        classes = np.unique(y)
-        if classes.shape[0] == 1:
-            raise ValueError(
-                "AttentionSelector needs 2 classes in y; got 1 class: "
-                f"{classes[0]!r}. The labels are mapped to Y = -1/+1; to fit inputs "
-                "of one label (e.g. n = 1, Thm. 2) name both with classes=[-1, 1]."
-            )
-        if classes.shape[0] > 2:
-            raise ValueError(
-                "Only binary classification is supported: AttentionSelector's labels "
-                f"are Y in {{-1, +1}} (Sec. 1.1); y has {classes.shape[0]} classes."
-            )
-        return classes, np.where(y == classes[1], 1.0, -1.0)
-
-    def _head(self, X, mask, Y, d):
-        if self.head is not None:
-            v = np.asarray(self.head, dtype=float).ravel()
-            if v.shape != (d,):
-                raise ValueError(f"head must have shape ({d},) (the token dimension), "
-                                 f"got {np.shape(self.head)}.")
-            if not np.all(np.isfinite(v)):
-                raise ValueError("head contains NaN or infinity.")
-            return v
-        pooled = (X * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
-        v = pooled[Y > 0].mean(0) - pooled[Y < 0].mean(0)
-        nv = np.linalg.norm(v)
-        if nv == 0 or not np.isfinite(nv):
-            v = np.zeros(d)
-            v[0] = 1.0
-            return v
-        return v / nv
-
-    def _key_query(self, d):
-        if self.key_query is None:
-            return np.eye(d)
-        W = np.asarray(self.key_query, dtype=float)
-        if W.ndim != 2 or W.shape[1] != d:
-            raise ValueError(f"key_query must have shape (k, {d}) (d the token "
-                             f"dimension), got {W.shape}.")
-        if not np.all(np.isfinite(W)):
-            raise ValueError("key_query contains NaN or infinity.")
-        return W
-
-    def _query_init(self, k, rng, fixed):
-        qi = self.query_init
-        if isinstance(qi, str):
-            if qi == "random":
-                return rng.standard_normal(k) / np.sqrt(k)
-            if fixed:
-                raise ValueError("train='W' needs a non-zero fixed query: query_init "
-                                 "cannot be 'zeros'.")
-            return np.zeros(k)
-        if qi is None:
-            return np.full(k, 1.0 / np.sqrt(k)) if fixed else np.zeros(k)
-        q = np.asarray(qi, dtype=float).ravel()
-        if q.shape != (k,):
-            raise ValueError(f"query_init must have shape ({k},), got {np.shape(qi)}.")
-        if not np.all(np.isfinite(q)):
-            raise ValueError("query_init contains NaN or infinity.")
-        if fixed and not np.any(q):
-            raise ValueError("train='W' needs a non-zero fixed query u = query_init.")
-        return q
-
-    # -------------------------------------------------------------------- fit
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
         """Fit the attention weights by the chosen solver.
@@ -479,215 +510,202 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         -------
         self
         """
-        Xp, mask = self._validate_X(X, reset=True)
+        return self._fit(X, y, sample_weight)
+
+    # ------------------------------------------------------------- the model
+    def _prepare(self, X, y, sample_weight):
+        init, fixed = self.init, self.fixed_query
+        if not isinstance(self.query_init, str) or self.query_init != _DEPRECATED:
+            new = "init" if self.train == "p" else "fixed_query"
+            warn_renamed_parameter(self, "query_init=...", f"{new}=...")
+            init, fixed = ((self.query_init, fixed) if self.train == "p"
+                           else (init, self.query_init))
+        if self.loss == "logistic":
+            warn_renamed_parameter(self, "loss='logistic'", "loss='log_loss'")
+        enumeration = self.max_enumeration
+        if not isinstance(self.max_optimal_choices, str):
+            warn_renamed_parameter(self, "max_optimal_choices=...", "max_enumeration=...")
+            enumeration = self.max_optimal_choices
+        Xp, mask = check_attention_input(self, X, reset=True)
         n, T, d = Xp.shape
-        self.classes_, Y = self._targets(y, n)
+        classes, Y = binary_labels(y, n, self.classes, type(self).__name__)
         sw = _check_sample_weight(sample_weight, np.empty((n, 1)), dtype=np.float64,
                                   ensure_non_negative=True)
         if not sw.sum() > 0:
             raise ValueError("sample_weight is zero for every input; nothing to fit.")
-        v = self._head(Xp, mask, Y, d)
-        W = self._key_query(d)
-        self.head_ = v
+        v = _head_vector(self.head, Xp, mask, Y)
+        W = key_query_matrix(self.key_query, d)
         scores = np.where(mask, Y[:, None] * (Xp @ v), -np.inf)
-        self.token_scores_ = scores
-        self.optimal_tokens_ = np.argmax(scores, axis=1)
         top = scores.max(axis=1, keepdims=True)
-        self.optimal_sets_ = mask & (scores >= top - 1e-12 * (1 + np.abs(top)))
-        svm_keys = Xp @ W.T if self.train == "p" else Xp
-        self._fit_gmm(svm_keys, mask)
         rng = check_random_state(self.random_state)
-        if self.solver == "svm":
-            q = self._fit_svm(W, T, rng)
-        else:
-            q = self._fit_gradient(Xp, mask, Y, sw, v, W, rng)
-        rep = diagnose_selection(svm_keys, np.where(mask, scores, 0.0), q, mask=mask,
-                                 optimal=self.optimal_sets_, method=self.svm_method)
-        self.selected_tokens_ = rep["selected"]
-        self.attention_saturation_ = rep["saturation"]
-        self.mm_direction_ = None if rep["mm"] is None else rep["mm"] / np.linalg.norm(
-            rep["mm"])
-        self.svm_neighbors_ = rep["neighbors"]
-        self.is_locally_optimal_ = bool(rep["locally_optimal"])
-        self.min_score_gap_ = rep["min_score_gap"]
-        self.convergence_ = rep["convergence"]
-        self.alignment_ = (alignment(q, self.mm_direction_)
-                           if self.mm_direction_ is not None else float("nan"))
-        if self.solver == "svm":
-            risk, _ = attention_loss_grad(np, Xp, Xp @ self.key_query_.T, Y, v, self.query_,
-                                          mask=None if mask.all() else mask,
-                                          loss=self.loss, sample_weight=sw, wrt=())
-            self.history_["loss"] = np.array([float(risk)])
-            self.history_["saturation"] = np.array([rep["saturation"]])
-        iterates = getattr(self, "_iterates", None)
-        if iterates is not None:
-            self.history_["query"] = np.stack(iterates)
-            self.history_["alignment"] = np.array(
-                [alignment(it, self.mm_direction_) if self.mm_direction_ is not None
-                 else np.nan for it in iterates])
-            del self._iterates
-        return self
+        u = _fixed_query(fixed, W.shape[0], rng) if self.train == "W" else None
+        return {"X": Xp, "mask": mask, "Y": Y, "sw": sw, "classes": classes, "v": v, "W": W,
+                "scores": scores, "optimal": mask & (scores >= top - 1e-12 * (1 + np.abs(top))),
+                "keys": Xp @ W.T if self.train == "p" else Xp, "rng": rng, "u": u,
+                "init": init, "enumeration": enumeration}
 
-    def _fit_gmm(self, keys, mask):
-        optimal = self.optimal_sets_
-        self.gmm_direction_ = None
-        self._gmm = None
+    def _explicit_limits(self, data):
+        optimal, keys, mask = data["optimal"], data["keys"], data["mask"]
         ties = np.flatnonzero(optimal.sum(axis=1) > 1)
-        strict = self.solver == "svm"
-        progress = limit_progress(self, "ATT-SVM (GMM)")
-        try:
+
+        def solve(callback):
             if ties.size == 0:
-                p = att_svm(keys, self.optimal_tokens_, mask=mask, method=self.svm_method,
-                            callback=progress)
-            else:
-                count = math.prod(int(c) for c in optimal.sum(axis=1))
-                p, alpha, n_best = att_svm_prime(
-                    keys, optimal, mask=mask, method=self.svm_method,
-                    max_combinations=self.max_optimal_choices)
-                msg = (f"inputs {ties[:10].tolist()} have several optimal tokens (tied "
-                       "scores), so (ATT-SVM) is replaced by the non-convex (ATT-SVM') "
-                       f"of App. D, solved exactly by enumerating the {count} choices of "
-                       "one optimal token per input")
-                if n_best > 1:
-                    msg += (f"; {n_best} choices reach the minimal norm, so the GMM "
-                            "direction is not unique and gmm_direction_ is one of them")
-                warnings.warn(msg + ".", UserWarning, stacklevel=3)
-        except NotSeparableError as exc:
-            if strict:
-                raise NotSeparableError(
-                    f"solver='svm' needs the GMM direction: {exc}") from exc
-            warnings.warn(f"{exc} gmm_direction_ is None.", UserWarning, stacklevel=3)
-            return
-        except ValueError as exc:  # too many tied choices
-            if strict:
+                return att_svm(keys, np.argmax(data["scores"], axis=1), mask=mask,
+                               method=self.svm_method, callback=callback)
+            count = math.prod(int(c) for c in optimal.sum(axis=1))
+            p, _, n_best = att_svm_prime(keys, optimal, mask=mask, method=self.svm_method,
+                                         max_combinations=data["enumeration"])
+            msg = (f"inputs {ties[:10].tolist()} have several optimal tokens (tied "
+                   "scores), so (ATT-SVM) is replaced by the non-convex (ATT-SVM') of "
+                   f"App. D, solved exactly by enumerating the {count} choices of one "
+                   "optimal token per input")
+            if n_best > 1:
+                msg += (f"; {n_best} choices reach the minimal norm, so the GMM direction "
+                        "is not unique and gmm_direction_ is one of them")
+            warnings.warn(msg + ".", UserWarning, stacklevel=6)
+            return p
+
+        try:
+            p, _ = self._solve_limit("ATT-SVM (GMM)", solve, "gmm_direction_ is None.")
+        except ValueError as exc:  # too many tied choices to enumerate
+            if self.solver == "svm" or isinstance(exc, NotSeparableError):
                 raise
-            warnings.warn(f"{exc} gmm_direction_ is None.", UserWarning, stacklevel=3)
-            return
-        finally:
-            close_progress(progress)
-        nrm = float(np.linalg.norm(p))
-        if nrm == 0:
-            if strict:
-                raise NotSeparableError("solver='svm': p^mm* is zero (every input has "
-                                        "only optimal tokens); there is no direction.")
-            return
-        self._gmm = p
-        self.gmm_direction_ = p / nrm
+            warnings.warn(f"{exc} gmm_direction_ is None.", UserWarning, stacklevel=4)
+            p = None
+        direction, norm = (None, 0.0) if p is None else unit(p)
+        if p is not None and norm == 0:
+            if self.solver == "svm":
+                raise NotSeparableError("solver='svm': p^mm* is zero (every input has only "
+                                        "optimal tokens); there is no direction.")
+            direction = None
+        return Limits(direction, gmm=p if direction is not None else None)
 
-    def _fit_svm(self, W, T, rng):
-        R = (float(self.svm_radius) if self.svm_radius != "auto"
-             else (_SVM_NATS + math.log(max(T, 1))) * float(np.linalg.norm(self._gmm)))
+    def _limit_parameters(self, data, limits):
+        T = data["X"].shape[1]
+        R = (float(self.svm_radius) if self.svm_radius != "auto" else
+             (SATURATION_NATS + math.log(max(T, 1))) * float(np.linalg.norm(
+                 limits.attributes["gmm"])))
         self.svm_radius_ = R
-        q = R * self.gmm_direction_
-        if self.train == "p":
-            self.query_ = q
-            self.key_query_ = W
-        else:
-            u = self._query_init(W.shape[0], rng, fixed=True)
-            self.query_ = u
-            self.key_query_ = np.outer(u, q) / float(u @ u)
-        self.n_iter_ = 0
-        self.history_ = {"iteration": np.array([0.0]),
-                         "norm": np.array([np.linalg.norm(q)]),
-                         "gmm_alignment": np.array([1.0])}
-        self._iterates = [q]
-        return q
+        q = R * limits.direction
+        u = data["u"]
+        return (q,) if self.train == "p" else (np.outer(u, q) / float(u @ u),)
 
-    def _fit_gradient(self, Xp, mask, Y, sw, v, W, rng):
-        be = backend_of(self)
-        xp = be.xp
-        full = bool(mask.all())
-        maskb = None if full else be.asbool(mask)
-        Xb = be.asarray(Xp)
-        identity = self.key_query is None
-        uniform = bool(np.all(sw == sw[0]))
-        common = {"mask": maskb, "loss": self.loss, "v": be.asarray(v),
-                  "sample_weight": None if uniform else be.asarray(sw)}
-        radii = None
+    def _training(self, data, limits, be):
+        xp, W, u = be.xp, data["W"], data["u"]
+        mask = data["mask"]
+        maskb = None if mask.all() else be.asbool(mask)
+        Xb = be.asarray(data["X"])
+        uniform = bool(np.all(data["sw"] == data["sw"][0]))
+        common = {"mask": maskb, "loss": _LOSS[self.loss], "v": be.asarray(data["v"]),
+                  "sample_weight": None if uniform else be.asarray(data["sw"])}
+        radii, lr, starts = None, self.lr, ()
+        gmm = None if limits.direction is None else be.asarray(limits.direction)
         if self.solver == "regpath":
-            if self.path_radii is None and self._gmm is not None:
-                radii = np.geomspace(0.1, 30.0, 16) * float(np.linalg.norm(self._gmm))
-            else:
-                radii = default_radii(self.path_radii)
-        lr = self.lr
+            gmm_norm = None if gmm is None else float(np.linalg.norm(limits.attributes["gmm"]))
+            radii = (np.geomspace(0.1, 30.0, 16) * gmm_norm
+                     if self.path_radii is None and gmm is not None
+                     else default_radii(self.path_radii))
         if self.train == "p":
-            p0 = self._query_init(W.shape[0], rng, fixed=False)
-            obj = AttentionObjective(xp, Xb, be.asarray(Y), W=None if identity else
-                                     be.asarray(W), train=("p",), **common)
-            params0 = (be.asarray(p0),)
+            p0 = self._initial(data["init"], (W.shape[0],), data["rng"], default="zeros",
+                               scale=1 / np.sqrt(W.shape[0]))
+            obj = AttentionObjective(xp, Xb, be.asarray(data["Y"]), train=("p",),
+                                     W=None if self.key_query is None else be.asarray(W),
+                                     **common)
+            params0, keys_eff = (p0,), be.asarray(data["keys"])
+            if gmm is not None:
+                starts = ((gmm,),)
 
             def effective(params):
                 return params[0]
         else:
-            u = self._query_init(W.shape[0], rng, fixed=True)
+            W0 = self._initial(data["init"], W.shape, data["rng"], default=W, scale=1.0)
             nu = float(np.linalg.norm(u))
             ub = be.asarray(u)
-            obj = AttentionObjective(xp, Xb, be.asarray(Y), p=ub, train=("W",), **common)
-            params0 = (be.asarray(W),)
+            obj = AttentionObjective(xp, Xb, be.asarray(data["Y"]), p=ub, train=("W",),
+                                     **common)
+            params0, keys_eff = (W0,), Xb
             lr = self.lr / nu**2 if self.solver == "gd" else self.lr / nu
-            if radii is not None:
-                radii = radii / nu
+            radii = None if radii is None else radii / nu
+            if gmm is not None:
+                starts = ((be.asarray(np.outer(u, limits.direction) / nu),),)
 
             def effective(params):
                 return params[0].T @ ub
-        keys_eff = Xb  # the effective query acts on X (train="W") or on X W^T
-        if self.train == "p" and not identity:
-            keys_eff = Xb @ be.asarray(W).T
-        gmm = None if self.gmm_direction_ is None else be.asarray(self.gmm_direction_)
-        iterates = []
 
         def metrics(params):
             q = effective(params)
             nq = float(xp.sqrt(xp.sum(q * q)))
             s = attention_weights(xp, keys_eff, q, maskb)
-            row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1)))}
+            row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1))), "query": q}
             if gmm is not None:
                 row["gmm_alignment"] = float(xp.sum(q * gmm)) / nq if nq > 0 else 0.0
-            iterates.append(np.asarray(to_numpy(q), dtype=float))
             return row
 
-        if self.solver == "regpath":
-            # the path of the non-convex risk (2): every radius also from R p^mm*
-            # (Thm. 1), each solve on the risk divided by its gradient norm
-            extra = ()
-            if self.gmm_direction_ is not None:
-                extra = ((gmm,),) if self.train == "p" else (
-                    (be.asarray(np.outer(u, self.gmm_direction_) / nu),),)
-            result = minimize(obj, params0, xp=xp, solver="regpath", radii=radii,
-                              tol=self.tol, inner_max_iter=self.max_iter, metrics=metrics,
-                              starts=extra, rescale=True)
-        else:
-            result = minimize(obj, params0, xp=xp, solver=self.solver, lr=lr,
-                              max_iter=self.max_iter, tol=self.tol, metrics=metrics,
-                              record_every=self.record_every, inner_max_iter=self.max_iter,
-                              progress=make_progress(self.verbose, self.max_iter,
-                                                     desc=self.solver))
-        final = np.asarray(to_numpy(result.params[0]), dtype=np.float64)
+        # the path of the non-convex risk (2): every radius also from R p^mm* (Thm. 1),
+        # each solve on the risk divided by its gradient norm
+        return Training(obj, params0, metrics, lr=lr, radii=radii, starts=starts,
+                        rescale=True)
+
+    def _fitted(self, data, limits, params, result):
+        W, u, Xp, mask = data["W"], data["u"], data["X"], data["mask"]
+        self.classes_, self.head_ = data["classes"], data["v"]
+        scores = data["scores"]
+        self.token_scores_ = scores
+        self.optimal_tokens_ = np.argmax(scores, axis=1)
+        self.optimal_sets_ = data["optimal"]
+        self.gmm_direction_ = limits.direction
         if self.train == "p":
-            self.query_ = final
-            self.key_query_ = W
-            q = final
+            self.query_, self.key_query_, q = params[0], W, params[0]
         else:
-            self.query_ = u
-            self.key_query_ = final
-            q = final.T @ u
+            self.query_, self.key_query_, q = u, params[0], params[0].T @ u
+        rep = (diagnose_selection(data["keys"], np.where(mask, scores, 0.0), q, mask=mask,
+                                  optimal=data["optimal"], method=self.svm_method)
+               if self.compute_limits or self.solver == "svm" else
+               _selection(data["keys"], q, mask))
+        self.selected_tokens_ = rep["selected"]
+        self.attention_saturation_ = rep["saturation"]
+        self.mm_direction_, norm = (None, 0.0) if rep.get("mm") is None else unit(rep["mm"])
+        self.mm_margin_ = 1.0 / norm if norm > 0 else float("nan")
+        self.svm_result_ = rep.get("mm_result")
+        self.svm_neighbors_ = rep.get("neighbors")
+        self.is_locally_optimal_ = bool(rep.get("locally_optimal", False))
+        self.min_score_gap_ = rep.get("min_score_gap", float("nan"))
+        self.convergence_ = rep.get("convergence", "not-saturated")
+        self.alignment_ = cosine(q, self.mm_direction_)
+        if result is None:
+            self.n_iter_ = 0
+            risk, _ = attention_loss_grad(np, Xp, Xp @ self.key_query_.T, data["Y"], data["v"],
+                                          self.query_, mask=None if mask.all() else mask,
+                                          loss=_LOSS[self.loss], sample_weight=data["sw"],
+                                          wrt=())
+            self.history_ = self._svm_history(risk, (q,), saturation=rep["saturation"],
+                                              gmm_alignment=1.0, alignment=self.alignment_)
+            self.trajectory_ = {"query": q[None].copy()}
+            return
         self.n_iter_ = result.n_iter
-        self.history_ = result.history
-        n_rec = len(self.history_["iteration"])
-        self._iterates = iterates[-n_rec:]
-        return q
+        history = dict(result.history)
+        self.trajectory_ = {"query": history.pop("query")}
+        history["alignment"] = np.array([cosine(it, self.mm_direction_)
+                                         for it in self.trajectory_["query"]])
+        self.history_ = history
 
     # ---------------------------------------------------------------- predict
     def _forward(self, X):
-        check_is_fitted(self)
-        Xp, mask = self._validate_X(X, reset=False)
-        K = Xp @ self.key_query_.T
-        s = attention_weights(np, K, self.query_, None if mask.all() else mask)
+        Xp, mask = check_attention_input(self, X, reset=False)
+        s = attention_weights(np, Xp @ self.key_query_.T, self.query_,
+                              None if mask.all() else mask)
         return Xp, s
 
-    def attention(self, X):
+    def attention_weights(self, X):
         """Softmax attention ``S(K_i p)`` of every input, shape (n, T) (0 at padding)."""
         return self._forward(X)[1]
+
+    def attention(self, X):
+        """Deprecated alias of :meth:`attention_weights` (kept for one release)."""
+        warnings.warn("AttentionSelector.attention was renamed to attention_weights; the "
+                      "old name will be removed in the next release.", FutureWarning,
+                      stacklevel=2)
+        return self.attention_weights(X)
 
     def transform(self, X):
         """Attention features ``X_i^T S(K_i p)``, shape (n, d) (eq. (5) before ``v``)."""
@@ -704,15 +722,13 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         return self.classes_[positive.astype(int)]
 
     def _is_logistic(self):
-        return self.loss == "logistic"
+        return _LOSS[self.loss] == "logistic"
 
     @available_if(_is_logistic)
     def predict_proba(self, X):
         """``[1 - sigmoid(f), sigmoid(f)]`` (only for the logistic loss)."""
         f = self.decision_function(X)
-        p1 = np.where(f >= 0, 1 / (1 + np.exp(-np.abs(f))),
-                      np.exp(-np.abs(f)) / (1 + np.exp(-np.abs(f))))
-        return np.column_stack([1 - p1, p1])
+        return np.column_stack([expit(-f), expit(f)])
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -720,82 +736,399 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, BaseEstimator):
         return tags
 
 
-def attention_trials(X, y, head, *, loss="logistic", solver="ngd", lr=1.0, max_iter=1000,
-                     reduce=True, method="auto", threshold=SATURATION_THRESHOLD,
-                     backend="numpy", device=None, dtype="float64"):
-    """Train ``p`` on many independent instances at once and classify the outcomes.
+class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
+    """Attention with a trained head: ``f(X) = v^T X^T softmax(X W^T p)``, ``v`` and ``p`` jointly.
 
-    The Fig. 9 experiment (App. E): every trial ``b`` has its own tokens,
-    labels and head, ``W = I`` and ``p(0) = 0``.  All trials run in one
-    vectorized call of the shared training loop
-    (:func:`~skntp._optim.minimize` with ``batched=True``: per-trial
-    normalization for ``"ngd"``), then every trial is classified by
-    :func:`diagnose_selection`.
-
-    With ``reduce=True`` and ``d > n T`` the tokens are first written in an
-    orthonormal basis ``Q`` of their span (``X -> X Q``, ``v -> Q^T v``, from
-    the eigendecomposition of the ``nT x nT`` Gram matrix).  This
-    is exact: from ``p(0) = 0`` every gradient, hence every iterate, lies in
-    that span, ``p = Q z`` has ``||p|| = ||z||``, logits and gradients are
-    preserved, and every ``p^mm(alpha)`` lies in the span too.  The cost then
-    no longer grows with ``d``.
+    The model of Tarzanagh et al. (2023), eq. (5), trained on the logistic
+    loss (ERM) in the head ``v`` and the attention weights ``p`` together
+    (Sec. 3), with a fixed key-query matrix ``W``.  Its implicit bias
+    (Thms. 5-6): attention selects one token ``alpha_i`` per input, ``v``
+    converges in direction to the head SVM ``v^mm`` on the selected tokens
+    and ``p`` to ``p^relax`` of eq. (10), the ATT-SVM with margin 1 on the
+    support vectors ``S`` of the head SVM and margin 0 on the others; when
+    every selected token is a support vector ``p^relax = p^mm`` (Thm. 5).
 
     Parameters
     ----------
-    X : ndarray of shape (B, n, T, d)
-    y : ndarray of shape (B, n)
-        Labels in ``{-1, +1}``.
-    head : ndarray of shape (B, d)
-    loss, solver, lr, max_iter :
-        As in :class:`AttentionSelector` (the paper: NGD, ``lr = 1``, 1000
-        iterations).
-    reduce : bool, default=True
-    method : str, default="auto"
-        Max-margin method for (ATT-SVM).
-    threshold : float, default=1 - 1e-5
-        Saturation threshold of App. E.
-    backend, device, dtype :
-        Array layer of the training loop.
+    solver : {"gd", "ngd", "adam", "regpath", "svm"}, default="ngd"
+        ``"gd"``: gradient descent with step ``lr``; ``"adam"``: Adam;
+        ``"ngd"``: normalized
+        GD, each block ``v``, ``p`` moved by ``lr`` along its own normalized
+        gradient (as in the paper's experiments, App. E; computed from
+        ``grad log L``, the same direction, so it never underflows); ``"regpath"``: the
+        ridge-constrained solutions ``argmin_{||v|| <= r, ||p|| <= R} L(v, p)``
+        over the increasing grid ``path_radii`` (Thms. 5-6), each warm-started
+        from the last and solved on ``log L`` (same minimizers, better scaled);
+        ``"svm"``: the explicit limit, ``head_ = svm_radius * head_mm_direction_``
+        and ``query_ = svm_radius * mm_direction_``, with the selected tokens
+        chosen by :func:`skntp.svm.joint_svm` (largest label margin).
+    key_query : array-like of shape (k, d), default=None
+        The fixed key-query matrix ``W`` (keys ``K_i = X_i W^T``); ``None`` is
+        the identity.
+    init : None, "zeros", "random" or (array-like, array-like), default=None
+        The start ``(v_0, p_0)`` of the gradient solvers: ``None`` or
+        "random" draws ``v_0 ~ N(0, I/d)`` and ``p_0 ~ N(0, I/k)`` from
+        ``random_state``; a pair gives the head (d,) and the query (k,).
+    head_init, query_init : deprecated
+        The former names of the two parts of ``init``, kept for one release.
+    classes : array-like of 2 labels, default=None
+        The two labels (sorted; the first is ``Y = -1``); ``None`` takes them
+        from ``y``, which must then hold both.
+    lr : float, default=0.1
+        Step size (the paper's Fig. 3 uses normalized GD with 0.1).
+    max_iter : int, default=1000
+        Iterations of the gradient solvers; inner iterations per radius for
+        ``"regpath"``.
+    tol : float, default=0.0
+        Stop when the gradient norm falls to ``tol``.  On separable data the
+        iterates diverge by design, so ``max_iter`` is the horizon.
+    path_radii : array-like of shape (n_radii,) or (n_radii, 2), default=None
+        Radii ``(r, R)`` of the path (one column: the same radius for both);
+        ``None`` uses ``geomspace(0.5, 20, 12)``.
+    svm_radius : "auto" or float, default="auto"
+        Norm of ``head_`` and ``query_`` for ``solver="svm"``.  "auto" takes,
+        for ``p``, the smallest norm at which every strictly separated selected
+        token gets attention ``>= 1 - T e^{-20}``, and for ``v`` the norm at which
+        every selected token has label margin 20 (logistic loss ``<= e^{-20}``).
+    max_enumeration : int, default=256
+        Largest number of token choices ``prod_i T_i`` searched exhaustively by
+        ``solver="svm"`` (above it, the alternating heuristic of
+        :func:`skntp.svm.joint_svm`).
+    compute_limits : bool, default=True
+        Solve the head SVM and (ATT-SVM) for the selected tokens during
+        ``fit`` (the directions and their alignment histories).
+    svm_method : str, default="auto"
+        Method of the max-margin core.
+    record_every : int, default=10
+        Record the history every that many iterations (and always the first
+        and the last).  Each record evaluates the metrics of ``history_``
+        (alignment, projection onto the finite subspace, ...), which cost
+        about one gradient step or more; every 10 iterations keeps that
+        overhead under 20 % of the descent (``benchmarks/record_every.py``).
+        Use 1 to record every iteration.
+    backend : {"numpy", "torch"}, default="numpy"
+    device : str, default=None
+    dtype : {"float64", "float32"}, default="float64"
+    random_state : int, RandomState instance or None, default=None
+        Seeds the random starting point.
+    verbose : int, default=0
+        ``> 0`` draws a progress bar of the gradient solvers on stderr.
 
-    Returns
-    -------
-    dict of ndarray, each of shape (B,)
-        ``convergence`` (str), ``saturation``, ``correlation`` (cosine of
-        ``p`` with ``p^mm(alpha)``, nan when infeasible), ``min_score_gap``,
-        ``locally_optimal``, ``selects_optimal``, ``norm`` (``||p||``).
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+        Labels; ``classes_[1]`` is ``Y = +1``.
+    head_ : ndarray of shape (d,)
+        The head ``v``.
+    query_ : ndarray of shape (k,)
+        The attention weights ``p``.
+    key_query_ : ndarray of shape (k, d)
+        ``W`` (the identity when ``key_query=None``).
+    selected_tokens_ : ndarray of shape (n,), int
+        ``alpha_i``: the token of largest attention of every training input
+        (for ``solver="svm"``, the tokens of largest label margin).
+    head_mm_direction_ : ndarray of shape (d,) or None
+        Unit ``v^mm``: the hard-margin SVM without bias (Sec. 3, (SVM)) on the
+        selected tokens; ``None`` when they are not linearly separable.
+    head_mm_margin_ : float
+        ``1 / ||v^mm||`` (0 when not separable; ``label_margin_``, its former
+        name, is kept for one release).
+    mm_margin_ : float
+        ``1 / ||p^relax||`` (nan without a direction).
+    svm_result_ : JointSVMResult or None
+        The joint program's solution for ``solver="svm"`` (``joint_svm_result_``,
+        its former name, is kept for one release).
+    support_ : ndarray of int
+        Indices of the training inputs whose selected token is a support
+        vector of the head SVM (the set ``S`` of Sec. 3.2).
+    support_vectors_ : ndarray of shape (n_support, d)
+        Those tokens ``x_{i alpha_i}``, ``i in S``.
+    mm_direction_ : ndarray of shape (k,) or None
+        Unit ``p^relax`` of eq. (10) (equal to ``p^mm`` when every selected
+        token is a support vector); ``None`` when infeasible.
+    att_svm_direction_ : ndarray of shape (k,) or None
+        Unit ``p^mm(alpha)`` of (ATT-SVM); ``None`` when infeasible.
+    alignment_ : float
+        Cosine of ``query_`` with ``mm_direction_`` (nan without a direction).
+    head_alignment_ : float
+        Cosine of ``head_`` with ``head_mm_direction_`` (nan without one).
+    attention_saturation_ : float
+        Mean over training inputs of the largest attention weight.
+    history_ : dict of ndarray
+        Per recorded iteration: ``iteration``, ``loss``, ``grad_norm``,
+        ``time``, ``norm`` (``||p||``), ``head_norm``, ``attention_saturation``
+        (Fig. 3(c), red), ``label_probability`` (mean ``sigmoid(Y f)``,
+        Fig. 3(c), blue), ``alignment`` (``p`` with ``mm_direction_``),
+        ``head_alignment``, ``att_svm_alignment`` (``p`` with
+        ``att_svm_direction_``).  ``"ngd"`` and ``"regpath"`` run on ``log L``
+        (same normalized steps, same constrained minimizers, no underflow at
+        large norms): they add ``log_loss``, and their ``grad_norm`` is that of
+        ``grad log L = grad L / L``; ``"regpath"`` also adds ``radius_0`` (``r``,
+        the head's) and ``radius_1`` (``R``).
+    trajectory_ : dict of ndarray
+        The recorded iterates ``query`` (n_records, k) and ``head``
+        (n_records, d).
+    n_iter_ : int
+    n_features_in_ : int
+        Token dimension ``d`` for 3-D and list inputs; for a 2-D input
+        ``(n, T)`` of scalar tokens, its number of columns ``T``.
+
+    Notes
+    -----
+    ``X`` is a 3-D array ``(n, T, d)`` or a list of ``(T_i, d)`` arrays (lengths
+    may differ; padded tokens get no attention).  A 2-D array ``(n, T)`` is read
+    as ``n`` sequences of ``T`` scalar tokens (``d = 1``).
     """
-    from ._backend import get_backend
 
-    X = np.asarray(X, dtype=float)
-    y = np.asarray(y, dtype=float)
-    head = np.asarray(head, dtype=float)
-    B, n, T, d = X.shape
-    if reduce and d > n * T:
-        # Coordinates in an orthonormal basis of the span from the Gram matrix:
-        # X_flat = U S V^T gives X_flat V = U S and V^T v = S^{-1} U^T X_flat v.
-        flat = X.reshape(B, n * T, d)
-        lam, U = np.linalg.eigh(flat @ np.swapaxes(flat, 1, 2))           # (B, nT)
-        keep = lam > lam[:, -1:] * (n * T) * np.finfo(float).eps
-        S = np.sqrt(np.where(keep, lam, 1.0))
-        coords = np.where(keep[:, None, :], U * S[:, None, :], 0.0)        # (B, nT, nT)
-        hv = (flat @ head[..., None])[..., 0]                               # (B, nT)
-        head = np.where(keep, (np.swapaxes(U, 1, 2) @ hv[..., None])[..., 0] / S, 0.0)
-        X = coords.reshape(B, n, T, n * T)
-    k = X.shape[-1]
-    be = get_backend(backend, device, dtype)
-    obj = AttentionObjective(be.xp, be.asarray(X), be.asarray(y), v=be.asarray(head),
-                             loss=loss, train=("p",))
-    res = minimize(obj, (be.zeros((B, k)),), xp=be.xp, solver=solver, lr=lr,
-                   max_iter=max_iter, record_every=max_iter, batched=True)
-    P = np.asarray(to_numpy(res.params[0]), dtype=float)
-    scores = y[..., None] * (X @ head[:, None, :, None])[..., 0]
-    out = {key: [] for key in ("convergence", "saturation", "correlation", "min_score_gap",
-                               "locally_optimal", "selects_optimal", "norm")}
-    for b in range(B):
-        rep = diagnose_selection(X[b], scores[b], P[b], method=method, threshold=threshold)
-        for key in out:
-            out[key].append(np.linalg.norm(P[b]) if key == "norm" else rep[key])
-    return {key: np.asarray(val) for key, val in out.items()}
+    _renamed_attributes = {"label_margin_": "head_mm_margin_",
+                           "joint_svm_result_": "svm_result_"}
+
+    _parameter_constraints = {
+        "key_query": ["array-like", None],
+        "init": [None, StrOptions({"zeros", "random"}), tuple, list],
+        "head_init": [Hidden(StrOptions({_DEPRECATED})), "array-like", None],
+        "query_init": [Hidden(StrOptions({_DEPRECATED})), "array-like", None],
+        "classes": [None, "array-like"],
+        "max_enumeration": [Interval(Integral, 1, None, closed="left")],
+        **TRAINING_CONSTRAINTS,
+        **BACKEND_CONSTRAINTS,
+    }
+
+    def __init__(self, solver="ngd", *, key_query=None, init=None, lr=0.1, max_iter=1000,
+                 tol=0.0, path_radii=None, svm_radius="auto", max_enumeration=256,
+                 classes=None, compute_limits=True, svm_method="auto", record_every=10,
+                 backend="numpy", device=None, dtype="float64", random_state=None, verbose=0,
+                 head_init=_DEPRECATED, query_init=_DEPRECATED):
+        self.solver = solver
+        self.key_query = key_query
+        self.init = init
+        self.lr = lr
+        self.max_iter = max_iter
+        self.tol = tol
+        self.path_radii = path_radii
+        self.svm_radius = svm_radius
+        self.max_enumeration = max_enumeration
+        self.classes = classes
+        self.compute_limits = compute_limits
+        self.svm_method = svm_method
+        self.record_every = record_every
+        self.backend = backend
+        self.device = device
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.head_init = head_init
+        self.query_init = query_init
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the head and the attention weights by the chosen solver.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, T, d), list of (T_i, d) arrays, or (n, T)
+            Input sequences (see Notes).
+        y : array-like of shape (n,)
+            Two classes; ``classes_[1]`` is mapped to ``Y = +1``.
+        sample_weight : array-like of shape (n,), default=None
+            Weights of the inputs in the risk.
+
+        Returns
+        -------
+        self
+        """
+        return self._fit(X, y, sample_weight)
+
+    # ------------------------------------------------------------- the model
+    def _prepare(self, X, y, sample_weight):
+        X, mask = check_attention_input(self, X, reset=True)
+        n, T, d = X.shape
+        classes, Y = binary_labels(y, n, self.classes, type(self).__name__)
+        sw = _check_sample_weight(sample_weight, np.empty((n, 1)), dtype=np.float64,
+                                  ensure_non_negative=True)
+        if not sw.sum() > 0:
+            raise ValueError("sample_weight is zero for every input; nothing to fit.")
+        W = key_query_matrix(self.key_query, d)
+        return {"X": X, "mask": mask, "Y": Y, "classes": classes, "W": W, "K": X @ W.T,
+                "sw": sw, "rng": check_random_state(self.random_state)}
+
+    def _explicit_limits(self, data):
+        if self.solver != "svm":  # the directions of the tokens training selects: _fitted
+            return Limits()
+        res, _ = self._solve_limit(
+            "joint SVM", lambda cb: joint_svm(data["X"], data["Y"], data["K"],
+                                              mask=data["mask"], callback=cb,
+                                              max_enumeration=self.max_enumeration,
+                                              method=self.svm_method), "")
+        return Limits(svm_result_=res)
+
+    def _limit_parameters(self, data, limits):
+        res = limits.attributes["svm_result_"]
+        d = _joint_directions(self, data, res.selected, head=res.head, relaxed=res.relaxed,
+                              att=res.att_svm, support=res.support)
+        if self.svm_radius == "auto":  # v: label margin 20; p: 20 nats on every separated token
+            R_v = saturation_radius(d["label_gaps"])
+            R_p = saturation_radius(d["attention_gaps"])
+        else:
+            R_v = R_p = float(self.svm_radius)
+        self.svm_radius_ = (R_v, R_p)
+        self._directions = d
+        return (R_v * d["head_mm_direction_"], R_p * d["mm_direction_"])
+
+    def _training(self, data, limits, be):
+        n, T, d = data["X"].shape
+        k = data["K"].shape[2]
+        init = self.init
+        for name, part in (("head_init", 0), ("query_init", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, str) or value != _DEPRECATED:
+                warn_renamed_parameter(self, f"{name}=...", "init=(head, query)")
+                init = list(init) if isinstance(init, (tuple, list)) else [None, None]
+                init[part] = value
+        parts = init if isinstance(init, (tuple, list)) else (init, init)
+        if len(parts) != 2:
+            raise ValueError("init must be 'zeros', 'random' or a pair (head, query).")
+        v0 = self._initial(parts[0], (d,), data["rng"], default="random", scale=1 / np.sqrt(d),
+                           name="init[0] (the head)")
+        p0 = self._initial(parts[1], (k,), data["rng"], default="random", scale=1 / np.sqrt(k),
+                           name="init[1] (the query)")
+        # log L has the same minimizers on every ball (regpath) and the same normalized
+        # gradient in every block (ngd), and does not underflow
+        objective = self._objective(be, data, log=self.solver in ("regpath", "ngd"))
+        xp, Xb, Kb, maskb, Yb = be.xp, objective.X, objective.K, objective.mask, objective.y
+
+        def metrics(params):
+            v, p = params
+            s = attention_weights(xp, Kb, p, maskb)
+            f = attention_decision(xp, Xb, Kb, v, p, maskb)
+            return {"norm": float(xp.sqrt(xp.sum(p * p))),
+                    "head_norm": float(xp.sqrt(xp.sum(v * v))),
+                    "attention_saturation": float(xp.mean(xp.max(s, axis=1))),
+                    "label_probability": float(np.mean(expit(to_numpy(Yb * f)))),
+                    "query": p, "head": v}
+
+        radii = None
+        if self.solver == "regpath":
+            radii = default_radii(self.path_radii, start=0.5, stop=20.0, num=12)
+            if radii.ndim == 2 and radii.shape[1] not in (1, 2):
+                raise ValueError(f"path_radii must have shape (n_radii,) or (n_radii, 2), "
+                                 f"got {radii.shape}.")
+        return Training(objective, (v0, p0), metrics, radii=radii)
+
+    def _objective(self, be, data, *, log):
+        """The attention risk (ERM) in ``(v, p)`` with the logistic loss (Sec. 3)."""
+        sw = data["sw"]
+        return AttentionObjective(
+            be.xp, be.asarray(data["X"]), be.asarray(data["Y"]), mask=be.asbool(data["mask"]),
+            loss="logistic", W=be.asarray(data["W"]), train=("v", "p"), log=log,
+            sample_weight=None if np.all(sw == sw[0]) else be.asarray(sw))
+
+    def _fitted(self, data, limits, params, result):
+        X, K, mask, Y = data["X"], data["K"], data["mask"], data["Y"]
+        self.classes_, self.key_query_ = data["classes"], data["W"]
+        self.head_, self.query_ = params
+        self.svm_result_ = limits.attributes.get("svm_result_")
+        if result is None:
+            d = self._directions
+            del self._directions
+        elif self.compute_limits:
+            selected = np.argmax(attention_weights(np, K, self.query_, mask), axis=1)
+            d = _joint_directions(self, data, selected)
+        else:
+            d = _joint_directions(self, data, None)
+        for name, value in d.items():
+            if name.endswith("_"):
+                setattr(self, name, value)
+        s = attention_weights(np, K, self.query_, mask)
+        self.attention_saturation_ = float(s.max(axis=1).mean())
+        self.alignment_ = cosine(self.query_, self.mm_direction_)
+        self.head_alignment_ = cosine(self.head_, self.head_mm_direction_)
+        if result is None:
+            self.n_iter_ = 0
+            be = backend_of(self)
+            loss = float(self._objective(be, data, log=False)(
+                (be.asarray(self.head_), be.asarray(self.query_)))[0])
+            f = attention_decision(np, X, K, self.head_, self.query_, mask)
+            self.history_ = self._svm_history(
+                loss, (self.query_,), head_norm=np.linalg.norm(self.head_),
+                attention_saturation=self.attention_saturation_,
+                label_probability=expit(Y * f).mean(),
+                alignment=1.0 if self.svm_radius_[1] > 0 else 0.0,
+                head_alignment=1.0 if self.svm_radius_[0] > 0 else 0.0,
+                att_svm_alignment=cosine(self.query_, self.att_svm_direction_))
+            self.trajectory_ = {"query": self.query_[None].copy(),
+                                "head": self.head_[None].copy()}
+            return
+        self.n_iter_ = result.n_iter
+        hist = dict(result.history)
+        if self.solver in ("regpath", "ngd"):
+            hist["log_loss"] = hist["loss"]
+            hist["loss"] = np.exp(hist["log_loss"])
+        if self.solver == "regpath" and "radius_0" not in hist:
+            hist["radius_0"] = hist["radius_1"] = hist["radius"]
+        self.trajectory_ = {"query": hist.pop("query"), "head": hist.pop("head")}
+        for key, direction in (("alignment", self.mm_direction_),
+                               ("head_alignment", self.head_mm_direction_),
+                               ("att_svm_alignment", self.att_svm_direction_)):
+            name = "query" if key != "head_alignment" else "head"
+            hist[key] = np.array([cosine(it, direction) for it in self.trajectory_[name]])
+        self.history_ = hist
+
+    # ------------------------------------------------------------- predict
+    def _validated(self, X):
+        X, mask = check_attention_input(self, X, reset=False)
+        return X, mask, X @ self.key_query_.T
+
+    def attention_weights(self, X):
+        """Softmax attention ``S(K_i p)`` of shape (n, T) (zero at padding)."""
+        X, mask, K = self._validated(X)
+        return attention_weights(np, K, self.query_, mask)
+
+    def attention(self, X):
+        """Deprecated alias of :meth:`attention_weights` (kept for one release)."""
+        warnings.warn("JointAttentionSVM.attention was renamed to attention_weights; the "
+                      "old name will be removed in the next release.", FutureWarning,
+                      stacklevel=2)
+        return self.attention_weights(X)
+
+    def transform(self, X):
+        """Attention features ``X_i^T S(K_i p)`` of shape (n, d) (Sec. 3, ``x_i^p``)."""
+        X, mask, K = self._validated(X)
+        return attention_features(np, X, attention_weights(np, K, self.query_, mask))
+
+    def decision_function(self, X):
+        """``f(X_i) = v^T X_i^T S(K_i p)`` of shape (n,); positive means ``classes_[1]``."""
+        X, mask, K = self._validated(X)
+        return attention_decision(np, X, K, self.head_, self.query_, mask)
+
+    def predict_proba(self, X):
+        """Logistic probabilities ``[1 - sigmoid(f), sigmoid(f)]`` of shape (n, 2)."""
+        f = self.decision_function(X)
+        return np.column_stack([expit(-f), expit(f)])
+
+    def predict_log_proba(self, X):
+        """Log of :meth:`predict_proba` (finite at any norm)."""
+        f = self.decision_function(X)
+        return np.column_stack([-np.logaddexp(0.0, f), -np.logaddexp(0.0, -f)])
+
+    def predict(self, X):
+        """The class of the sign of :meth:`decision_function` (ties: ``classes_[0]``)."""
+        check_is_fitted(self)
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
 
 
-from ._joint import JointAttentionSVM  # noqa: E402  (Sec. 3 model, same inputs)
+def __getattr__(name):
+    # deprecated alias (one release): the batched trials live with the other sweeps
+    if name == "attention_trials":
+        from .sweeps import attention_trials
+
+        warnings.warn("skntp.attention.attention_trials moved to "
+                      "skntp.sweeps.attention_trials; the old name will be removed in the "
+                      "next release.", FutureWarning, stacklevel=2)
+        return attention_trials
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

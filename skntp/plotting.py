@@ -705,7 +705,11 @@ _MARKERS = "osD^vP*Xh"
 
 
 def _trajectory(obj, key):
-    hist = _history(obj) if not isinstance(obj, np.ndarray) else None
+    hist = None
+    if hasattr(obj, "trajectory_"):
+        hist = obj.trajectory_
+    elif not isinstance(obj, np.ndarray):
+        hist = _history(obj)
     if hist is None:
         traj = np.asarray(obj, dtype=float)
     elif key in hist:
@@ -756,12 +760,12 @@ class AttentionTrajectoryDisplay:
         ----------
         estimators_or_trajectories : estimator, dict, ndarray or list of them
             Fitted ``AttentionSelector`` / ``JointAttentionSVM`` (their
-            ``history_[key]``), history dicts, or (n_iter, d) arrays.
+            ``trajectory_[key]``), trajectory dicts, or (n_iter, d) arrays.
         X : ndarray of shape (n, T, d), optional
             The inputs, drawn as key positions (``key_query_`` of the first
             estimator applied when it has one, else the identity).
         key : str, default="query"
-            The history entry holding the iterates (``"head"`` for ``v``).
+            The trajectory entry holding the iterates (``"head"`` for ``v``).
         directions : dict of str to ndarray, optional
             Rays to draw, e.g. ``{"GMM": p_mm_star, "LMM": p_mm}``.  By
             default the first estimator's ``gmm_direction_`` and

@@ -10,7 +10,8 @@ Two tools make such sweeps cheap:
   ``batched=True``: each trial runs exactly as it would alone, including the
   per-trial normalization of normalized GD).  :func:`fit_ntp_trials` does
   this for :class:`~skntp.NTPDecoderClassifier` and returns one fitted
-  estimator per trial, on NumPy or on a torch device.
+  estimator per trial, on NumPy or on a torch device; :func:`attention_trials`
+  trains the query of many attention instances at once (Fig. 9).
 * **parallel sweeps** -- :func:`run_sweep` maps a function over a parameter
   grid with :class:`joblib.Parallel`.  It never names a joblib backend, so
   ``with joblib.parallel_config(backend="dask"):`` (or ``"ray"`` after
@@ -26,7 +27,10 @@ from sklearn.base import clone
 from sklearn.model_selection import ParameterGrid
 from sklearn.utils.validation import check_random_state
 
-__all__ = ["fit_ntp_trials", "run_sweep", "trial_seeds"]
+from ._backend import to_numpy
+from ._optim import minimize
+
+__all__ = ["attention_trials", "fit_ntp_trials", "run_sweep", "trial_seeds"]
 
 
 def trial_seeds(random_state, n_trials):
@@ -161,3 +165,85 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
     return NTPDecoderClassifier._fit_trials(
         estimators, [tuple(data) + (None,) * (3 - len(data)) for data in datasets],
         max_elements=max_elements)
+
+
+def attention_trials(X, y, head, *, loss="logistic", solver="ngd", lr=1.0, max_iter=1000,
+                     reduce=True, method="auto", threshold=None, backend="numpy",
+                     device=None, dtype="float64"):
+    """Train ``p`` on many independent instances at once and classify the outcomes.
+
+    The Fig. 9 experiment (App. E): every trial ``b`` has its own tokens,
+    labels and head, ``W = I`` and ``p(0) = 0``.  All trials run in one
+    vectorized call of the shared training loop
+    (:func:`~skntp._optim.minimize` with ``batched=True``: per-trial
+    normalization for ``"ngd"``), then every trial is classified by
+    :func:`diagnose_selection`.
+
+    With ``reduce=True`` and ``d > n T`` the tokens are first written in an
+    orthonormal basis ``Q`` of their span (``X -> X Q``, ``v -> Q^T v``, from
+    the eigendecomposition of the ``nT x nT`` Gram matrix).  This
+    is exact: from ``p(0) = 0`` every gradient, hence every iterate, lies in
+    that span, ``p = Q z`` has ``||p|| = ||z||``, logits and gradients are
+    preserved, and every ``p^mm(alpha)`` lies in the span too.  The cost then
+    no longer grows with ``d``.
+
+    Parameters
+    ----------
+    X : ndarray of shape (B, n, T, d)
+    y : ndarray of shape (B, n)
+        Labels in ``{-1, +1}``.
+    head : ndarray of shape (B, d)
+    loss, solver, lr, max_iter :
+        As in :class:`AttentionSelector` (the paper: NGD, ``lr = 1``, 1000
+        iterations).
+    reduce : bool, default=True
+    method : str, default="auto"
+        Max-margin method for (ATT-SVM).
+    threshold : float, default=None
+        Saturation threshold of App. E (``None``:
+        :data:`skntp.attention.SATURATION_THRESHOLD`, ``1 - 1e-5``).
+    backend, device, dtype :
+        Array layer of the training loop.
+
+    Returns
+    -------
+    dict of ndarray, each of shape (B,)
+        ``convergence`` (str), ``saturation``, ``correlation`` (cosine of
+        ``p`` with ``p^mm(alpha)``, nan when infeasible), ``min_score_gap``,
+        ``locally_optimal``, ``selects_optimal``, ``norm`` (``||p||``).
+    """
+    from ._backend import get_backend
+    from .attention import SATURATION_THRESHOLD, diagnose_selection
+    from .models.attention import AttentionObjective
+
+    threshold = SATURATION_THRESHOLD if threshold is None else threshold
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y, dtype=float)
+    head = np.asarray(head, dtype=float)
+    B, n, T, d = X.shape
+    if reduce and d > n * T:
+        # Coordinates in an orthonormal basis of the span from the Gram matrix:
+        # X_flat = U S V^T gives X_flat V = U S and V^T v = S^{-1} U^T X_flat v.
+        flat = X.reshape(B, n * T, d)
+        lam, U = np.linalg.eigh(flat @ np.swapaxes(flat, 1, 2))           # (B, nT)
+        keep = lam > lam[:, -1:] * (n * T) * np.finfo(float).eps
+        S = np.sqrt(np.where(keep, lam, 1.0))
+        coords = np.where(keep[:, None, :], U * S[:, None, :], 0.0)        # (B, nT, nT)
+        hv = (flat @ head[..., None])[..., 0]                               # (B, nT)
+        head = np.where(keep, (np.swapaxes(U, 1, 2) @ hv[..., None])[..., 0] / S, 0.0)
+        X = coords.reshape(B, n, T, n * T)
+    k = X.shape[-1]
+    be = get_backend(backend, device, dtype)
+    obj = AttentionObjective(be.xp, be.asarray(X), be.asarray(y), v=be.asarray(head),
+                             loss=loss, train=("p",))
+    res = minimize(obj, (be.zeros((B, k)),), xp=be.xp, solver=solver, lr=lr,
+                   max_iter=max_iter, record_every=max_iter, batched=True)
+    P = np.asarray(to_numpy(res.params[0]), dtype=float)
+    scores = y[..., None] * (X @ head[:, None, :, None])[..., 0]
+    out = {key: [] for key in ("convergence", "saturation", "correlation", "min_score_gap",
+                               "locally_optimal", "selects_optimal", "norm")}
+    for b in range(B):
+        rep = diagnose_selection(X[b], scores[b], P[b], method=method, threshold=threshold)
+        for key in out:
+            out[key].append(np.linalg.norm(P[b]) if key == "norm" else rep[key])
+    return {key: np.asarray(val) for key, val in out.items()}

@@ -10,7 +10,7 @@ from sklearn.pipeline import make_pipeline
 
 from skntp._backend import get_backend
 from skntp._optim import minimize
-from skntp.attention import AttentionSelector, attention_trials, diagnose_selection
+from skntp.attention import AttentionSelector, diagnose_selection
 from skntp.datasets import (
     make_attention_fig1a,
     make_attention_fig1b,
@@ -32,6 +32,7 @@ from skntp.svm import (
     is_locally_optimal,
     svm_neighbors,
 )
+from skntp.sweeps import attention_trials
 
 C = [-1.0, 1.0]  # name both labels for single-input data
 
@@ -121,8 +122,8 @@ def test_torch_backend_matches_numpy():
     for a, b in zip(g, gt, strict=True):
         np.testing.assert_allclose(b.numpy(), a, atol=1e-12)
     D = make_attention_fig8()
-    a = AttentionSelector(D.head, max_iter=50, query_init=D.starts["lmm"]).fit(D.X, D.y)
-    b = AttentionSelector(D.head, max_iter=50, query_init=D.starts["lmm"],
+    a = AttentionSelector(D.head, max_iter=50, init=D.starts["lmm"]).fit(D.X, D.y)
+    b = AttentionSelector(D.head, max_iter=50, init=D.starts["lmm"],
                           backend="torch").fit(D.X, D.y)
     np.testing.assert_allclose(b.query_, a.query_, atol=1e-10)
 
@@ -220,7 +221,7 @@ def test_thm2_gd_single_input_reaches_gmm_from_any_start(seed):
     gmm = _unit(att_svm(X @ W.T, [opt]))
     for _ in range(3):
         p0 = 3.0 * rng.standard_normal(X.shape[-1]) * np.r_[np.ones(X.shape[-1] - 1), 0]
-        est = AttentionSelector(v, W, solver="ngd", lr=0.1, max_iter=2000, query_init=p0,
+        est = AttentionSelector(v, W, solver="ngd", lr=0.1, max_iter=2000, init=p0,
                                 classes=C).fit(X, [1.0])
         assert est.convergence_ == "global"
         assert est.selected_tokens_[0] == opt
@@ -253,7 +254,7 @@ def test_thm3_starts_in_different_cones_reach_different_directions(make):
     found = {}
     for name in ("lmm", "gmm"):
         est = AttentionSelector(D.head, D.key_query, solver="ngd", lr=0.1, max_iter=2000,
-                                query_init=D.starts[name], classes=C).fit(D.X, D.y)
+                                init=D.starts[name], classes=C).fit(D.X, D.y)
         np.testing.assert_array_equal(est.selected_tokens_, D.expected[name])
         assert est.convergence_ == ("local" if name == "lmm" else "global")
         assert est.is_locally_optimal_
@@ -268,7 +269,7 @@ def test_thm3_starts_in_different_cones_reach_different_directions(make):
 def test_global_examples_reach_gmm_from_every_start(make):
     D = make()
     for name, p0 in D.starts.items():
-        est = AttentionSelector(D.head, D.key_query, max_iter=1500, query_init=p0,
+        est = AttentionSelector(D.head, D.key_query, max_iter=1500, init=p0,
                                 classes=C).fit(D.X, D.y)
         np.testing.assert_array_equal(est.selected_tokens_, D.expected[name])
         assert est.convergence_ == "global" and est.alignment_ > 0.999
@@ -284,8 +285,8 @@ def test_lemma1_training_W_gives_the_same_iterates(solver):
     p0 = rng.standard_normal(d)
     u = rng.standard_normal(d) * 2.0
     common = {"head": v, "solver": solver, "lr": 0.3, "max_iter": 60}
-    a = AttentionSelector(train="p", query_init=p0, **common).fit(X, y)
-    b = AttentionSelector(train="W", key_query=np.outer(u, p0) / (u @ u), query_init=u,
+    a = AttentionSelector(train="p", init=p0, **common).fit(X, y)
+    b = AttentionSelector(train="W", key_query=np.outer(u, p0) / (u @ u), fixed_query=u,
                           **common).fit(X, y)
     np.testing.assert_allclose(b.key_query_, np.outer(u, a.query_) / (u @ u),
                                rtol=1e-11, atol=1e-12)
@@ -304,7 +305,7 @@ def test_solver_svm_sets_query_to_radius_times_gmm():
     assert est.convergence_ == "global" and est.alignment_ == pytest.approx(1.0)
     # train="W": the Lemma 1 form u (R p^mm*)^T / ||u||^2
     u = np.array([1.0, 2.0, 0.5])
-    w = AttentionSelector(D.head, D.key_query, train="W", solver="svm", query_init=u,
+    w = AttentionSelector(D.head, D.key_query, train="W", solver="svm", fixed_query=u,
                           classes=C).fit(D.X, D.y)
     pmm_x = att_svm(D.X, [2, 2, 2])  # W trained: the effective query W^T u acts on X
     np.testing.assert_allclose(w.key_query_.T @ u,
@@ -322,7 +323,7 @@ def test_tied_optimal_tokens_use_att_svm_prime():
     assert abs(abs(est.gmm_direction_[0]) - 1) < 1e-12
     assert est.selected_tokens_[0] in (0, 1) and est.convergence_ == "global"
     with pytest.warns(UserWarning, match="ATT-SVM'"):
-        ngd = AttentionSelector(v, W, max_iter=500, query_init=[0.5],
+        ngd = AttentionSelector(v, W, max_iter=500, init=[0.5],
                                 classes=C).fit(X, [1.0])
     assert ngd.selected_tokens_[0] == 0 and ngd.convergence_ == "global"
 
@@ -345,7 +346,7 @@ def test_ragged_input_transform_attention_predict():
     y = ["a", "b", "a", "b"]
     est = AttentionSelector(max_iter=100).fit(seqs, y)
     att, feats, f = _forward_by_hand(seqs, est.head_, est.key_query_, est.query_)
-    A = est.attention(seqs)
+    A = est.attention_weights(seqs)
     assert A.shape == (4, 5)
     for i, a in enumerate(att):  # padding gets exactly zero attention
         np.testing.assert_allclose(A[i, :len(a)], a, rtol=1e-12)
@@ -385,7 +386,7 @@ def test_bad_inputs_give_clear_errors():
     with pytest.raises(ValueError, match="key_query must have shape"):
         AttentionSelector(key_query=np.eye(2)).fit(X, y)
     with pytest.raises(ValueError, match="non-zero fixed query"):
-        AttentionSelector(train="W", query_init=np.zeros(3)).fit(X, y)
+        AttentionSelector(train="W", fixed_query=np.zeros(3)).fit(X, y)
     # infeasible ATT-SVM: the optimal token's key equals another token's key
     D = make_attention_fig1a()
     Xi = D.X.copy()
@@ -509,8 +510,8 @@ def test_minimize_batched_objective_matches_single():
 def test_fig8_lmm_and_gmm_starts():
     data = make_attention_fig8()
     fits = {name: AttentionSelector(data.head, data.key_query, solver="ngd", lr=0.1,
-                                    max_iter=1000, query_init=p0, classes=[-1, 1],
+                                    max_iter=1000, init=p0, classes=[-1, 1],
                                     record_every=10).fit(data.X, data.y)
             for name, p0 in data.starts.items()}
     assert fits["lmm"].convergence_ == "local" and fits["gmm"].convergence_ == "global"
-    assert fits["lmm"].history_["query"].shape == (101, 2)
+    assert fits["lmm"].trajectory_["query"].shape == (101, 2)

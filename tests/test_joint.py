@@ -9,7 +9,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.svm import LinearSVC
 
 from skntp._backend import get_backend
-from skntp._joint import JointAttentionSVM
+from skntp.attention import JointAttentionSVM
 from skntp.datasets import make_joint_fig3
 from skntp.models.attention import AttentionObjective
 from skntp.svm import (
@@ -229,7 +229,7 @@ def test_objective_agrees_with_attention_model_and_stays_accurate():
 # --------------------------------------------------------------------------
 def fit_fig3(variant, **kw):
     X, y, P = make_joint_fig3(variant, return_params=True)
-    est = JointAttentionSVM(head_init=P.head_init, query_init=P.query_init, **kw).fit(X, y)
+    est = JointAttentionSVM(init=(P.head_init, P.query_init), **kw).fit(X, y)
     return est, P
 
 
@@ -249,7 +249,7 @@ def test_fig3a_ngd_converges_to_pmm_and_vmm():
     assert h["attention_saturation"][-1] > 1 - 1e-12
     assert h["label_probability"][-1] > 1 - 1e-12
     assert h["attention_saturation"][0] < 0.75  # 0.731 at p_0 = (0, -1)
-    assert h["query"].shape == (h["iteration"].shape[0], 2)
+    assert est.trajectory_["query"].shape == (h["iteration"].shape[0], 2)
     assert h["alignment"][-1] == pytest.approx(est.alignment_)
     assert h["head_alignment"][-1] == pytest.approx(est.head_alignment_)
 
@@ -359,7 +359,7 @@ def test_predictions_labels_and_ragged_input():
     # ragged: padding gets zero attention, and the recorded loss is the risk of the
     # unpadded sequences
     seqs = [X[0], X[1, 1:], X[2]]
-    s = est.attention(seqs)
+    s = est.attention_weights(seqs)
     assert s.shape == (3, 2) and s[1, 1] == 0.0 and s[1, 0] == pytest.approx(1.0)
     est_r = JointAttentionSVM(max_iter=50, random_state=0).fit(seqs, y)
     risk_r, f_r = _risk_by_hand(seqs, y, est_r.head_, est_r.query_)
@@ -384,16 +384,18 @@ def test_bad_input_errors():
     bad[0, 0, 0] = np.nan
     with pytest.raises(ValueError, match="Input X contains NaN"):
         est.fit(bad, y)
-    with pytest.raises(ValueError, match=r"binary classification .* y has 3 class\(es\)"):
+    with pytest.raises(ValueError, match=r"binary classification.* y has 3 classes"):
         est.fit(X, np.array([0, 1, 2]))
-    with pytest.raises(ValueError, match=r"binary classification .* y has 1 class\(es\)"):
+    with pytest.raises(ValueError, match=r"needs 2 classes in y; got 1 class"):
         est.fit(X, np.ones(3))
     with pytest.raises(ValueError, match="X has 3 sequences but y has 2 labels"):
         est.fit(X, y[:2])
-    with pytest.raises(ValueError, match=r"head_init must have shape \(2,\), got \(3,\)"):
-        JointAttentionSVM(head_init=np.ones(3)).fit(X, y)
-    with pytest.raises(ValueError, match=r"query_init must have shape \(2,\), got \(1,\)"):
-        JointAttentionSVM(query_init=[1.0]).fit(X, y)
+    with pytest.raises(ValueError,
+                       match=r"init\[0\] \(the head\) must have shape \(2,\), got \(3,\)"):
+        JointAttentionSVM(init=(np.ones(3), None)).fit(X, y)
+    with pytest.raises(ValueError,
+                       match=r"init\[1\] \(the query\) must have shape \(2,\), got \(1,\)"):
+        JointAttentionSVM(init=(None, [1.0])).fit(X, y)
     with pytest.raises(ValueError, match=r"key_query must have shape \(k, 2\)"):
         JointAttentionSVM(key_query=np.ones((2, 3))).fit(X, y)
     with pytest.raises(ValueError, match="path_radii must be a non-empty array of positive"):
@@ -402,7 +404,7 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="tokens of dimension 3, but the estimator was "
                        "fitted with 2 features"):
         est.predict(np.zeros((2, 2, 3)))
-    with pytest.raises(ValueError, match="got a 1-D array. Reshape your data"):
+    with pytest.raises(ValueError, match=r"got a 1-D array .*\. Reshape your data"):
         est.predict(np.zeros(3))
     with pytest.raises(ValueError, match="X contains an empty sequence"):
         est.predict([np.zeros((0, 2))])
@@ -425,7 +427,7 @@ def test_key_query_matrix():
 def test_torch_backend_parity():
     pytest.importorskip("torch")
     X, y, P = make_joint_fig3("b", return_params=True)
-    kw = dict(head_init=P.head_init, query_init=P.query_init, max_iter=100)
+    kw = dict(init=(P.head_init, P.query_init), max_iter=100)
     a = JointAttentionSVM(**kw).fit(X, y)
     b = JointAttentionSVM(backend="torch", **kw).fit(X, y)
     np.testing.assert_allclose(a.query_, b.query_, rtol=1e-10)
@@ -454,7 +456,7 @@ def test_ngd_on_log_loss_equals_ngd_on_loss():
     plain = AttentionObjective(be.xp, X, y, mask=np.ones((3, 2), bool), train=("v", "p"))
     ref = minimize(plain, (P.head_init, P.query_init), xp=be.xp, solver="ngd", lr=0.1,
                    max_iter=200)
-    est = JointAttentionSVM(head_init=P.head_init, query_init=P.query_init,
+    est = JointAttentionSVM(init=(P.head_init, P.query_init),
                             max_iter=200, record_every=1).fit(X, y)
     np.testing.assert_allclose(est.head_, ref.params[0], rtol=1e-9)
     np.testing.assert_allclose(est.query_, ref.params[1], rtol=1e-9)
@@ -473,8 +475,7 @@ def test_fig3_with_10000_steps():
         for solver in ("ngd", "regpath", "svm"):
             est = JointAttentionSVM(solver=solver, lr=0.1,
                                     max_iter=10_000 if solver == "ngd" else 500,
-                                    head_init=P.head_init,
-                                    query_init=P.query_init).fit(X, y)
+                                    init=(P.head_init, P.query_init)).fit(X, y)
             h = est.history_
             assert h["attention_saturation"][-1] > 0.9998
             assert h["label_probability"][-1] > 0.9999
@@ -489,8 +490,8 @@ def test_fig3_with_10000_steps():
 def test_regpath_with_separate_radii():
     X, y, P = make_joint_fig3("b", return_params=True)
     radii = np.column_stack([np.geomspace(0.5, 20, 8), np.geomspace(0.5, 10, 8)])
-    est = JointAttentionSVM(solver="regpath", path_radii=radii, head_init=P.head_init,
-                            query_init=P.query_init, max_iter=300).fit(X, y)
+    est = JointAttentionSVM(solver="regpath", path_radii=radii,
+                            init=(P.head_init, P.query_init), max_iter=300).fit(X, y)
     h = est.history_
     np.testing.assert_allclose(h["radius_0"], radii[:, 0])
     np.testing.assert_allclose(h["radius_1"], radii[:, 1])

@@ -98,7 +98,7 @@ def test_every_estimator_reports_its_limit_solve(capsys):
                       verbose=1).fit(d.X, d.y)
     assert "limit ATT-SVM (GMM): it=" in capsys.readouterr().err
     Xj, yj, P = make_joint_fig3("b", return_params=True)
-    JointAttentionSVM(max_iter=200, head_init=P.head_init, query_init=P.query_init,
+    JointAttentionSVM(max_iter=200, init=(P.head_init, P.query_init),
                       verbose=1).fit(Xj, yj)
     assert "limit head SVM, (relaxed) ATT-SVM: it=" in capsys.readouterr().err
     JointAttentionSVM(solver="svm", verbose=1).fit(Xj, yj)

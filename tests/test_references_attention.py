@@ -297,13 +297,13 @@ def test_selector_runs_follow_textbook_updates(solver, lr, train):
     p0 = np.array([0.1, 0.2, -0.3])
     kw = dict(head=v, key_query=W, solver=solver, lr=lr, max_iter=25, train=train)
     if train == "p":
-        est = AttentionSelector(query_init=p0, **kw).fit(seqs, y, sample_weight=w)
+        est = AttentionSelector(init=p0, **kw).fit(seqs, y, sample_weight=w)
         x = p0.copy()
 
         def f(q):
             return risk(seqs, y, v, q, W, "logistic", w)
     else:
-        est = AttentionSelector(query_init=u, **kw).fit(seqs, y, sample_weight=w)
+        est = AttentionSelector(fixed_query=u, **kw).fit(seqs, y, sample_weight=w)
         x = W.copy()
 
         def f(M):
@@ -322,8 +322,8 @@ def test_selector_runs_follow_textbook_updates(solver, lr, train):
 @pytest.mark.parametrize("solver, lr", [("gd", 1.0), ("ngd", 0.1)])
 def test_joint_runs_follow_textbook_updates(solver, lr):
     X, y, P = make_joint_fig3("b", return_params=True)
-    est = JointAttentionSVM(solver=solver, lr=lr, max_iter=30, head_init=P.head_init,
-                            query_init=P.query_init).fit(X, y)
+    est = JointAttentionSVM(solver=solver, lr=lr, max_iter=30,
+                            init=(P.head_init, P.query_init)).fit(X, y)
     v, p = P.head_init.copy(), P.query_init.copy()
     for _ in range(30):
         gv = numerical_grad(lambda q, p=p: risk(X, y, q, p), v)

@@ -21,8 +21,7 @@ from skntp import NTPDecoderClassifier
 from skntp._data_attention import make_attention_fig1c, make_attention_random
 from skntp._data_graphs import make_token_priority_data
 from skntp._data_joint import make_joint_fig3
-from skntp._joint import JointAttentionSVM
-from skntp.attention import AttentionSelector
+from skntp.attention import AttentionSelector, JointAttentionSVM
 from skntp.datasets import make_ntp_data
 from skntp.graphs import token_priority_graphs
 from skntp.self_attention import NTPAttentionClassifier
@@ -234,7 +233,7 @@ SEQUENCE_FIT_CASES = [
      "Unknown label type: continuous"),
     ("svm-not-separable", {"solver": "svm"}, _XA_NONSEP, _YA_NONSEP, NotSeparableError,
      "joint SVM is infeasible: no choice of one token per input|"
-     "solver='svm' needs the GMM direction: ATT-SVM is infeasible"),
+     "solver='svm' needs the ATT-SVM \\(GMM\\) solution: ATT-SVM is infeasible"),
     ("param-solver", {"solver": "sgd"}, _XA, _YA, ValueError, "'solver' parameter"),
     ("param-lr", {"lr": 0.0}, _XA, _YA, ValueError, "'lr' parameter"),
     ("param-max-iter", {"max_iter": 0}, _XA, _YA, ValueError, "'max_iter' parameter"),
@@ -285,8 +284,8 @@ def test_selector_rejects_bad_sample_weight(sample_weight, match):
     ({"head": np.full(3, NAN)}, "head contains NaN or infinity"),
     ({"train": "v"}, "'train' parameter"),
     ({"loss": "hinge"}, "'loss' parameter"),
-    ({"query_init": np.ones(5)}, r"query_init must have shape \(3,\), got \(5,\)"),
-    ({"max_optimal_choices": 0}, "'max_optimal_choices' parameter"),
+    ({"init": np.ones(5)}, r"init must have shape \(3,\), got \(5,\)"),
+    ({"max_enumeration": 0}, "'max_enumeration' parameter"),
 ])
 def test_selector_rejects_bad_parameters(params, match):
     with pytest.raises(ValueError, match=match):
@@ -294,8 +293,9 @@ def test_selector_rejects_bad_parameters(params, match):
 
 
 @pytest.mark.parametrize("params, match", [
-    ({"head_init": np.ones(2)}, r"head_init must have shape \(3,\), got \(2,\)"),
-    ({"query_init": np.full(3, INF)}, "query_init contains NaN or infinity"),
+    ({"init": (np.ones(2), None)},
+     r"init\[0\] \(the head\) must have shape \(3,\), got \(2,\)"),
+    ({"init": (None, np.full(3, INF))}, r"init\[1\] \(the query\) contains NaN or infinity"),
     ({"max_enumeration": 0}, "'max_enumeration' parameter"),
 ])
 def test_joint_rejects_bad_parameters(params, match):
@@ -902,23 +902,23 @@ DETERMINISM_CASES = [
     ("joint-svm", JointAttentionSVM(solver="svm"), _XJB, _YJB),
     ("joint-torch", JointAttentionSVM(solver="ngd", max_iter=60, backend="torch",
                                       random_state=7), _XJB, _YJB),
-    ("selector-ngd", AttentionSelector(_VA, max_iter=60, query_init="random",
+    ("selector-ngd", AttentionSelector(_VA, max_iter=60, init="random",
                                        random_state=7), _XA, _YA),
     ("selector-W-gd", AttentionSelector(_VA, train="W", solver="gd", max_iter=60,
-                                        query_init="random", random_state=7), _XA, _YA),
+                                        fixed_query="random", random_state=7), _XA, _YA),
     ("selector-regpath", AttentionSelector(**_SELECTOR, solver="regpath", max_iter=30,
                                            path_radii=[0.5, 2.0]), _FIG1C.X, _FIG1C.y),
     ("selector-svm", AttentionSelector(**_SELECTOR, solver="svm"), _FIG1C.X, _FIG1C.y),
-    ("selector-torch", AttentionSelector(_VA, max_iter=60, query_init="random",
+    ("selector-torch", AttentionSelector(_VA, max_iter=60, init="random",
                                          backend="torch", random_state=7), _XA, _YA),
     ("self-attention-ngd", NTPAttentionClassifier(solver="ngd", lr=0.05, max_iter=60,
-                                                  init="normal", n_tokens=6,
+                                                  init="random", n_tokens=6,
                                                   random_state=7), _XT, _YT),
     ("self-attention-gd", NTPAttentionClassifier(_ET, solver="gd", max_iter=60,
                                                  random_state=7), _XT, _YT),
     ("self-attention-svm", NTPAttentionClassifier(_ET, solver="svm"), _XT, _YT),
     ("self-attention-torch", NTPAttentionClassifier(_ET, solver="ngd", lr=0.05, max_iter=60,
-                                                    backend="torch", init="normal",
+                                                    backend="torch", init="random",
                                                     random_state=7), _XT, _YT),
 ]
 
