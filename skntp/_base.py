@@ -408,24 +408,3 @@ def warn_renamed_parameter(estimator, old, new):
     name = type(estimator).__name__
     warnings.warn(f"{name}({old}) was renamed to {name}({new}); the old name will be "
                   "removed in the next release.", FutureWarning, stacklevel=5)
-
-
-# -- transition helpers (removed once every estimator runs on the base) ------------
-def limit_progress(estimator, program):
-    from ._progress import make_limit_progress
-
-    return make_limit_progress(estimator.verbose, desc=f"limit {program}")
-
-
-def train(estimator, objective, params0, be, metrics):
-    from ._optim import minimize
-    from ._progress import make_progress
-
-    radii = default_radii(estimator.path_radii) if estimator.solver == "regpath" else None
-    return minimize(objective, tuple(be.asarray(p) for p in params0), xp=be.xp,
-                    solver=estimator.solver, lr=estimator.lr, max_iter=estimator.max_iter,
-                    tol=estimator.tol, metrics=metrics, record_every=estimator.record_every,
-                    radii=radii, inner_max_iter=estimator.max_iter,
-                    progress=(None if estimator.solver == "regpath" else
-                              make_progress(estimator.verbose, estimator.max_iter,
-                                            desc=estimator.solver)))

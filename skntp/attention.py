@@ -46,6 +46,7 @@ from ._sequences import binary_labels, check_attention_input, key_query_matrix
 from .metrics import alignment
 from .models.attention import (
     AttentionObjective,
+    QueryProblem,
     attention_decision,
     attention_features,
     attention_loss_grad,
@@ -72,6 +73,43 @@ SATURATION_THRESHOLD = 1.0 - 1e-5
 _LOSS = {"log_loss": "logistic", "logistic": "logistic", "exponential": "exponential",
          "correlation": "correlation"}
 _DEPRECATED = "deprecated"
+
+
+def _renamed_selector_parameters(est):
+    """``(init, fixed_query, max_enumeration)`` of an AttentionSelector, honouring the
+    names renamed for one vocabulary (``query_init``, ``max_optimal_choices``,
+    ``loss='logistic'``) with a FutureWarning."""
+    init, fixed, enumeration = est.init, est.fixed_query, est.max_enumeration
+    if not isinstance(est.query_init, str) or est.query_init != _DEPRECATED:
+        new = "init" if est.train == "p" else "fixed_query"
+        warn_renamed_parameter(est, "query_init=...", f"{new}=...")
+        init, fixed = (est.query_init, fixed) if est.train == "p" else (init, est.query_init)
+    if est.loss == "logistic":
+        warn_renamed_parameter(est, "loss='logistic'", "loss='log_loss'")
+    if not isinstance(est.max_optimal_choices, str):
+        warn_renamed_parameter(est, "max_optimal_choices=...", "max_enumeration=...")
+        enumeration = est.max_optimal_choices
+    return init, fixed, enumeration
+
+
+def _gmm_program(data, method, callback):
+    """``p^mm*`` of the optimal tokens: (ATT-SVM), or (ATT-SVM') of App. D with ties."""
+    optimal, keys, mask = data["optimal"], data["keys"], data["mask"]
+    ties = np.flatnonzero(optimal.sum(axis=1) > 1)
+    if ties.size == 0:
+        return att_svm(keys, np.argmax(data["scores"], axis=1), mask=mask, method=method,
+                       callback=callback)
+    count = math.prod(int(c) for c in optimal.sum(axis=1))
+    p, _, n_best = att_svm_prime(keys, optimal, mask=mask, method=method,
+                                 max_combinations=data["enumeration"])
+    msg = (f"inputs {ties[:10].tolist()} have several optimal tokens (tied scores), so "
+           "(ATT-SVM) is replaced by the non-convex (ATT-SVM') of App. D, solved exactly by "
+           f"enumerating the {count} choices of one optimal token per input")
+    if n_best > 1:
+        msg += (f"; {n_best} choices reach the minimal norm, so the GMM direction is not "
+                "unique and gmm_direction_ is one of them")
+    warnings.warn(msg + ".", UserWarning, stacklevel=7)
+    return p
 
 
 def _head_vector(head, X, mask, Y):
@@ -514,18 +552,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
     # ------------------------------------------------------------- the model
     def _prepare(self, X, y, sample_weight):
-        init, fixed = self.init, self.fixed_query
-        if not isinstance(self.query_init, str) or self.query_init != _DEPRECATED:
-            new = "init" if self.train == "p" else "fixed_query"
-            warn_renamed_parameter(self, "query_init=...", f"{new}=...")
-            init, fixed = ((self.query_init, fixed) if self.train == "p"
-                           else (init, self.query_init))
-        if self.loss == "logistic":
-            warn_renamed_parameter(self, "loss='logistic'", "loss='log_loss'")
-        enumeration = self.max_enumeration
-        if not isinstance(self.max_optimal_choices, str):
-            warn_renamed_parameter(self, "max_optimal_choices=...", "max_enumeration=...")
-            enumeration = self.max_optimal_choices
+        init, fixed, enumeration = _renamed_selector_parameters(self)
         Xp, mask = check_attention_input(self, X, reset=True)
         n, T, d = Xp.shape
         classes, Y = binary_labels(y, n, self.classes, type(self).__name__)
@@ -545,28 +572,10 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                 "init": init, "enumeration": enumeration}
 
     def _explicit_limits(self, data):
-        optimal, keys, mask = data["optimal"], data["keys"], data["mask"]
-        ties = np.flatnonzero(optimal.sum(axis=1) > 1)
-
-        def solve(callback):
-            if ties.size == 0:
-                return att_svm(keys, np.argmax(data["scores"], axis=1), mask=mask,
-                               method=self.svm_method, callback=callback)
-            count = math.prod(int(c) for c in optimal.sum(axis=1))
-            p, _, n_best = att_svm_prime(keys, optimal, mask=mask, method=self.svm_method,
-                                         max_combinations=data["enumeration"])
-            msg = (f"inputs {ties[:10].tolist()} have several optimal tokens (tied "
-                   "scores), so (ATT-SVM) is replaced by the non-convex (ATT-SVM') of "
-                   f"App. D, solved exactly by enumerating the {count} choices of one "
-                   "optimal token per input")
-            if n_best > 1:
-                msg += (f"; {n_best} choices reach the minimal norm, so the GMM direction "
-                        "is not unique and gmm_direction_ is one of them")
-            warnings.warn(msg + ".", UserWarning, stacklevel=6)
-            return p
-
         try:
-            p, _ = self._solve_limit("ATT-SVM (GMM)", solve, "gmm_direction_ is None.")
+            p, _ = self._solve_limit(
+                "ATT-SVM (GMM)", lambda cb: _gmm_program(data, self.svm_method, cb),
+                "gmm_direction_ is None.")
         except ValueError as exc:  # too many tied choices to enumerate
             if self.solver == "svm" or isinstance(exc, NotSeparableError):
                 raise
@@ -591,51 +600,28 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         return (q,) if self.train == "p" else (np.outer(u, q) / float(u @ u),)
 
     def _training(self, data, limits, be):
-        xp, W, u = be.xp, data["W"], data["u"]
-        mask = data["mask"]
-        maskb = None if mask.all() else be.asbool(mask)
-        Xb = be.asarray(data["X"])
-        uniform = bool(np.all(data["sw"] == data["sw"][0]))
-        common = {"mask": maskb, "loss": _LOSS[self.loss], "v": be.asarray(data["v"]),
-                  "sample_weight": None if uniform else be.asarray(data["sw"])}
-        radii, lr, starts = None, self.lr, ()
-        gmm = None if limits.direction is None else be.asarray(limits.direction)
-        if self.solver == "regpath":
-            gmm_norm = None if gmm is None else float(np.linalg.norm(limits.attributes["gmm"]))
-            radii = (np.geomspace(0.1, 30.0, 16) * gmm_norm
-                     if self.path_radii is None and gmm is not None
-                     else default_radii(self.path_radii))
-        if self.train == "p":
-            p0 = self._initial(data["init"], (W.shape[0],), data["rng"], default="zeros",
-                               scale=1 / np.sqrt(W.shape[0]))
-            obj = AttentionObjective(xp, Xb, be.asarray(data["Y"]), train=("p",),
-                                     W=None if self.key_query is None else be.asarray(W),
-                                     **common)
-            params0, keys_eff = (p0,), be.asarray(data["keys"])
-            if gmm is not None:
-                starts = ((gmm,),)
-
-            def effective(params):
-                return params[0]
+        W, u = data["W"], data["u"]
+        problem = QueryProblem(be, data["X"], data["Y"], data["v"],
+                               None if self.key_query is None and u is None else W, u,
+                               mask=data["mask"], sample_weight=data["sw"],
+                               loss=_LOSS[self.loss])
+        if u is None:
+            start = self._initial(data["init"], (W.shape[0],), data["rng"], default="zeros",
+                                  scale=1 / np.sqrt(W.shape[0]))
         else:
-            W0 = self._initial(data["init"], W.shape, data["rng"], default=W, scale=1.0)
-            nu = float(np.linalg.norm(u))
-            ub = be.asarray(u)
-            obj = AttentionObjective(xp, Xb, be.asarray(data["Y"]), p=ub, train=("W",),
-                                     **common)
-            params0, keys_eff = (W0,), Xb
-            lr = self.lr / nu**2 if self.solver == "gd" else self.lr / nu
-            radii = None if radii is None else radii / nu
-            if gmm is not None:
-                starts = ((be.asarray(np.outer(u, limits.direction) / nu),),)
-
-            def effective(params):
-                return params[0].T @ ub
+            start = self._initial(data["init"], W.shape, data["rng"], default=W, scale=1.0)
+        xp = be.xp
+        gmm = None if limits.direction is None else be.asarray(limits.direction)
+        radii = None
+        if self.solver == "regpath":
+            radii = (np.geomspace(0.1, 30.0, 16) * np.linalg.norm(limits.attributes["gmm"])
+                     if self.path_radii is None and gmm is not None
+                     else default_radii(self.path_radii)) / problem.norm_u
 
         def metrics(params):
-            q = effective(params)
+            q = problem.effective(params)
             nq = float(xp.sqrt(xp.sum(q * q)))
-            s = attention_weights(xp, keys_eff, q, maskb)
+            s = attention_weights(xp, problem.keys, q, problem.mask)
             row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1))), "query": q}
             if gmm is not None:
                 row["gmm_alignment"] = float(xp.sum(q * gmm)) / nq if nq > 0 else 0.0
@@ -643,7 +629,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
         # the path of the non-convex risk (2): every radius also from R p^mm* (Thm. 1),
         # each solve on the risk divided by its gradient norm
-        return Training(obj, params0, metrics, lr=lr, radii=radii, starts=starts,
+        return Training(problem.objective, (start,), metrics,
+                        lr=problem.step(self.lr, self.solver), radii=radii,
+                        starts=() if gmm is None else (problem.start(limits.direction),),
                         rescale=True)
 
     def _fitted(self, data, limits, params, result):

@@ -31,7 +31,6 @@ from .graphs import (
     cyclic_subspace_basis,
     is_acyclic,
     label_scc_positions,
-    pseudo_token_priority_graphs,
     strongly_connected_components,
     token_priority_graphs,
 )
@@ -40,10 +39,11 @@ from .models.self_attention import (
     SelfAttentionRisk,
     embedding_table,
     head_matrix,
+    realizable_samples,
     saturation_gaps,
 )
 from .svm._core import solve_max_margin
-from .svm._graph import cyclic_correction, graph_svm_problem
+from .svm._graph import cyclic_correction, graph_svm_problem, pseudo_limits
 
 __all__ = ["NTPAttentionClassifier"]
 
@@ -279,21 +279,8 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
             raise ValueError(f"token ids out of range: found id {bad} but the vocabulary has "
                              f"{K} tokens (ids 0..{K - 1}).")
         C, gamma, identity = head_matrix(self.head, E)
-        realizable = ((ids == y[:, None]) & mask).any(axis=1)
-        used = sw > 0
-        if not realizable.all():
-            bad = np.flatnonzero(~realizable)
-            if identity:
-                used &= realizable
-            warnings.warn(
-                f"{bad.size} sample(s) (e.g. {bad[:5].tolist()}) are not realizable: the "
-                "label does not occur in the sequence (Assumption 2). " + (
-                    "With head='identity' (C E^T = I) their prediction y_hat_y is 0 for "
-                    "every W, so they carry no gradient; they are left out of the loss and "
-                    "the token-priority graphs." + (
-                        " No sample is left: W stays at its initialization."
-                        if not realizable.any() else "") if identity else
-                    "The theory's limits do not describe them."), UserWarning, stacklevel=4)
+        realizable = realizable_samples(ids, mask, y, identity)
+        used = (sw > 0) & (realizable if identity else True)
         seqs = (ids[used], mask[used], last[used], y[used])
         graphs = token_priority_graphs(PaddedSequences(*seqs[:3]), seqs[3])
         sccs = strongly_connected_components(graphs)
@@ -459,31 +446,13 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         thr = self.selection_threshold if threshold is None else float(threshold)
         s = self._attention(ids, mask, last)
         selected = (s > thr) & mask
-        top = np.argmax(np.where(mask, s, -1.0), axis=1)
-        selected[np.arange(ids.shape[0]), top] = True
-        graphs = pseudo_token_priority_graphs(PaddedSequences(ids, mask, last), selected)
-        sccs = strongly_connected_components(graphs)
-        E = self.embeddings_
-        d = E.shape[1]
-        W_mm = solve_max_margin(graph_svm_problem(E, graphs, sccs), method=self.svm_method,
-                                **backend_kwargs(self)).primal
-        direction = unit(W_mm)[0]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            W_cyc = cyclic_correction(E, PaddedSequences(ids, mask, last), y, sccs,
-                                      gamma=self._gamma, loss=_LOSS[self.loss], keep=selected)
-        rows = cyclic_subspace_basis(E, sccs)
-        proj = SubspaceProjector(rows if rows.shape[0] else None, (d, d)).project(self.coef_)
-        return Bunch(
-            graphs=graphs,
-            sccs=sccs,
-            is_acyclic=is_acyclic(graphs, sccs),
-            selected=selected,
-            mm_direction=direction,
-            finite_component=W_cyc,
-            alignment=cosine(self.coef_, direction),
-            finite_distance=float(np.linalg.norm(proj - W_cyc)),
-        )
+        selected[np.arange(ids.shape[0]), np.argmax(np.where(mask, s, -1.0), axis=1)] = True
+        out = pseudo_limits(self.embeddings_, PaddedSequences(ids, mask, last), y, selected,
+                            gamma=self._gamma, loss=_LOSS[self.loss], method=self.svm_method,
+                            **backend_kwargs(self))
+        proj = out.pop("projector").project(self.coef_)
+        return Bunch(**out, selected=selected, alignment=cosine(self.coef_, out.mm_direction),
+                     finite_distance=float(np.linalg.norm(proj - out.finite_component)))
 
     def _attention(self, ids, mask, last):
         risk = SelfAttentionRisk(get_backend(), self.embeddings_, self._gamma, ids, mask,

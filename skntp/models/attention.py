@@ -51,11 +51,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .._backend import logsumexp, softmax
 
 __all__ = [
     "LOSSES",
     "AttentionObjective",
+    "QueryProblem",
     "attention_decision",
     "attention_features",
     "attention_logits",
@@ -326,3 +329,75 @@ class AttentionObjective:
         grads = tuple(g * sc if sc != 1.0 else g
                       for g, sc in zip(grads, self.grad_scale, strict=True))
         return (xp.sum(risk) if self.batched else risk), grads
+
+
+class QueryProblem:
+    """The risk of Sec. 2 in the query ``p`` or, by Lemma 1, in ``W`` with a fixed ``u``.
+
+    With ``u`` given the trained block is ``W`` (keys ``X W^T``, query ``u``):
+    the iterates ``W(t)^T u`` of GD with step ``lr / ||u||^2`` (normalized GD:
+    ``lr / ||u||``; path radii ``/ ||u||``) follow exactly those of ``p`` with
+    ``W = I`` from ``W(0)^T u``, so every direction is computed for the
+    *effective query* ``W^T u`` on the keys ``X``.
+
+    Parameters
+    ----------
+    be : Backend
+    X : ndarray of shape (n, T, d)
+    Y : ndarray of shape (n,)
+    v : ndarray of shape (d,)
+        The fixed head.
+    W : ndarray of shape (k, d) or None
+        The key-query matrix (``None``: identity); the start of ``W`` when ``u``
+        is given.
+    u : ndarray of shape (k,) or None
+        The fixed query of the ``W`` parameterization.
+    mask, sample_weight : ndarrays or None
+    loss : str
+
+    Attributes
+    ----------
+    objective : AttentionObjective
+    keys : backend array
+        The keys the effective query acts on.
+    step_scale, radius_scale : float
+        Factors of the step of ``solver`` and of the path radii (Lemma 1).
+    """
+
+    def __init__(self, be, X, Y, v, W, u, *, mask=None, sample_weight=None, loss="logistic"):
+        xp = be.xp
+        self.be, self.u = be, u
+        mask = None if mask is None or mask.all() else be.asbool(mask)
+        uniform = sample_weight is None or bool(np.all(sample_weight == sample_weight[0]))
+        common = {"mask": mask, "loss": loss, "v": be.asarray(v),
+                  "sample_weight": None if uniform else be.asarray(sample_weight)}
+        Xb = be.asarray(X)
+        self.mask = mask
+        if u is None:
+            Wb = None if W is None else be.asarray(W)
+            self.objective = AttentionObjective(xp, Xb, be.asarray(Y), train=("p",), W=Wb,
+                                                **common)
+            self.keys = Xb if Wb is None else compute_keys(xp, Xb, Wb)
+            self.norm_u = 1.0
+        else:
+            self.ub = be.asarray(u)
+            self.objective = AttentionObjective(xp, Xb, be.asarray(Y), p=self.ub,
+                                                train=("W",), **common)
+            self.keys = Xb
+            self.norm_u = float(np.linalg.norm(u))
+
+    def step(self, lr, solver):
+        """The step of ``solver`` on the trained block (Lemma 1 for ``W``)."""
+        if self.u is None:
+            return lr
+        return lr / self.norm_u**2 if solver == "gd" else lr / self.norm_u
+
+    def effective(self, params):
+        """The effective query: ``p``, or ``W^T u``."""
+        return params[0] if self.u is None else params[0].T @ self.ub
+
+    def start(self, direction):
+        """The trained block that puts the effective query at ``direction``."""
+        if self.u is None:
+            return (self.be.asarray(direction),)
+        return (self.be.asarray(np.outer(self.u, direction) / self.norm_u),)

@@ -16,7 +16,7 @@ import numpy as np
 from .._backend import logsumexp, scatter_add, softmax
 
 __all__ = ["LOSSES", "SelfAttentionRisk", "embedding_table", "head_matrix", "identity_head",
-           "saturation_gaps"]
+           "realizable_samples", "saturation_gaps"]
 
 LOSSES = ("log", "ce", "squared")
 
@@ -249,3 +249,22 @@ def saturation_gaps(risk, inside, mask, *weights):
         out.append((np.where(inside, a, np.inf).min(axis=1)
                     - np.where(outside, a, -np.inf).max(axis=1))[has])
     return out
+
+
+def realizable_samples(ids, mask, y, identity):
+    """The samples whose label occurs in their sequence (Assumption 2), with a warning
+    about the others (left out of the loss with the identity head, which gives them no
+    gradient)."""
+    realizable = ((ids == y[:, None]) & mask).any(axis=1)
+    if not realizable.all():
+        bad = np.flatnonzero(~realizable)
+        tail = ("With head='identity' (C E^T = I) their prediction y_hat_y is 0 for every W, "
+                "so they carry no gradient; they are left out of the loss and the "
+                "token-priority graphs." + (" No sample is left: W stays at its "
+                                             "initialization." if not realizable.any()
+                                             else "")
+                if identity else "The theory's limits do not describe them.")
+        warnings.warn(f"{bad.size} sample(s) (e.g. {bad[:5].tolist()}) are not realizable: "
+                      "the label does not occur in the sequence (Assumption 2). " + tail,
+                      UserWarning, stacklevel=5)
+    return realizable

@@ -40,6 +40,7 @@ from ._core import (
 
 __all__ = [
     "cyclic_correction",
+    "pseudo_limits",
     "graph_svm",
     "graph_svm_problem",
 ]
@@ -326,3 +327,57 @@ def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=No
         )
     W = to_numpy(basis @ theta).reshape(d, d)
     return (W, info) if return_info else W
+
+
+def pseudo_limits(embeddings, X, y, selected, *, gamma=None, loss="log", method="auto",
+                  **backend):
+    """The local limits of a fitted attention (Sec. 6, App. D): pseudo graphs and programs.
+
+    In ``G^(k)`` every *selected* position's token points to every token of its
+    sequence (:func:`skntp.graphs.pseudo_token_priority_graphs`); the pseudo
+    (Graph-SVM) direction and the pseudo cyclic correction (the risk of the
+    true labels minimized on the tokens in the selected tokens' SCC, inside the
+    pseudo ``S_cyc``, from zero) are the limits that GD with a general head or
+    the squared loss follows (Figs. 5-6).
+
+    Parameters
+    ----------
+    embeddings : ndarray of shape (K, d)
+    X : PaddedSequences or token-id sequences
+    y : ndarray of shape (n,)
+    selected : ndarray of shape (n, T_max), bool
+    gamma, loss : as in :func:`cyclic_correction`
+    method, **backend : as in :func:`graph_svm`
+
+    Returns
+    -------
+    Bunch
+        ``graphs``, ``sccs``, ``is_acyclic``, ``mm_direction`` (unit, or zero),
+        ``finite_component`` (pseudo ``W^cyc``) and ``projector`` (onto the
+        pseudo ``S_cyc``).
+    """
+    from sklearn.utils import Bunch
+
+    from ..graphs import (
+        cyclic_subspace_basis,
+        is_acyclic,
+        pseudo_token_priority_graphs,
+        strongly_connected_components,
+    )
+    from ..metrics import SubspaceProjector
+
+    E = _check_embeddings(embeddings)
+    d = E.shape[1]
+    graphs = pseudo_token_priority_graphs(X, selected)
+    sccs = strongly_connected_components(graphs)
+    W_mm = solve_max_margin(graph_svm_problem(E, graphs, sccs), method=method,
+                            **backend).primal
+    norm = float(np.linalg.norm(W_mm))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        W_cyc = cyclic_correction(E, X, y, sccs, gamma=gamma, loss=loss, keep=selected)
+    rows = cyclic_subspace_basis(E, sccs)
+    return Bunch(graphs=graphs, sccs=sccs, is_acyclic=is_acyclic(graphs, sccs),
+                 mm_direction=W_mm / norm if norm > 0 else np.zeros((d, d)),
+                 finite_component=W_cyc,
+                 projector=SubspaceProjector(rows if rows.shape[0] else None, (d, d)))
