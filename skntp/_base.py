@@ -362,15 +362,15 @@ class ImplicitBiasEstimator(BaseEstimator):
         raise NotImplementedError
 
     # ------------------------------------------------------------ helpers
-    def _initial(self, init, shape, rng, *, default, scale, name="init"):
-        """A start point: ``"zeros"``, ``"random"`` (``N(0, scale^2)``), an array,
-        or ``default`` (one of those) for ``None``."""
+    def _initial(self, init, shape, rng, *, default, divisor, name="init"):
+        """A start point: ``"zeros"``, ``"random"`` (standard normal entries divided by
+        ``divisor``), an array, or ``default`` (one of those) for ``None``."""
         init = default if init is None else init
         if isinstance(init, str):
             if init == "zeros":
                 return np.zeros(shape)
             if init == "random":
-                return rng.standard_normal(shape) * scale
+                return rng.standard_normal(shape) / divisor
             raise ValueError(f"{name} must be 'zeros', 'random' or an array, got {init!r}.")
         arr = np.asarray(init, dtype=float)
         if arr.shape != tuple(shape):

@@ -607,9 +607,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                                loss=_LOSS[self.loss])
         if u is None:
             start = self._initial(data["init"], (W.shape[0],), data["rng"], default="zeros",
-                                  scale=1 / np.sqrt(W.shape[0]))
+                                  divisor=np.sqrt(W.shape[0]))
         else:
-            start = self._initial(data["init"], W.shape, data["rng"], default=W, scale=1.0)
+            start = self._initial(data["init"], W.shape, data["rng"], default=W, divisor=1.0)
         xp = be.xp
         gmm = None if limits.direction is None else be.asarray(limits.direction)
         radii = None
@@ -976,9 +976,9 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         parts = init if isinstance(init, (tuple, list)) else (init, init)
         if len(parts) != 2:
             raise ValueError("init must be 'zeros', 'random' or a pair (head, query).")
-        v0 = self._initial(parts[0], (d,), data["rng"], default="random", scale=1 / np.sqrt(d),
+        v0 = self._initial(parts[0], (d,), data["rng"], default="random", divisor=np.sqrt(d),
                            name="init[0] (the head)")
-        p0 = self._initial(parts[1], (k,), data["rng"], default="random", scale=1 / np.sqrt(k),
+        p0 = self._initial(parts[1], (k,), data["rng"], default="random", divisor=np.sqrt(k),
                            name="init[1] (the query)")
         # log L has the same minimizers on every ball (regpath) and the same normalized
         # gradient in every block (ngd), and does not underflow

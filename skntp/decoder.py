@@ -263,7 +263,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
     def _training(self, data, limits, be):
         V, d = data["probs"].shape[1], data["contexts"].shape[1]
         rng = check_random_state(self.random_state)
-        W0 = self._initial(self.init, (V, d), rng, default="random", scale=1 / np.sqrt(d))
+        W0 = self._initial(self.init, (V, d), rng, default="random", divisor=np.sqrt(d))
         objective = CrossEntropy(be, data["contexts"], data["weights"], data["probs"])
         metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector)
         return Training(objective, (W0,), metrics)

@@ -333,7 +333,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
             warn_renamed_parameter(self, "init='normal'", "init='random'")
             init = "random"
         d = data["E"].shape[1]
-        W0 = self._initial(init, (d, d), data["rng"], default="zeros", scale=1 / d)
+        W0 = self._initial(init, (d, d), data["rng"], default="zeros", divisor=d)
         metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector)
         return Training(self._risk(data, be), (W0,), metrics)
 
