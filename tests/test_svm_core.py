@@ -5,8 +5,9 @@
 * Programs with a known answer: one constraint ``a^T w >= r`` (``w = r a/||a||^2``),
   orthogonal constraints, equalities only (the pseudo-inverse), a constraint that
   is inactive, and the trivial empty program.
-* The ``auto`` dispatch: priorities, methods that decline, methods whose result is
-  far from feasible, and the final certificate passed to ``callback``.
+* The ``auto`` dispatch: the order per program class, methods that decline,
+  methods whose result is far from feasible, and the final certificate passed to
+  ``callback``.
 * The cvxpy reference path: the duals' signs (inequalities ``>= 0``, equalities
   free) and the relative gap and violation it reports.
 """
@@ -23,6 +24,7 @@ from skntp.svm import (
     MaxMarginResult,
     NotSeparableError,
     _core,
+    ntp_svm_problem,
     solve_max_margin,
     solve_min_norm,
 )
@@ -227,9 +229,11 @@ def test_infeasible_programs_name_themselves():
 # --------------------------------------------------------------------------
 @pytest.fixture
 def methods(monkeypatch):
-    """A private registry: the real cvxpy method plus the test's own."""
+    """A private registry: the real cvxpy method plus the test's own, tried by "auto"
+    for key-score programs in the order the test sets."""
     registry = {"cvxpy": _core._METHODS["cvxpy"]}
     monkeypatch.setattr(_core, "_METHODS", registry)
+    monkeypatch.setattr(_core, "AUTO_ORDER", dict(_core.AUTO_ORDER))
     return registry
 
 
@@ -239,7 +243,7 @@ def _answer(problem, primal, violation, name):
         max_violation=violation)
 
 
-def test_auto_tries_methods_by_priority_and_skips_decliners(methods):
+def test_auto_tries_methods_in_order_and_skips_decliners(methods):
     problem = key_problem([[[1.0, 0.0]]], [0], [0], [-1], [1.0], [False])
     seen = []
 
@@ -251,9 +255,10 @@ def test_auto_tries_methods_by_priority_and_skips_decliners(methods):
         seen.append(("answer", tol, max_iter, str(be.dtype)))
         return _answer(p, [1.0, 0.0], 0.0, "answer")
 
-    register_method("decline", decline, auto_priority=1)
-    register_method("answer", answer, auto_priority=2)
-    register_method("never", lambda *a: pytest.fail("a method without priority"))
+    register_method("decline", decline)
+    register_method("answer", answer)
+    register_method("never", lambda *a: pytest.fail("a method out of the auto order"))
+    _core.AUTO_ORDER["keys"] = ("decline", "answer", "cvxpy")
     calls = []
     res = solve_max_margin(problem, tol=1e-6, max_iter=11, dtype="float32",
                            callback=lambda *a: calls.append(a))
@@ -270,18 +275,16 @@ def test_auto_moves_on_from_an_undecided_result(methods):
     # a method that ends far from feasible (violation > 1e-3) has not decided: the
     # next one (cvxpy, last) decides; at the threshold itself the answer stands
     problem = key_problem([[[2.0, 0.0]]], [0], [0], [-1], [1.0], [False])
-    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], 2e-3, "rough"),
-                    auto_priority=1)
+    _core.AUTO_ORDER["keys"] = ("rough", "cvxpy")
+    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], 2e-3, "rough"))
     assert solve_max_margin(problem).method == "cvxpy"
-    register_method("rough", lambda p, *a: _answer(p, [0.5, 0.0], 1e-3, "rough"),
-                    auto_priority=1)
+    register_method("rough", lambda p, *a: _answer(p, [0.5, 0.0], 1e-3, "rough"))
     res = solve_max_margin(problem)
     assert res.method == "rough"
     np.testing.assert_array_equal(res.primal, [0.5, 0.0])
     # the last candidate's answer is returned whatever its violation
     methods.pop("cvxpy")
-    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], 0.5, "rough"),
-                    auto_priority=1)
+    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], 0.5, "rough"))
     assert solve_max_margin(problem).max_violation == 0.5
 
 
@@ -309,3 +312,21 @@ def test_cvxpy_reports_gap_and_violation_of_its_answer():
     assert res.gap == pytest.approx((w @ w - lam.sum()) / (w @ w), abs=1e-12)
     assert res.max_violation == pytest.approx(max(0.0, (1 - A @ w).max()), abs=1e-15)
     assert np.all(lam >= -1e-9) and np.allclose(A.T @ lam, w, atol=1e-6)
+
+
+def test_auto_order_covers_every_class_and_ends_with_the_reference():
+    from skntp.svm._core import AUTO_ORDER, program_class
+    from skntp.svm._fast import GatheredScores
+
+    assert set(AUTO_ORDER) == {"decoder", "keys", "bilinear"}
+    for names in AUTO_ORDER.values():
+        assert names[-1] == "cvxpy" and set(names) <= set(_core._METHODS)
+    H = np.eye(3, 4)
+    ntp = ntp_svm_problem(H, np.eye(3, 5, dtype=bool))
+    assert program_class(ntp) == "decoder"
+    gathered = MaxMarginProblem(GatheredScores(ntp.scores, np.zeros((3, 2), np.int64)),
+                                ntp.constraints)
+    assert program_class(gathered) == "decoder"
+    assert program_class(key_problem([[[1.0]]], [0], [0], [-1], [1.0], [False])) == "keys"
+    graph = MaxMarginProblem(BilinearScores(np.eye(2), np.eye(2)), ntp.constraints)
+    assert program_class(graph) == "bilinear"

@@ -494,7 +494,7 @@ def _solve_nnls(problem, tol, max_iter, be, verbose, callback=None):
     )
 
 
-register_method("nnls", _solve_nnls, auto_priority=5)
+register_method("nnls", _solve_nnls)
 
 
 # --------------------------------------------------------------------------
@@ -796,4 +796,4 @@ def _solve_dual_active_set(problem, tol, max_iter, be, verbose, callback=None):
     )
 
 
-register_method("dual-active-set", _solve_dual_active_set, auto_priority=4.5)
+register_method("dual-active-set", _solve_dual_active_set)

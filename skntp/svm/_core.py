@@ -51,6 +51,8 @@ __all__ = [
     "MaxMarginResult",
     "NotSeparableError",
     "ProgramTooLargeError",
+    "AUTO_ORDER",
+    "program_class",
     "register_method",
     "solve_max_margin",
 ]
@@ -535,16 +537,49 @@ _METHODS = {}
 _AUTO_MAX_VIOLATION = 1e-3
 
 
-def register_method(name, func, *, auto_priority=None):
+def register_method(name, func):
     """Register a solver ``func(problem, tol, max_iter, be, verbose, callback) -> result``.
 
     ``callback`` is ``None`` or a callable ``callback(n_iter, gap, violation)``
     that an iterative method calls at each certificate check (progress bars).
-
-    ``auto_priority`` (lower first) makes it a candidate for ``method="auto"``;
-    a function may decline a problem by returning ``None``.
+    A function may decline a problem by returning ``None``.  ``method="auto"``
+    tries the methods of :data:`AUTO_ORDER`.
     """
-    _METHODS[name] = (func, auto_priority)
+    _METHODS[name] = func
+
+
+#: ``method="auto"``: the methods tried, in order, for each class of program
+#: (:func:`program_class`); the first that accepts a program and decides it (ends
+#: with a violation of at most 1e-3) answers, and every list ends with the
+#: reference path.
+#:
+#: * ``"decoder"`` (linear-decoder scores: the NTP-SVM, Crammer-Singer): the
+#:   sequential dual method on the CPU; the accelerated dual method on a GPU
+#:   (``"dcd"`` declines there) and where ``"dcd"`` hands over;
+#: * ``"keys"`` (key scores: ATT-SVM, relaxed ATT-SVM, the head SVM): the exact
+#:   dual active set; its fallback, the working-set NNLS, takes the programs on
+#:   which the active set's rank-one updates drift (it declines those rather
+#:   than return an inexact answer); both need a parameter of at most 2000
+#:   entries;
+#: * ``"bilinear"`` (bilinear scores with output embeddings: Graph-SVM): the
+#:   exact null-space NNLS when small, else the accelerated dual method.
+AUTO_ORDER = {
+    "decoder": ("dcd", "fast", "cvxpy"),
+    "keys": ("dual-active-set", "nnls", "fast", "cvxpy"),
+    "bilinear": ("graph-ldp", "fast", "cvxpy"),
+}
+
+
+def program_class(problem):
+    """The class of a program for ``method="auto"``: "decoder", "keys" or "bilinear"."""
+    scores = problem.scores
+    while hasattr(scores, "base"):  # GatheredScores
+        scores = scores.base
+    if isinstance(scores, KeyScores):
+        return "keys"
+    if isinstance(scores, BilinearScores) and scores.outputs is None:
+        return "decoder"
+    return "bilinear"
 
 
 def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
@@ -604,7 +639,7 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
     )
 
 
-register_method("cvxpy", _solve_cvxpy, auto_priority=100)
+register_method("cvxpy", _solve_cvxpy)
 
 
 def solve_max_margin(
@@ -625,8 +660,10 @@ def solve_max_margin(
     ----------
     problem : MaxMarginProblem
     method : str, default="auto"
-        ``"cvxpy"`` (Clarabel, the reference path), a registered fast method,
-        or ``"auto"``: the fastest registered method that accepts the problem.
+        ``"cvxpy"`` (Clarabel, the reference path), a registered method
+        (``"dcd"``, ``"fast"``, ``"dual-active-set"``, ``"nnls"``,
+        ``"graph-ldp"``), or ``"auto"``: the methods of :data:`AUTO_ORDER`
+        for the program's class, in order.
     tol : float, default=1e-8
         Relative duality-gap / feasibility tolerance of iterative methods.
     max_iter : int, default=100_000
@@ -687,10 +724,7 @@ def solve_max_margin(
                                   verbose=verbose, callback=callback)
         return _scale_back(problem, result, alpha)
     if method == "auto":
-        candidates = sorted(
-            (prio, name) for name, (f, prio) in _METHODS.items() if prio is not None
-        )
-        names = [name for _, name in candidates]
+        names = [name for name in AUTO_ORDER[program_class(problem)] if name in _METHODS]
     else:
         if method not in _METHODS:
             raise ValueError(
@@ -699,7 +733,7 @@ def solve_max_margin(
             )
         names = [method]
     for name in names:
-        func = _METHODS[name][0]
+        func = _METHODS[name]
         with blas_threads(getattr(problem.scores, "work_size", np.inf), be):
             result = func(problem, tol, max_iter, be, verbose, callback)
         if (result is not None and method == "auto" and name != names[-1]

@@ -491,4 +491,4 @@ def _method(problem, tol, max_iter, be, verbose, callback=None):
     return solve_dcd(problem, tol, max_iter, be, verbose, callback=callback)
 
 
-register_method("dcd", _method, auto_priority=8)
+register_method("dcd", _method)

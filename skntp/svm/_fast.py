@@ -1013,4 +1013,4 @@ def _method(problem, tol, max_iter, be, verbose, callback=None):
     return solve_fast(problem, tol, max_iter, be, verbose, callback=callback)
 
 
-register_method("fast", _method, auto_priority=10)
+register_method("fast", _method)

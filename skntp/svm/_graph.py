@@ -174,7 +174,7 @@ def _solve_graph_ldp(problem, tol, max_iter, be, verbose, callback=None):
                            status="optimal", n_iter=0, gap=float(gap), max_violation=viol)
 
 
-register_method("graph-ldp", _solve_graph_ldp, auto_priority=4)
+register_method("graph-ldp", _solve_graph_ldp)
 
 
 def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=1e-8,
