@@ -18,11 +18,14 @@ from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from skntp import NTPDecoderClassifier
-from skntp._data_attention import make_attention_fig1c, make_attention_random
-from skntp._data_graphs import make_token_priority_data
-from skntp._data_joint import make_joint_fig3
 from skntp.attention import AttentionSelector, JointAttentionSVM
-from skntp.datasets import make_ntp_data
+from skntp.datasets import (
+    make_attention_fig1c,
+    make_attention_random,
+    make_joint_fig3,
+    make_ntp_data,
+    make_token_priority_data,
+)
 from skntp.graphs import token_priority_graphs
 from skntp.self_attention import NTPAttentionClassifier
 from skntp.svm import (

@@ -16,7 +16,7 @@ import numpy as np
 from .._backend import logsumexp, scatter_add, softmax
 
 __all__ = ["LOSSES", "SelfAttentionRisk", "embedding_table", "head_matrix", "identity_head",
-           "realizable_samples", "saturation_gaps"]
+           "random_unit_embeddings", "realizable_samples", "saturation_gaps"]
 
 LOSSES = ("log", "ce", "squared")
 
@@ -175,6 +175,15 @@ class SelfAttentionRisk:
         return softmax(self.xp, self.scores(W), axis=1)
 
 
+def random_unit_embeddings(n_tokens, embedding_dim, random_state=None):
+    """``n_tokens`` embeddings drawn uniformly on the unit sphere of ``R^d`` (App. D, step 1)."""
+    from sklearn.utils.validation import check_random_state
+
+    rng = check_random_state(random_state)
+    E = rng.standard_normal((int(n_tokens), int(embedding_dim)))
+    return E / np.linalg.norm(E, axis=1, keepdims=True)
+
+
 def identity_head(E):
     """``C = (E E^T)^{-1} E``: the minimum-norm head with ``C E^T = I_K`` (Assumption 4)."""
     K, d = E.shape
@@ -195,8 +204,6 @@ def identity_head(E):
 
 def embedding_table(embeddings, n_tokens, embedding_dim, largest_id, rng):
     """The token embeddings ``E`` (K, d): given, or drawn on the unit sphere (App. D)."""
-    from .._data_graphs import random_unit_embeddings
-
     if embeddings is not None:
         E = np.asarray(embeddings, dtype=float)
         if E.ndim != 2 or E.shape[0] < 2 or E.shape[1] < 1:

@@ -5,14 +5,9 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.validation import check_random_state
 
+from ..models.self_attention import random_unit_embeddings
+
 __all__ = ["make_token_priority_data", "random_unit_embeddings"]
-
-
-def random_unit_embeddings(n_tokens, embedding_dim, random_state=None):
-    """``n_tokens`` embeddings drawn uniformly on the unit sphere of ``R^d`` (App. D, step 1)."""
-    rng = check_random_state(random_state)
-    E = rng.standard_normal((int(n_tokens), int(embedding_dim)))
-    return E / np.linalg.norm(E, axis=1, keepdims=True)
 
 
 def make_token_priority_data(n_tokens=8, embedding_dim=8, n_samples=4, seq_len=6, *,

@@ -1,13 +1,5 @@
-"""Data recipes of the papers implemented by skntp.
-
-NTP with a linear decoder (Thrampoulidis 2024): :func:`make_ntp_data`
-(App. B.2 / A.2 recipe), :func:`make_ntp_2d_example` (Fig. 1/2) and
-:func:`ntp_from_sequences` (autoregressive data, App. D).  Your own text:
-:class:`TokenEncoder` maps sentences to token ids, and
-:func:`ntp_from_sequences` turns them into contexts and next tokens.  NTP-SVM
-programs at scale, with tied supports and no exchangeable tokens:
-:func:`make_ntp_svm_data`.
-"""
+"""NTP data of Thrampoulidis (2024): the App. B.2 / A.2 recipe, the 2-D example of
+Fig. 1/2, and next-token data from token sequences (App. D)."""
 
 from __future__ import annotations
 
@@ -17,11 +9,7 @@ import numpy as np
 from sklearn.utils import Bunch
 from sklearn.utils.validation import check_random_state
 
-from ._data_separable import make_ntp_svm_data
-from ._tokens import TokenEncoder
-
-__all__ = ["TokenEncoder", "make_ntp_2d_example", "make_ntp_data", "make_ntp_svm_data",
-           "ntp_from_sequences"]
+__all__ = ["make_ntp_2d_example", "make_ntp_data", "ntp_from_sequences"]
 
 
 def make_ntp_data(
@@ -288,34 +276,3 @@ def _integer_prefixes(prefixes):
             raise ValueError(f"token ids must be non-negative, got {p[:5]!r}.")
         out.append(tuple(int(t) for t in p))
     return out
-
-# Joint head/attention examples (Tarzanagh et al. 2023, Fig. 3).
-from ._data_joint import make_joint_fig3  # noqa: E402
-
-__all__ += ["make_joint_fig3"]
-
-# Attention token-selection examples (Tarzanagh et al. 2023, Fig. 1, 8, 9).
-from ._data_attention import (  # noqa: E402
-    make_attention_fig1a,
-    make_attention_fig1b,
-    make_attention_fig1c,
-    make_attention_fig8,
-    make_attention_random,
-)
-
-__all__ += [
-    "make_attention_fig1a",
-    "make_attention_fig1b",
-    "make_attention_fig1c",
-    "make_attention_fig8",
-    "make_attention_random",
-]
-
-from ._data_graphs import make_token_priority_data  # noqa: E402
-
-__all__ += ["make_token_priority_data"]
-
-# Real English text (NTP paper, App. D on the dataset descriptions of scikit-learn).
-from ._data_text import load_text_ntp  # noqa: E402
-
-__all__ += ["load_text_ntp"]

@@ -83,7 +83,7 @@ def load_text_ntp(*, context_size=2, n_words=80, embedding="gaussian", n_feature
         read, ``DESCR``.
     (X, y) : tuple, if ``return_X_y``
     """
-    from .datasets import ntp_from_sequences
+    from ._ntp import ntp_from_sequences
 
     if int(context_size) < 1:
         raise ValueError(f"context_size must be a positive integer, got {context_size!r}.")
