@@ -48,10 +48,10 @@ for solver, est in fits.items():
     for c in (100, 1000, max_iter):
         i = int(np.searchsorted(h["iteration"], c))
         print(f"{solver:>6} {c:>5} {h['excess_loss'][i]:9.2e} {h['norm'][i]:7.2f} "
-              f"{h['alignment'][i]:11.4f} {h['alignment_corrected'][i]:14.4f} "
+              f"{h['alignment_uncorrected'][i]:11.4f} {h['alignment'][i]:14.4f} "
               f"{h['finite_distance'][i]:13.3g}")
 print(f"{'svm':>6} {'limit':>5} {svm.history_['excess_loss'][0]:9.2e} "
-      f"{svm.history_['norm'][0]:7.2f} {svm.history_['alignment'][0]:11.4f} "
+      f"{svm.history_['norm'][0]:7.2f} {svm.history_['alignment_uncorrected'][0]:11.4f} "
       f"{1.0:14.4f} {0.0:13.3g}")
 print("paper (Fig. 4/5): CE -> H, norm grows, both correlations -> 1, "
       "||P_F(W) - W*|| -> 0; NGD and Adam faster than GD")

@@ -207,11 +207,9 @@ class ProgressBar:
         bar = "#" * filled + "-" * (self.width - filled)
         parts = [f"{self.desc} [{bar}] {k}/{self.total}", f"loss {_scalar(loss):.4g}"]
         if row:
-            for key, label in (("alignment_corrected", "cos(w-w*,mm)"),
-                               ("alignment", "cos(w,mm)")):
-                if key in row:
-                    parts.append(f"{label} {_scalar(row[key]):.4f}")
-                    break
+            if "alignment" in row:  # of w - w* where the model has a finite part
+                label = "cos(w-w*,mm)" if "alignment_uncorrected" in row else "cos(w,mm)"
+                parts.append(f"{label} {_scalar(row['alignment']):.4f}")
         if stopped and k < self.total:
             parts.append(f"{elapsed:.1f}s (stopped)")
         elif k < self.total:
@@ -312,12 +310,9 @@ class _TqdmDescent:
             return
         self._last = now
         post = {"loss": f"{_scalar(loss):.4g}"}
-        if row:
-            for key, label in (("alignment_corrected", "cos(w-w*,mm)"),
-                               ("alignment", "cos(w,mm)")):
-                if key in row:
-                    post[label] = f"{_scalar(row[key]):.4f}"
-                    break
+        if row and "alignment" in row:  # of w - w* where the model has a finite part
+            label = "cos(w-w*,mm)" if "alignment_uncorrected" in row else "cos(w,mm)"
+            post[label] = f"{_scalar(row['alignment']):.4f}"
         self.bar.set_postfix(post, refresh=False)
         self.bar.update(k - self._k)
         self._k = k

@@ -225,7 +225,7 @@ class TrainingCurvesDisplay:
 
     def _keys(self, keys):
         present = [k for k in _CURVE_PANELS if k == "loss" or any(
-            k in h or (k == "alignment" and "alignment_corrected" in h)
+            k in h
             for h in self.histories)]
         if keys is None:
             return present
@@ -262,8 +262,8 @@ class TrainingCurvesDisplay:
             x = it + 1 if log_x else it
             for a, key in zip(axes, keys):
                 series = [(key, "-")]
-                if key == "alignment":
-                    series = [("alignment", "-"), ("alignment_corrected", "--")]
+                if key == "alignment":  # with a finite part, also the uncorrected cosine
+                    series = [("alignment", "-"), ("alignment_uncorrected", "--")]
                 for name, ls in series:
                     if name not in hist:
                         continue
@@ -294,10 +294,10 @@ class TrainingCurvesDisplay:
             if key == "finite_distance":
                 a.set_yscale("log")
             handles, names = a.get_legend_handles_labels()
-            if key == "alignment" and any("alignment_corrected" in h for h in self.histories):
+            if key == "alignment" and any("alignment_uncorrected" in h for h in self.histories):
                 handles += [plt.Line2D([], [], color="gray"),
                             plt.Line2D([], [], color="gray", ls="--")]
-                names += ["cos(W, W^mm)", "cos(W - W*, W^mm)"]
+                names += ["cos(W - W*, W^mm)", "cos(W, W^mm)"]
             if handles and (key in ("loss", "alignment") or len(keys) == 1):
                 a.legend(handles, names, fontsize=7)
         if new:

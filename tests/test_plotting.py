@@ -204,11 +204,11 @@ def test_progress_bar_text():
     stream = _Terminal()
     bar = ProgressBar(10, desc="gd", stream=stream, min_interval=0.0)
     for k in range(1, 11):
-        bar(k, 1.0 / k, {"alignment": 0.5, "alignment_corrected": 0.75})
+        bar(k, 1.0 / k, {"alignment": 0.75, "alignment_uncorrected": 0.5})
     text = stream.getvalue()
     assert text.count("\r") == 10 and text.endswith("\n")
     last = text.split("\r")[-1]
-    assert "10/10" in last and "loss 0.1" in last and "0.7500" in last
+    assert "10/10" in last and "loss 0.1" in last and "cos(w-w*,mm) 0.7500" in last
     assert "eta" in text.split("\r")[5] and "eta" not in last
     assert make_progress(0, 10) is None
     # per-trial (batched) rows are averaged
