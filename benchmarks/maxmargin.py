@@ -140,18 +140,24 @@ def _cvxpy_worker(problem, A, queue):
     queue.put((time.perf_counter() - t, np.asarray(w.value).reshape(problem.shape)))
 
 
-def run_cvxpy(problem, timeout, A=None):
-    """(seconds, W) or (timeout, None) if cvxpy did not finish in time."""
+def run_with_timeout(worker, args, timeout, on_timeout):
+    """``worker(*args, queue)`` in a forked process: what it puts on the queue, or
+    ``on_timeout`` when it has not finished within ``timeout`` seconds (then killed)."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_cvxpy_worker, args=(problem, A, queue))
+    proc = ctx.Process(target=worker, args=(*args, queue))
     proc.start()
     proc.join(timeout)
     if proc.is_alive():
         proc.kill()
         proc.join()
-        return timeout, None
+        return on_timeout
     return queue.get()
+
+
+def run_cvxpy(problem, timeout, A=None):
+    """(seconds, W) or (timeout, None) if cvxpy did not finish in time."""
+    return run_with_timeout(_cvxpy_worker, (problem, A), timeout, (timeout, None))
 
 
 def timed(f, repeat=1):

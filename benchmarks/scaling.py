@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -50,6 +49,8 @@ try:  # run from a checkout without installing
 except ImportError:  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from maxmargin import run_with_timeout  # noqa: E402  (the benchmarks' shared runner)
+
 from skntp.datasets import make_ntp_svm_data
 from skntp.svm import ntp_svm, ntp_svm_problem, solve_max_margin
 
@@ -63,7 +64,7 @@ def load():
 # --------------------------------------------------------------------------
 # scaling
 # --------------------------------------------------------------------------
-def _fast_worker(H, S, queue, backend, device):
+def _fast_worker(H, S, backend, device, queue):
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -74,16 +75,8 @@ def _fast_worker(H, S, queue, backend, device):
 
 def run_fast(H, S, timeout, backend="numpy", device=None):
     """(seconds, status, gap, violation, iterations) of method 'fast', or a timeout."""
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_fast_worker, args=(H, S, queue, backend, device))
-    proc.start()
-    proc.join(timeout)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        return (timeout, "timeout", np.nan, np.nan, 0)
-    return queue.get()
+    return run_with_timeout(_fast_worker, (H, S, backend, device), timeout,
+                            (timeout, "timeout", np.nan, np.nan, 0))
 
 
 def _svc_worker(H, y, queue):
@@ -99,16 +92,8 @@ def _svc_worker(H, y, queue):
 
 
 def run_svc(H, y, timeout):
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_svc_worker, args=(H, y, queue))
-    proc.start()
-    proc.join(timeout)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        return timeout, None
-    return queue.get()
+    """(seconds, coef_) of LinearSVC(crammer_singer), or (timeout, None)."""
+    return run_with_timeout(_svc_worker, (H, y), timeout, (timeout, None))
 
 
 def time_ntp_svm(H, S):

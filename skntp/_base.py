@@ -408,3 +408,17 @@ def warn_renamed_parameter(estimator, old, new):
     name = type(estimator).__name__
     warnings.warn(f"{name}({old}) was renamed to {name}({new}); the old name will be "
                   "removed in the next release.", FutureWarning, stacklevel=5)
+
+
+def moved_attribute(module, name, moved):
+    """Module ``__getattr__`` for names that moved: ``moved`` maps an old name to the
+    ``(module, name)`` it lives at now; it still resolves, with a FutureWarning, for
+    one release."""
+    if name not in moved:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    import importlib
+
+    target_module, target = moved[name]
+    warnings.warn(f"{module}.{name} moved to {target_module}.{target}; the old name will be "
+                  "removed in the next release.", FutureWarning, stacklevel=3)
+    return getattr(importlib.import_module(target_module), target)

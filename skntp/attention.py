@@ -38,6 +38,7 @@ from ._base import (
     backend_of,
     cosine,
     default_radii,
+    moved_attribute,
     saturation_radius,
     unit,
     warn_renamed_parameter,
@@ -1111,12 +1112,6 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
 
 def __getattr__(name):
-    # deprecated alias (one release): the batched trials live with the other sweeps
-    if name == "attention_trials":
-        from .sweeps import attention_trials
-
-        warnings.warn("skntp.attention.attention_trials moved to "
-                      "skntp.sweeps.attention_trials; the old name will be removed in the "
-                      "next release.", FutureWarning, stacklevel=2)
-        return attention_trials
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # the batched trials live with the other sweeps now
+    return moved_attribute(__name__, name, {"attention_trials": ("skntp.sweeps",
+                                                                 "attention_trials")})

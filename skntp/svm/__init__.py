@@ -83,14 +83,8 @@ __all__ += ["cyclic_correction", "graph_svm", "graph_svm_problem"]
 
 
 def __getattr__(name):
-    # deprecated alias (one release): the risk is a model, not a program
-    if name == "SelfAttentionRisk":
-        import warnings
+    # the risk is a model, not a program
+    from .._base import moved_attribute
 
-        from ..models.self_attention import SelfAttentionRisk
-
-        warnings.warn("skntp.svm.SelfAttentionRisk moved to "
-                      "skntp.models.self_attention.SelfAttentionRisk; the old name will be "
-                      "removed in the next release.", FutureWarning, stacklevel=2)
-        return SelfAttentionRisk
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return moved_attribute(__name__, name, {"SelfAttentionRisk": (
+        "skntp.models.self_attention", "SelfAttentionRisk")})
