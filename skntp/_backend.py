@@ -163,6 +163,12 @@ def get_backend(backend="numpy", device=None, dtype="float64"):
                 f"device={device!r} needs backend='torch'; the NumPy backend runs on "
                 "the CPU only."
             )
+        if device == "cpu":
+            import warnings
+
+            warnings.warn("device='cpu' has no effect with backend='numpy' (NumPy runs on "
+                          "the CPU); pass backend='torch' to run torch on the CPU.",
+                          UserWarning, stacklevel=3)
         return Backend("numpy", _np_xp, None, np.dtype(dtype))
     if backend == "torch":
         if importlib.util.find_spec("torch") is None:
@@ -171,12 +177,22 @@ def get_backend(backend="numpy", device=None, dtype="float64"):
             )
         import torch
 
-        dev = torch.device("cpu" if device is None else device)
+        try:
+            dev = torch.device("cpu" if device is None else device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device={device!r} is not a torch device ('cpu', 'cuda', "
+                             f"'cuda:1', 'mps'): {exc}") from None
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(
                 f"device={device!r} was requested but CUDA is not available on this "
                 "machine; use device='cpu'."
             )
+        if dev.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"device={device!r} was requested but MPS is not available on "
+                             "this machine; use device='cpu'.")
+        if dev.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"device={device!r} holds no data to compute with; use 'cpu', "
+                             "'cuda' or 'mps'.")
         return Backend("torch", _torch_namespace(), dev, getattr(torch, dtype))
     raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}.")
 

@@ -118,10 +118,19 @@ def saturation_radius(direction_gaps, base_gaps=0.0, nats=SATURATION_NATS):
 
 
 def unit(w):
-    """``(w / ||w||, ||w||)``; ``(0, 0)`` for the zero array."""
+    """``(w / ||w||, ||w||)``; ``(0, 0)`` for the zero array.
+
+    The direction is computed from ``w / max|w|``, so it is exact even where
+    ``||w||`` itself overflows float64 (then the norm is ``inf``).
+    """
     w = np.asarray(w, dtype=float)
-    n = float(np.linalg.norm(w))
-    return (w / n if n > 0 else np.zeros_like(w)), n
+    top = float(np.max(np.abs(w))) if w.size else 0.0
+    if not top > 0 or not np.isfinite(top):
+        return np.zeros_like(w), (0.0 if top == 0 or not w.size else float("inf"))
+    v = w / top
+    r = float(np.linalg.norm(v))
+    with np.errstate(over="ignore"):
+        return v / r, top * r
 
 
 def cosine(w, direction):
@@ -372,7 +381,10 @@ class ImplicitBiasEstimator(BaseEstimator):
             if init == "random":
                 return rng.standard_normal(shape) / divisor
             raise ValueError(f"{name} must be 'zeros', 'random' or an array, got {init!r}.")
-        arr = np.asarray(init, dtype=float)
+        arr = np.asarray(init)
+        if np.iscomplexobj(arr):
+            raise ValueError(f"{name} must be real; got complex values.")
+        arr = arr.astype(float)
         if arr.shape != tuple(shape):
             raise ValueError(f"{name} must have shape {tuple(shape)}, got {arr.shape}.")
         if not np.all(np.isfinite(arr)):

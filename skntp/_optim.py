@@ -265,6 +265,7 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
     loss, grads = objective(params)
     gn = _block_norms(xp, grads, batched)
     rec.record(0, params, scalar(loss), total_norm(gn), t0, force=True)
+    loss0 = np.asarray(to_numpy(loss), dtype=float).copy()
     m1 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
     m2 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
     stop_reason, k = "max_iter", 0
@@ -281,13 +282,16 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
                       for g, n in zip(grads, gn)]
         else:
             scales = [lr / n if n > 0 else 0.0 for n in gn]
-        new = _step(xp, solver, params, grads, lr, scales, m1, m2, k, betas, eps)
+        # overflow is caught below and reported once, as one ConvergenceWarning
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            new = _step(xp, solver, params, grads, lr, scales, m1, m2, k, betas, eps)
         if not active.all():  # trials that reached tol stay where they are
             new = tuple(xp.where(_per_trial(xp, active, p) > 0, q, p)
                         for q, p in zip(new, params))
         if project is not None:
             new = project(new)
-        new_loss, new_grads = objective(new)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            new_loss, new_grads = objective(new)
         if not (_finite(new_loss) and all(_finite(a) for a in new)
                 and all(_finite(g) for g in new_grads)):
             stop_reason, k = "non-finite", k - 1
@@ -296,8 +300,10 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
                      "became non-finite at iteration {}; stopped and kept the last finite "
                      "iterate").format(k + 1)
             warnings.warn(
-                f"{solver}: the loss, parameters or gradients {which}. Lower lr or use "
-                "float64.",
+                f"{solver}: the loss, parameters or gradients {which}. lr={lr!r} is too "
+                "large for this data's scale (the curvature of the loss grows with the "
+                "square of the scale of the embeddings): lower lr, rescale the data, or "
+                "use float64.",
                 ConvergenceWarning,
                 stacklevel=4,
             )
@@ -316,10 +322,46 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
             _warn_saturated(solver, k, None, params, n_trials=int(saturated.sum()))
         else:
             _warn_saturated(solver, k, float(loss), params)
+    elif k == 0 and stop_reason == "zero-gradient" and np.all(loss0 > 0):
+        warnings.warn(
+            f"{solver}: the gradient is exactly zero at the initial point (loss "
+            f"{float(np.max(loss0)):.3g}), so no first-order method can leave it: the data "
+            "give every candidate the same score there, or the data are so small in "
+            "scale that the gradient underflowed. Start elsewhere (init='random' or an "
+            "array), or check and rescale the data.",
+            ConvergenceWarning, stacklevel=4)
+    if stop_reason == "max_iter" and k > 0 and solver != "adam":
+        _warn_lr(solver, lr, k, loss0, np.asarray(to_numpy(loss), dtype=float))
     if rec.rows["iteration"][-1] != k:
         rec.record(k, params, scalar(loss), total_norm(gn), t0, force=True)
     return OptimResult(params, k, stop_reason in ("tol", "zero-gradient"), stop_reason,
                        rec.history())
+
+
+def _warn_lr(solver, lr, k, loss0, loss):
+    """ConvergenceWarning for a run whose loss rose, or did not move at all.
+
+    Both mean that ``lr`` does not fit the curvature of the loss, which grows
+    with the square of the data's scale: a rising loss (overshoot) for a step
+    too long, an unchanged one (to the last digits) for a step so short that
+    the run went nowhere.
+    """
+    risen = loss > loss0 * (1 + 1e-9) + 1e-300
+    still = (np.abs(loss - loss0) <= 1e-12 * np.abs(loss0)) & (loss0 > 0)
+    if risen.any():
+        warnings.warn(
+            f"{solver}: the loss rose from {float(np.max(loss0[risen])):.6g} to "
+            f"{float(np.max(loss[risen])):.6g} over {k} iterations: lr={lr!r} is too "
+            "large for the curvature of this loss (which grows with the square of the "
+            "data's scale). Lower lr, or rescale the data.",
+            ConvergenceWarning, stacklevel=5)
+    elif still.any():
+        warnings.warn(
+            f"{solver}: the loss did not change over {k} iterations (it stayed at "
+            f"{float(np.max(loss[still])):.6g}): lr={lr!r} is far too small for this "
+            "loss (whose gradient shrinks with the data's scale). Raise lr, or rescale "
+            "the data.",
+            ConvergenceWarning, stacklevel=5)
 
 
 def _warn_saturated(solver, k, loss, params, n_trials=None):

@@ -59,6 +59,8 @@ def check_sequences(X, *, n_features=None, dtype=np.float64, name="X"):
             arr, seqs = np.stack(seqs)[:, :, None], None
         elif seqs and all(s.ndim == 2 for s in seqs) and len({s.shape for s in seqs}) == 1:
             arr, seqs = np.stack(seqs), None
+    if any(np.iscomplexobj(a) for a in ([arr] if seqs is None else seqs)):
+        raise ValueError(f"Complex data not supported: {name} must hold real token vectors.")
     if seqs is None:
         if arr.dtype.kind not in "biuf":
             try:
@@ -188,10 +190,18 @@ def key_query_matrix(key_query, d):
     """The key-query matrix ``W`` (k, d): the identity for ``None``."""
     if key_query is None:
         return np.eye(d)
-    W = np.asarray(key_query, dtype=float)
+    W = _real(key_query, "key_query")
     if W.ndim != 2 or W.shape[1] != d:
         raise ValueError(f"key_query must have shape (k, {d}) (d the token dimension), "
                          f"got {W.shape}.")
     if not np.all(np.isfinite(W)):
         raise ValueError("key_query contains NaN or infinity.")
     return W
+
+
+def _real(a, name):
+    """``a`` as a float array; complex values are an error, not a silent real part."""
+    arr = np.asarray(a)
+    if np.iscomplexobj(arr):
+        raise ValueError(f"{name} must be real; got complex values.")
+    return arr.astype(float)

@@ -43,7 +43,7 @@ from ._base import (
     unit,
     warn_renamed_parameter,
 )
-from ._sequences import binary_labels, check_attention_input, key_query_matrix
+from ._sequences import _real, binary_labels, check_attention_input, key_query_matrix
 from .metrics import alignment
 from .models.attention import (
     AttentionObjective,
@@ -118,7 +118,7 @@ def _head_vector(head, X, mask, Y):
     mean-pooled tokens (``e_1`` if that is zero)."""
     d = X.shape[2]
     if head is not None:
-        v = np.asarray(head, dtype=float).ravel()
+        v = _real(head, "head").ravel()
         if v.shape != (d,):
             raise ValueError(f"head must have shape ({d},) (the token dimension), "
                              f"got {np.shape(head)}.")
@@ -142,7 +142,7 @@ def _fixed_query(fixed, k, rng):
         if fixed == "random":
             return rng.standard_normal(k) / np.sqrt(k)
         raise ValueError("train='W' needs a non-zero fixed query: it cannot be 'zeros'.")
-    u = np.asarray(fixed, dtype=float).ravel()
+    u = _real(fixed, "fixed_query").ravel()
     if u.shape != (k,):
         raise ValueError(f"fixed_query must have shape ({k},), got {np.shape(fixed)}.")
     if not np.all(np.isfinite(u)):

@@ -43,15 +43,26 @@ __all__ = [
 # --------------------------------------------------------------------------
 # Validation of token-id sequences
 # --------------------------------------------------------------------------
+#: Largest token id accepted (ids index arrays of the vocabulary's size).
+_MAX_ID = np.iinfo(np.int64).max
+
+
 def _as_int(arr, name):
     arr = np.asarray(arr)
     if arr.dtype == bool:
         return arr.astype(np.int64)
     if arr.dtype.kind in "iu":
+        if arr.dtype.kind == "u" and arr.size and arr.max() > _MAX_ID:
+            raise ValueError(f"{name} holds the token id {int(arr.max())}, beyond any "
+                             "vocabulary (ids must be below 2**63).")
         return arr.astype(np.int64)
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"Input {name} contains NaN or infinity.")
+        if arr.size and np.abs(arr).max() >= 2.0**63:
+            big = arr.ravel()[np.argmax(np.abs(arr.ravel()))]
+            raise ValueError(f"{name} holds the token id {big!r}, beyond any vocabulary "
+                             "(ids must be integers below 2**63).")
         if np.any(arr != np.round(arr)):
             bad = arr[arr != np.round(arr)].ravel()[0]
             raise ValueError(

@@ -272,7 +272,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
                                   dtype=np.float64, ensure_non_negative=True)
         rng = check_random_state(self.random_state)
         E = embedding_table(self.embeddings, self.n_tokens, self.embedding_dim,
-                            max(ids[mask].max(), y.max()), rng)
+                            np.concatenate([ids[mask], y]), rng)
         K = E.shape[0]
         if ids[mask].max() >= K or y.max() >= K:
             bad = int(max(ids[mask].max(), y.max()))
@@ -444,6 +444,9 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         ids, mask, last = self._check_X(X)
         y = check_token_labels(y, ids.shape[0], self.embeddings_.shape[0])
         thr = self.selection_threshold if threshold is None else float(threshold)
+        if not 0.0 < thr < 1.0:
+            raise ValueError(f"threshold must lie in (0, 1) (an attention probability), "
+                             f"got {threshold!r}.")
         s = self._attention(ids, mask, last)
         selected = (s > thr) & mask
         selected[np.arange(ids.shape[0]), np.argmax(np.where(mask, s, -1.0), axis=1)] = True

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from .._backend import logsumexp, scatter_add, softmax
+from .._sequences import _real
 
 __all__ = ["LOSSES", "SelfAttentionRisk", "embedding_table", "head_matrix", "identity_head",
            "random_unit_embeddings", "realizable_samples", "saturation_gaps"]
@@ -202,10 +203,15 @@ def identity_head(E):
     return np.linalg.solve(E @ E.T, E)
 
 
-def embedding_table(embeddings, n_tokens, embedding_dim, largest_id, rng):
-    """The token embeddings ``E`` (K, d): given, or drawn on the unit sphere (App. D)."""
+def embedding_table(embeddings, n_tokens, embedding_dim, token_ids, rng):
+    """The token embeddings ``E`` (K, d): given, or drawn on the unit sphere (App. D).
+
+    Drawn without ``n_tokens``, the vocabulary is ``0..max id``; a warning says
+    when that is far larger than the ids that occur (a stray large id makes every
+    product ``K x d`` large).
+    """
     if embeddings is not None:
-        E = np.asarray(embeddings, dtype=float)
+        E = _real(embeddings, "embeddings")
         if E.ndim != 2 or E.shape[0] < 2 or E.shape[1] < 1:
             raise ValueError(
                 f"embeddings must be a 2-D (K, d) array with K >= 2 tokens, got shape "
@@ -215,7 +221,14 @@ def embedding_table(embeddings, n_tokens, embedding_dim, largest_id, rng):
         if n_tokens is not None and n_tokens != E.shape[0]:
             raise ValueError(f"n_tokens={n_tokens} but embeddings has {E.shape[0]} rows.")
         return E
-    K = int(largest_id) + 1 if n_tokens is None else n_tokens
+    K = int(token_ids.max()) + 1 if n_tokens is None else n_tokens
+    distinct = np.unique(token_ids).size
+    if n_tokens is None and K > max(4 * distinct, distinct + 100):
+        warnings.warn(
+            f"the largest token id is {K - 1}, so the vocabulary has K = {K} tokens (and "
+            f"the embeddings K x d entries), but only {distinct} distinct ids occur: pass "
+            "n_tokens (or embeddings), or re-index the ids (skntp.datasets.TokenEncoder).",
+            UserWarning, stacklevel=5)
     if K < 2:
         raise ValueError(f"the vocabulary needs at least 2 tokens; got n_tokens={K}. Pass "
                          "n_tokens or embeddings.")
@@ -225,12 +238,20 @@ def embedding_table(embeddings, n_tokens, embedding_dim, largest_id, rng):
 def head_matrix(head, E):
     """``(C, Gamma = C E^T, identity)`` for a head parameter (Assumptions 3-4)."""
     K, d = E.shape
+    scale = float(np.max(np.abs(E)))
+    with np.errstate(over="ignore", under="ignore"):
+        square = scale * scale
+    if not np.isfinite(square) or (scale > 0 and square < 1e-290):
+        raise ValueError(
+            f"the embeddings have entries of magnitude {scale:.3g}: the attention scores "
+            "e_x^T W e_k (and E E^T) leave float64 for any W; rescale the embeddings (e.g. "
+            "to unit norm: the model and its limits are scale-covariant).")
     if isinstance(head, str):
         if head == "identity":
             return identity_head(E), np.eye(K), True
         C = E.copy()
     else:
-        C = np.asarray(head, dtype=float)
+        C = _real(head, "head")
         if C.shape != (K, d):
             raise ValueError(f"head must have shape (K, d) = {(K, d)}, got {C.shape}.")
         if not np.all(np.isfinite(C)):

@@ -28,6 +28,7 @@ and the primal solution is ``w = S^*(C(lam))`` (``S^*`` the adjoint).
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -189,12 +190,19 @@ class BilinearScores:
     def magnitude(self):
         """Largest ``|S[b, t]|`` per unit ``|W|`` entry, up to the dimensions: the scale
         of the map (``max|Q| max|E| max|s|``)."""
-        mag = _max_abs(self.queries)
+        factors = [_max_abs(self.queries)]
         if self.outputs is not None:
-            mag *= _max_abs(self.outputs)
+            factors.append(_max_abs(self.outputs))
         if self.output_scale is not None:
-            mag *= _max_abs(self.output_scale)
-        return mag
+            factors.append(_max_abs(self.output_scale))
+        if min(factors) == 0.0:
+            return 0.0
+        # in the log domain, so that a product that leaves float64 (while no factor
+        # is zero) reads as inf or a subnormal, never as an empty map
+        log_mag = sum(math.log(f) for f in factors)
+        if log_mag > math.log(np.finfo(np.float64).max):
+            return math.inf
+        return max(math.exp(log_mag), np.finfo(np.float64).smallest_subnormal)
 
     def rescaled(self, alpha):
         """The map times ``alpha`` (the queries scaled)."""
@@ -716,7 +724,7 @@ def solve_max_margin(
     # max_iter without converging.  An estimator's float32 is for its training loop.
     get_backend(backend, device, dtype)  # validates the request
     be = get_backend(backend, device, "float64")
-    alpha = _unit_scale(problem.scores)
+    alpha = _unit_scale(problem.scores, problem.name)
     if alpha != 1.0:
         scaled = _scaled_problem(problem, alpha)
         result = solve_max_margin(scaled, method=method, tol=tol, max_iter=max_iter,
@@ -763,11 +771,18 @@ def _check_solver_options(tol, max_iter):
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}.")
 
 
-def _unit_scale(scores):
+def _unit_scale(scores, name="the program"):
     """``alpha`` that brings the map's magnitude to 1 (1.0 when already well scaled)."""
-    mag = scores.magnitude() if hasattr(scores, "magnitude") else 1.0
+    with np.errstate(over="ignore", under="ignore"):
+        mag = scores.magnitude() if hasattr(scores, "magnitude") else 1.0
     if mag == 0.0 or _WELL_SCALED[0] <= mag <= _WELL_SCALED[1]:
         return 1.0
+    if not np.isfinite(mag) or mag < np.finfo(np.float64).smallest_normal:
+        raise FloatingPointError(
+            f"{name}: the data make scores of magnitude beyond float64 (a product of "
+            "factors over 1e308 or under 1e-308), so the solution (about the inverse of "
+            "that magnitude) cannot be represented; rescale the data (e.g. the embeddings "
+            "to unit norm: the limits are scale-covariant).")
     return 1.0 / mag
 
 
@@ -817,7 +832,7 @@ def solve_min_norm(problem, *, tol=1e-13, max_iter=None):
         raise ValueError("solve_min_norm takes equality constraints only.")
     if len(c) == 0:
         return np.zeros(problem.shape), 0.0
-    alpha = _unit_scale(problem.scores)
+    alpha = _unit_scale(problem.scores, problem.name)
     if alpha != 1.0:  # homogeneous in the map, as in solve_max_margin
         w, res = solve_min_norm(_scaled_problem(problem, alpha), tol=tol, max_iter=max_iter)
         w = w * alpha
