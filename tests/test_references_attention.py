@@ -354,3 +354,32 @@ def test_joint_svm_limit_keeps_the_promised_margins(variant):
     assert gaps[gaps > 1e-6].min() == pytest.approx(20.0, rel=1e-6)
     assert est.history_["loss"][0] == pytest.approx(risk(X, y, est.head_, est.query_),
                                                     rel=1e-10)
+
+
+def test_att_svm_prime_ties_padding_and_infeasible_choices():
+    # App. D's example: keys 1 and -1 both optimal, 0 not: two minimizers of norm 1;
+    # the first choice (token 0, p = +1) is returned and the tie is counted
+    K = np.array([[[1.0], [-1.0], [0.0]]])
+    p, alpha, n_best = att_svm_prime(K, np.array([[1, 1, 0]]))  # 0/1 flags are accepted
+    np.testing.assert_allclose(p, [1.0], atol=1e-9)
+    np.testing.assert_array_equal(alpha, [0])
+    assert n_best == 2
+    # a padded (masked) token is not a token: with it the program would be infeasible
+    K = np.array([[[1.0], [-1.0], [5.0]]])
+    mask = np.array([[True, True, False]])
+    p, alpha, _ = att_svm_prime(K, np.array([[True, False, False]]), mask=mask)
+    np.testing.assert_allclose(p, [0.5], atol=1e-9)
+    # the first choice is infeasible (same key as a non-optimal token), the second not
+    K = np.array([[[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]])
+    p, alpha, n_best = att_svm_prime(K, np.array([[True, True, False, False]]))
+    np.testing.assert_array_equal(alpha, [1])
+    assert n_best == 1
+    np.testing.assert_allclose(p, [1.0, 0.0], atol=1e-9)  # p_0 >= 1 and p_0 - p_1 >= 1
+    # exactly max_combinations choices are enumerated; every input needs an optimal token
+    opt = np.array([[True, True, False]] * 2)
+    att_svm_prime(np.random.default_rng(0).standard_normal((2, 3, 3)), opt,
+                  max_combinations=4)
+    with pytest.raises(ValueError, match="at least one real token per input"):
+        att_svm_prime(np.ones((2, 3, 1)), np.array([[True, False, False], [False] * 3]))
+    with pytest.raises(ValueError, match="unknown max-margin method 'magic'"):
+        att_svm_prime(K, np.array([[True, True, False, False]]), method="magic")

@@ -309,3 +309,15 @@ def test_cvxpy_reports_gap_and_violation_of_its_answer():
     assert res.gap == pytest.approx((w @ w - lam.sum()) / (w @ w), abs=1e-12)
     assert res.max_violation == pytest.approx(max(0.0, (1 - A @ w).max()), abs=1e-15)
     assert np.all(lam >= -1e-9) and np.allclose(A.T @ lam, w, atol=1e-6)
+
+
+def test_constraint_violation_counts_both_sides_of_an_equality():
+    # w = (3, 0): the equality w_0 = 1 is violated by +2, the inequality w_0 >= 5 by 2,
+    # the inequality w_0 >= -1 not at all
+    problem = key_problem([[[1.0, 0.0]]] * 3, [0, 1, 2], [0, 0, 0], [-1, -1, -1],
+                          [1.0, 5.0, -1.0], [True, False, False])
+    assert constraint_violation(problem, np.array([3.0, 0.0])) == 2.0
+    assert constraint_violation(problem, np.array([5.0, 0.0])) == 4.0  # the equality
+    assert constraint_violation(problem, np.array([1.0, 7.0])) == 4.0  # w_0 >= 5
+    empty = key_problem([[[1.0, 0.0]]], [], [], [], [], [])
+    assert constraint_violation(empty, np.array([3.0, 0.0])) == 0.0
