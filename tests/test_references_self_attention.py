@@ -227,3 +227,63 @@ def test_runs_follow_textbook_updates(solver, lr):
     np.testing.assert_allclose(clf.coef_, W, rtol=1e-6, atol=1e-8)
     assert clf.history_["loss"][-1] == pytest.approx(f(W), rel=1e-8)
     assert clf.history_["norm"][-1] == pytest.approx(np.linalg.norm(W), rel=1e-8)
+
+
+def test_cyclic_correction_info_and_newton_polish():
+    import warnings
+
+    X, y, E = cyclic_instance(1)
+    graphs = graphs_by_hand(list(X), y)
+    sub_seqs, sub_y, queries, basis = cyclic_by_hand(E, list(X), y, graphs)
+    sccs = NTPAttentionClassifier(E, max_iter=1).fit(X, y).sccs_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no solver option is unknown, nothing unfinished
+        W, info = cyclic_correction(E, X, y, sccs, return_info=True)
+    assert set(info) == {"basis", "grad_norm", "n_iter", "loss", "n_samples"}
+    assert info["n_samples"] == len(sub_seqs) and info["n_iter"] > 0
+    f = lambda M: risk(E, np.eye(len(E)), M, sub_seqs, sub_y, "log", queries)  # noqa: E731
+    assert info["loss"] == pytest.approx(f(W), rel=1e-12)
+    assert info["grad_norm"] <= 1e-8
+    B = info["basis"]
+    np.testing.assert_allclose(B.T @ B, np.eye(B.shape[1]), atol=1e-12)
+    np.testing.assert_allclose(B @ (B.T @ basis), basis, atol=1e-10)  # the same S_cyc
+    assert B.shape[1] == basis.shape[1]
+    # three L-BFGS iterations stop far from the minimum; the Newton polish (Hessian
+    # by finite differences of the exact gradient) reaches it
+    W3, info3 = cyclic_correction(E, X, y, sccs, max_iter=3, tol=1e-12, return_info=True)
+    assert info3["n_iter"] <= 3
+    assert info3["grad_norm"] <= 1e-9
+    np.testing.assert_allclose(W3, W, atol=1e-7)
+
+
+def test_cyclic_correction_without_a_cyclic_part_is_zero():
+    X, y, E = make_token_priority_data(6, 8, 4, 6, acyclic=True, random_state=0)
+    sccs = NTPAttentionClassifier(E, max_iter=1).fit(X, y).sccs_
+    W, info = cyclic_correction(E, X, y, sccs, return_info=True)
+    np.testing.assert_array_equal(W, np.zeros((8, 8)))
+    assert info["n_samples"] == 0 and info["grad_norm"] == 0.0 and info["loss"] == 0.0
+    assert info["n_iter"] == 0 and info["basis"].shape == (64, 0)
+    np.testing.assert_array_equal(cyclic_correction(E, X, y, sccs), np.zeros((8, 8)))
+
+
+def test_cyclic_correction_with_a_general_head_and_selected_positions():
+    # loss="ce" with the head C = E (gamma = E E^T), and "labels" given by selected
+    # positions (the pseudo graphs of Sec. 6): the result is stationary for the
+    # cyclic risk of that selection
+    X, y, E = cyclic_instance(2)
+    gamma = E @ E.T
+    sccs = NTPAttentionClassifier(E, max_iter=1).fit(X, y).sccs_
+    Wc, info = cyclic_correction(E, X, y, sccs, gamma=gamma, loss="ce", return_info=True)
+    graphs = graphs_by_hand(list(X), y)
+    sub_seqs, sub_y, queries, basis = cyclic_by_hand(E, list(X), y, graphs)
+    f = lambda M: risk(E, gamma, M, sub_seqs, sub_y, "ce", queries)  # noqa: E731
+    assert info["loss"] == pytest.approx(f(Wc), rel=1e-10)
+    g = numerical_grad(f, Wc, h=1e-5).ravel()
+    assert np.linalg.norm(basis.T @ g) < 1e-7
+    W_log = cyclic_correction(E, X, y, sccs)
+    assert np.abs(Wc - W_log).max() > 1e-3  # the head and the loss are used
+    # selecting the first token of each sequence instead of the label's positions
+    keep = np.zeros(X.shape, bool)
+    keep[:, 0] = True
+    W_keep = cyclic_correction(E, X, y, sccs, keep=keep)
+    assert np.abs(W_keep - W_log).max() > 1e-3
