@@ -244,3 +244,41 @@ def test_self_attention_svm_history_uses_the_chosen_loss(loss):
             total += np.log(np.sum(np.exp(yhat - yhat.max()))) + yhat.max() - yhat[label]
     assert est.history_["loss"][0] == pytest.approx(total / len(y), rel=1e-10)
     assert est.svm_radius_ == 3.0
+
+
+def test_self_attention_without_limits_and_with_a_general_head():
+    X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=4)
+    est = NTPAttentionClassifier(E, max_iter=5, compute_limits=False).fit(X, y)
+    assert est.mm_direction_ is None and est.finite_component_ is None
+    assert est.svm_result_ is None and est.cyclic_basis_ is None
+    assert np.isnan(est.mm_margin_) and np.isnan(est.alignment_)
+    # solver="svm" always computes them
+    svm = NTPAttentionClassifier(E, solver="svm", compute_limits=False).fit(X, y)
+    assert svm.mm_direction_ is not None and svm.cyclic_basis_ is not None
+    # a general head: W^cyc minimizes the cyclic risk of that head (gamma = C E^T)
+    from skntp.svm import cyclic_correction
+
+    gen = NTPAttentionClassifier(E, head="embeddings", loss="ce", solver="svm",
+                                 svm_radius=1.0).fit(X, y)
+    np.testing.assert_allclose(gen.finite_component_,
+                               cyclic_correction(E, X, y, gen.sccs_, gamma=E @ E.T,
+                                                 loss="ce"), atol=1e-9)
+    with pytest.raises(ValueError, match="unknown max-margin method 'magic'"):
+        NTPAttentionClassifier(E, svm_method="magic", max_iter=2).fit(X, y)
+
+
+def test_self_attention_warns_when_the_limits_are_not_orthogonal(monkeypatch):
+    # Lemma 2: W^cyc is orthogonal to W^mm; an inaccurate solve is reported
+    import skntp.self_attention as module
+
+    X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=4)
+    real = module.cyclic_correction
+
+    def skewed(*args, **kwargs):
+        W, info = real(*args, **kwargs)
+        return W + 0.1 * np.eye(W.shape[0]), info
+
+    monkeypatch.setattr(module, "cyclic_correction", skewed)
+    with pytest.warns(RuntimeWarning, match=r"W\^cyc and W\^mm are not orthogonal "
+                      r"\(cosine"):
+        NTPAttentionClassifier(E, solver="svm").fit(X, y)
