@@ -287,3 +287,33 @@ def test_cyclic_correction_with_a_general_head_and_selected_positions():
     keep[:, 0] = True
     W_keep = cyclic_correction(E, X, y, sccs, keep=keep)
     assert np.abs(W_keep - W_log).max() > 1e-3
+
+
+def test_risk_with_sample_weights_single_samples_and_tiny_label_mass():
+    X, y, E = make_token_priority_data(6, 8, 5, 4, acyclic=True, random_state=6)
+    ids, mask, last = check_token_sequences(X)
+    gamma = np.eye(6)
+    W = np.random.default_rng(1).standard_normal((8, 8))
+    w = np.array([0.1, 0.4, 0.2, 0.2, 0.1])
+    obj = SelfAttentionRisk(get_backend(), E, gamma, ids, mask, last, y, sample_weight=w)
+    per = [risk(E, gamma, W, [s], [label], "log") for s, label in zip(X, y)]
+    assert float(obj((W,))[0]) == pytest.approx(np.dot(w, per), rel=1e-12)
+    one = SelfAttentionRisk(get_backend(), E, gamma, ids[:1], mask[:1], last[:1], y[:1])
+    assert float(one((W,))[0]) == pytest.approx(per[0], rel=1e-12)  # weight 1/n = 1
+    # the label gets ~e^-60 of the attention: the loss is ~60, computed exactly
+    seq, label = X[0], y[0]
+    other = next(t for t in seq if t != label)
+    W_away = 60.0 * np.outer(np.linalg.pinv(E)[:, other], np.linalg.pinv(E)[:, seq[-1]])
+    W_away -= 60.0 * np.outer(np.linalg.pinv(E)[:, label], np.linalg.pinv(E)[:, seq[-1]])
+    value = float(one((W_away,))[0])
+    assert np.isfinite(value) and value > 50
+    assert value == pytest.approx(risk(E, gamma, W_away, [seq], [label], "log"), rel=1e-9)
+
+
+def test_log_risk_refuses_a_label_absent_from_its_sequence():
+    X, y, E = make_token_priority_data(6, 8, 3, 4, acyclic=True, random_state=6)
+    ids, mask, last = check_token_sequences(X)
+    y = y.copy()
+    y[1] = next(t for t in range(6) if t not in X[1])  # one sample only
+    with pytest.raises(ValueError, match="loss='log' is infinite on a sample"):
+        SelfAttentionRisk(get_backend(), E, np.eye(6), ids, mask, last, y)
