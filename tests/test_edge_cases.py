@@ -5,7 +5,6 @@ warning or the error message.
 """
 
 import io
-import warnings
 
 import numpy as np
 import pytest
@@ -119,16 +118,6 @@ def test_joint_regpath_radii_and_verbose_progress(capsys):
     fit = JointAttentionSVM(max_iter=5, head_init=P.head_init, query_init=P.query_init).fit(
         X, y)
     assert "5/5" in err and f"loss {fit.history_['loss'][-1]:.4g}" in err
-
-
-def test_joint_feature_names_are_dropped_for_sequence_input():
-    pd = pytest.importorskip("pandas")
-    X, y = make_joint_fig3("a")
-    est = JointAttentionSVM(max_iter=3, random_state=0)
-    est.fit(pd.DataFrame(X[:, :, 0], columns=["a", "b"]), y)  # 2-D: scalar tokens
-    assert list(est.feature_names_in_) == ["a", "b"]
-    est.fit(X, y)  # refitted on 3-D sequences: no feature names
-    assert not hasattr(est, "feature_names_in_") and est.n_features_in_ == 2
 
 
 # --------------------------------------------------------------------------
