@@ -456,12 +456,12 @@ class NTPAttentionClassifier(ClassifierMixin, BaseEstimator):
             return float(self.svm_radius)
         if not np.any(self.mm_direction_):
             return 0.0
+        # W^mm != 0 needs a strict edge (y => x), i.e. some token outside its
+        # label's SCC, so ``has`` is never empty here
         _, mask, _, _ = self._data
         inside = self._label_scc_mask()
         outside = mask & ~inside
         has = outside.any(axis=1)
-        if not has.any():
-            return 0.0
         a_c = risk_np.scores(self.finite_component_)
         a_u = risk_np.scores(self.mm_direction_)
         lo_c = np.where(inside, a_c, np.inf).min(axis=1)

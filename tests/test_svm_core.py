@@ -182,6 +182,7 @@ def test_equalities_give_the_minimum_norm_solution_and_free_duals():
     lam = np.linalg.lstsq(A.T, ref, rcond=None)[0]  # w = A^T lam
     np.testing.assert_allclose(res.dual, lam, rtol=1e-5, atol=1e-8)
     assert res.gap == pytest.approx(0.0, abs=1e-7)
+    assert res.max_violation <= 1e-7  # |A w - r| on equalities
     w, residual = solve_min_norm(problem)
     np.testing.assert_allclose(w, ref, rtol=1e-10, atol=1e-13)
     assert residual < 1e-12
@@ -309,3 +310,23 @@ def test_cvxpy_reports_gap_and_violation_of_its_answer():
     assert res.gap == pytest.approx((w @ w - lam.sum()) / (w @ w), abs=1e-12)
     assert res.max_violation == pytest.approx(max(0.0, (1 - A @ w).max()), abs=1e-15)
     assert np.all(lam >= -1e-9) and np.allclose(A.T @ lam, w, atol=1e-6)
+
+
+def test_constraint_violation_counts_both_sides_of_an_equality():
+    # w = (3, 0): the equality w_0 = 1 is violated by +2, the inequality w_0 >= 5 by 2,
+    # the inequality w_0 >= -1 not at all
+    problem = key_problem([[[1.0, 0.0]]] * 3, [0, 1, 2], [0, 0, 0], [-1, -1, -1],
+                          [1.0, 5.0, -1.0], [True, False, False])
+    assert constraint_violation(problem, np.array([3.0, 0.0])) == 2.0
+    assert constraint_violation(problem, np.array([5.0, 0.0])) == 4.0  # the equality
+    assert constraint_violation(problem, np.array([1.0, 7.0])) == 4.0  # w_0 >= 5
+    empty = key_problem([[[1.0, 0.0]]], [], [], [], [], [])
+    assert constraint_violation(empty, np.array([3.0, 0.0])) == 0.0
+
+
+def test_cvxpy_verbose_reaches_the_solver(capfd):
+    problem = key_problem([[[1.0, 0.0]]], [0], [0], [-1], [1.0], [False])
+    solve_max_margin(problem, method="cvxpy", verbose=0)
+    assert "Clarabel" not in capfd.readouterr().out
+    solve_max_margin(problem, method="cvxpy", verbose=1)
+    assert "Clarabel" in capfd.readouterr().out
