@@ -183,10 +183,12 @@ class Training:
         The path's radii (``solver="regpath"``).
     starts, rescale :
         Options of the path (:func:`skntp._optim.minimize`).
+    log_loss : bool, default=False
+        The objective is ``log L``: the progress bar then shows ``L = exp(loss)``.
     """
 
     def __init__(self, objective, params0, metrics=None, *, lr=None, radii=None, starts=(),
-                 rescale=False):
+                 rescale=False, log_loss=False):
         self.objective = objective
         self.params0 = params0
         self.metrics = metrics
@@ -194,6 +196,19 @@ class Training:
         self.radii = radii
         self.starts = starts
         self.rescale = rescale
+        self.log_loss = log_loss
+
+
+def _exp_loss(progress):
+    """``progress`` shown ``exp(loss)`` (the loop runs on ``log L``); None stays None."""
+    if progress is None:
+        return None
+
+    def shown(k, loss, row=None):
+        return progress(k, np.exp(loss), row)
+
+    shown.close = getattr(progress, "close", None)
+    return shown
 
 
 def _is_fitted_name(name):
@@ -312,6 +327,8 @@ class ImplicitBiasEstimator(BaseEstimator):
             rescale=training.rescale,
             # the regularization path reports no per-iteration progress
             progress=(None if regpath else
+                      _exp_loss(make_progress(self.verbose, self.max_iter, desc=self.solver))
+                      if training.log_loss else
                       make_progress(self.verbose, self.max_iter, desc=self.solver)),
         )
 

@@ -1002,7 +1002,8 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             if radii.ndim == 2 and radii.shape[1] not in (1, 2):
                 raise ValueError(f"path_radii must have shape (n_radii,) or (n_radii, 2), "
                                  f"got {radii.shape}.")
-        return Training(objective, (v0, p0), metrics, radii=radii)
+        return Training(objective, (v0, p0), metrics, radii=radii,
+                        log_loss=self.solver == "ngd")
 
     def _objective(self, be, data, *, log):
         """The attention risk (ERM) in ``(v, p)`` with the logistic loss (Sec. 3)."""

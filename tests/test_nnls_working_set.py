@@ -170,3 +170,25 @@ def test_large_program_is_solved_exactly(method):
     assert lam.min() >= 0
     np.testing.assert_allclose(A.T @ lam, x, atol=1e-8 * max(1.0, np.abs(lam).max()))
     assert np.abs(lam * slack).max() <= 1e-8 * max(1.0, x @ x)
+
+
+def test_working_set_when_the_rows_sum_to_zero():
+    # rows g_i and -g_i (g_i.v >= 1/2 and g_i.v <= 4): their sum is exactly zero, so the
+    # initial working set falls back to the largest right-hand sides; the answer is
+    # still the exact program's
+    rng = np.random.default_rng(5)
+    G = rng.integers(-3, 4, (200, 6)).astype(float)  # integers: the sum is exact
+    G[:, 0] = rng.integers(1, 3, 200)  # v = e_0 is feasible
+    keys = np.vstack([G, -G])[:, None, :]
+    n = keys.shape[0]
+    rhs = np.r_[0.5 * np.ones(200), -4.0 * np.ones(200)]
+    problem = MaxMarginProblem(KeyScores(keys), Constraints(
+        np.arange(n), np.zeros(n), -np.ones(n), rhs, np.zeros(n, bool)), name="band")
+    rows = _attention._KeyRows(problem)
+    np.testing.assert_array_equal(rows.row_sum(), 0.0)
+    first = _attention._initial_working_set(rows, rhs, 50)
+    assert set(first.tolist()) <= set(range(200))  # the largest rhs: the >= 1 rows
+    res = solve_max_margin(problem, method="nnls")
+    ref = solve_max_margin(problem, method="cvxpy")
+    np.testing.assert_allclose(res.primal, ref.primal, atol=1e-6)
+    assert res.max_violation <= 1e-9

@@ -175,9 +175,10 @@ def test_adam_first_step_is_lr_times_the_gradient_sign():
 # stopping rules
 # --------------------------------------------------------------------------
 def test_tol_stops_at_the_first_small_gradient():
-    # GD with lr 0.5 on x^2/2 from 1: x_k = 2^-k, gradient 2^-k <= 1e-3 first at k = 10
+    # GD with lr 0.5 on x^2/2 from 1: x_k = 2^-k, gradient 2^-k <= tol = 2^-10 first at
+    # k = 10 (a gradient equal to tol stops the run)
     res = minimize(quadratic([1.0], [0.0]), (np.array([1.0]),), xp=np, solver="gd", lr=0.5,
-                   max_iter=100, tol=1e-3)
+                   max_iter=100, tol=2.0**-10)
     assert res.stop_reason == "tol" and res.converged
     assert res.n_iter == 10
     assert res.params[0][0] == 2.0**-10
@@ -422,8 +423,11 @@ def test_batched_stopping_rules_and_records():
     # GD with lr 0.5 on |x - c|^2/2 from 0: every trial's gradient halves each step;
     # trial 1 starts 8 times farther, so it reaches tol = 1e-2 three steps later
     C = np.array([[1.0, 0.0], [0.0, 8.0]])
+    seen = []
     res = minimize(_batched_quadratic(C), (np.zeros((2, 2)),), xp=np, solver="gd", lr=0.5,
-                   max_iter=50, tol=1e-2, record_every=4, batched=True)
+                   max_iter=50, tol=1e-2, record_every=4, batched=True,
+                   metrics=recorder(seen))
+    np.testing.assert_array_equal(seen[-1][0], res.params[0])  # the final row's iterate
     assert res.stop_reason == "tol" and res.converged
     assert res.n_iter == 10  # 8 * 2^-k <= 1e-2 first at k = 10
     np.testing.assert_array_equal(res.history["iteration"], [0, 4, 8, 10])
@@ -558,3 +562,48 @@ def test_defaults_are_gd_with_step_one_half_for_1000_iterations():
     res = minimize(objective, (np.zeros(2),), xp=np, solver="adam", max_iter=30)
     ref = adam_reference(lambda x: np.tanh(x - c), np.zeros(2), 0.5, (0.9, 0.99), 1e-8, 30)
     np.testing.assert_allclose(res.params[0], ref[-1], rtol=1e-13)
+
+
+def test_batched_non_finite_is_not_reported_as_saturation():
+    # trial 0 reaches its minimum exactly (zero gradient) at k = 1 while trial 1 blows
+    # up: one warning, about the non-finite values only
+    def objective(params):
+        x = params[0]
+        r = x - np.array([[1.0], [0.0]])
+        loss = 0.5 * np.sum(r * r, axis=1)
+        loss = np.where(np.abs(x).max(axis=1) > 1e3, np.inf, loss)
+        return loss, (r * np.array([[1.0], [-1.0]]),)  # trial 1 climbs away from 0
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = minimize(objective, (np.array([[0.0], [1.0]]),), xp=np, solver="gd", lr=1.0,
+                       max_iter=50, batched=True)
+    messages = [str(w.message) for w in caught]
+    assert res.stop_reason == "non-finite" and res.n_iter == 9
+    assert len(messages) == 1 and "non-finite at iteration 10" in messages[0]
+
+
+def test_batched_sum_of_losses_as_a_scalar_tensor():
+    # objectives may return the summed loss (a 0-d array) instead of one per trial
+    torch = pytest.importorskip("torch")
+    from skntp._backend import get_backend
+
+    xp = get_backend("torch").xp
+    C = torch.tensor([[1.0, 2.0], [3.0, -1.0]], dtype=torch.float64)
+
+    def objective(params):
+        r = params[0] - C
+        return 0.5 * (r * r).sum(), (r,)
+
+    res = minimize(objective, (torch.zeros((2, 2), dtype=torch.float64),), xp=xp,
+                   solver="gd", lr=0.5, max_iter=2, batched=True)
+    np.testing.assert_allclose(res.history["loss"], 0.5 * 15.0 * 0.25 ** np.arange(3),
+                               rtol=1e-14)
+
+
+def test_regpath_backtracks_on_a_steep_objective():
+    # curvature 100: a unit step overshoots; the backtracking must shrink it
+    res = minimize(quadratic([100.0, 1.0], [1.0, 2.0]), (np.zeros(2),), xp=np,
+                   solver="regpath", radii=[10.0], inner_max_iter=500)
+    assert res.converged
+    np.testing.assert_allclose(res.params[0], [1.0, 2.0], rtol=1e-9)

@@ -286,3 +286,72 @@ def test_reproduce_ntp_fig1_quick(capsys, tmp_path, plt):
     assert main(["reproduce", "ntp-fig1", "--quick", "--plot", str(out_png)]) == 0
     text = capsys.readouterr().out
     assert "words 0 and 4" in text and out_png.stat().st_size > 1000
+
+
+def test_training_curves_of_batched_histories_on_a_linear_axis(plt):
+    from skntp.plotting import plot_training_curves
+
+    hist = {"iteration": np.arange(3.0), "loss": np.array([[1.0, 3.0], [0.5, 1.5],
+                                                           [0.2, 0.4]])}
+    axes = plot_training_curves(hist, log_x=False, entropy=0.1)
+    assert len(axes) == 1  # no norm/alignment/distance in the history: loss only
+    ax = axes[0]
+    assert ax.get_xscale() == "linear" and ax.get_xlabel() == "iteration"
+    line = ax.get_lines()[0]
+    np.testing.assert_array_equal(line.get_xdata(), [0.0, 1.0, 2.0])
+    np.testing.assert_allclose(line.get_ydata(), [2.0, 1.0, 0.3])  # mean over trials
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot_training_curves([])
+
+
+def test_attention_trajectories_of_fitted_estimators(plt):
+    from skntp import AttentionSelector, JointAttentionSVM
+    from skntp.datasets import make_attention_fig8, make_joint_fig3
+    from skntp.plotting import plot_attention_trajectories
+
+    D = make_attention_fig8()
+    est = AttentionSelector(D.head, D.key_query, max_iter=200, init=D.starts["lmm"],
+                            classes=[-1, 1]).fit(D.X, D.y)
+    ax = plot_attention_trajectories(est, D.X, labels=["lmm start"], title="Fig. 8")
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    # the run, then the GMM ray and (different from it) the selected tokens' direction
+    assert legend[:3] == ["lmm start", "GMM p^mm*", "p^mm (selected)"]
+    assert legend[3:] == ["tokens of input 0", "tokens of input 1"]
+    assert ax.get_title() == "Fig. 8" and len(ax.figure.axes) == 2  # with the colorbar
+    run = ax.get_lines()[0]
+    traj = est.trajectory_["query"][:, :2]
+    span = max(1.0, np.abs(D.X @ D.key_query.T).max())
+    np.testing.assert_allclose(run.get_xdata(), span * traj[:, 0]
+                               / np.linalg.norm(est.trajectory_["query"], axis=1))
+    Xj, yj, P = make_joint_fig3("b", return_params=True)
+    joint = JointAttentionSVM(init=(P.head_init, P.query_init), max_iter=100).fit(Xj, yj)
+    ax = plot_attention_trajectories(joint, key="head")
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[-1] == "v^mm"
+    ax = plot_attention_trajectories(joint)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[-1] == "p^relax"
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot_attention_trajectories([])
+    with pytest.raises(ValueError, match=r"2-D \(n_iter, d\) array"):
+        plot_attention_trajectories(np.ones(3))
+
+
+def test_token_priority_graphs_of_a_fitted_estimator(plt):
+    from skntp import NTPAttentionClassifier
+    from skntp.datasets import make_token_priority_data
+    from skntp.plotting import plot_token_priority_graphs
+
+    X, y, E = make_token_priority_data(6, 8, 12, 4, acyclic=False, random_state=1)
+    clf = NTPAttentionClassifier(E, max_iter=5).fit(X, y)
+    names = [f"t{i}" for i in range(6)]
+    axes = plot_token_priority_graphs(clf, max_graphs=2, token_names=names)
+    titled = [ax for ax in np.ravel(axes) if ax.get_title()]
+    k = sorted(clf.graphs_)[:2]
+    assert [ax.get_title().split(":")[0] for ax in titled] == [f"G^(t{j})" for j in k]
+    labels = {t.get_text() for t in titled[0].texts}
+    assert labels == {names[v] for v in clf.graphs_[k[0]].nodes}
+    with pytest.raises(ValueError, match="fitted NTPAttentionClassifier or a dict"):
+        plot_token_priority_graphs(object())
+    with pytest.raises(ValueError, match="no graphs to draw"):
+        plot_token_priority_graphs({})

@@ -354,3 +354,89 @@ def test_joint_svm_limit_keeps_the_promised_margins(variant):
     assert gaps[gaps > 1e-6].min() == pytest.approx(20.0, rel=1e-6)
     assert est.history_["loss"][0] == pytest.approx(risk(X, y, est.head_, est.query_),
                                                     rel=1e-10)
+
+
+def test_att_svm_prime_ties_padding_and_infeasible_choices():
+    # App. D's example: keys 1 and -1 both optimal, 0 not: two minimizers of norm 1;
+    # the first choice (token 0, p = +1) is returned and the tie is counted
+    K = np.array([[[1.0], [-1.0], [0.0]]])
+    p, alpha, n_best = att_svm_prime(K, np.array([[1, 1, 0]]))  # 0/1 flags are accepted
+    np.testing.assert_allclose(p, [1.0], atol=1e-9)
+    np.testing.assert_array_equal(alpha, [0])
+    assert n_best == 2
+    # a padded (masked) token is not a token: with it the program would be infeasible
+    K = np.array([[[1.0], [-1.0], [5.0]]])
+    mask = np.array([[True, True, False]])
+    p, alpha, _ = att_svm_prime(K, np.array([[True, False, False]]), mask=mask)
+    np.testing.assert_allclose(p, [0.5], atol=1e-9)
+    # the first choice is infeasible (same key as a non-optimal token), the second not
+    K = np.array([[[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]])
+    p, alpha, n_best = att_svm_prime(K, np.array([[True, True, False, False]]))
+    np.testing.assert_array_equal(alpha, [1])
+    assert n_best == 1
+    np.testing.assert_allclose(p, [1.0, 0.0], atol=1e-9)  # p_0 >= 1 and p_0 - p_1 >= 1
+    # exactly max_combinations choices are enumerated; every input needs an optimal token
+    opt = np.array([[True, True, False]] * 2)
+    att_svm_prime(np.random.default_rng(0).standard_normal((2, 3, 3)), opt,
+                  max_combinations=4)
+    with pytest.raises(ValueError, match="at least one real token per input"):
+        att_svm_prime(np.ones((2, 3, 1)), np.array([[True, False, False], [False] * 3]))
+    with pytest.raises(ValueError, match="unknown max-margin method 'magic'"):
+        att_svm_prime(K, np.array([[True, True, False, False]]), method="magic")
+
+
+def _joint_by_enumeration(seqs, y):
+    """Sec. 3.1 by brute force over the real tokens: ``(alpha, v^mm, margin)``."""
+    best = None
+    for alpha in itertools.product(*[range(len(s)) for s in seqs]):
+        tokens = np.array([s[a] for s, a in zip(seqs, alpha)])
+        v = head_svm_by_hand(tokens, y)
+        if v is None or att_svm_by_hand(seqs, alpha) is None:
+            continue
+        margin = 1 / np.linalg.norm(v)
+        if best is None or margin > best[2] + 1e-9:
+            best = (np.array(alpha), v, margin)
+    return best
+
+
+def test_joint_svm_heuristic_needs_its_starts():
+    # found by search: the class-mean start alone ends at a worse fixed point; the
+    # starts at the largest tokens reach the exhaustive optimum
+    rng = np.random.default_rng(17)
+    X = rng.standard_normal((5, 3, 3))
+    y = np.where(np.arange(5) % 2 == 0, 1.0, -1.0)
+    alpha, v, margin = _joint_by_enumeration(list(X), y)
+    full = joint_svm(X, y, max_enumeration=3**5)  # exactly the number of choices
+    assert full.exhaustive and full.n_candidates == 3**5
+    np.testing.assert_array_equal(full.selected, alpha)
+    heur = joint_svm(X, y, max_enumeration=3**5 - 1)
+    assert not heur.exhaustive and 1 <= heur.n_candidates < 3**5
+    np.testing.assert_array_equal(heur.selected, alpha)
+    assert heur.label_margin == pytest.approx(margin, rel=1e-6)
+    np.testing.assert_allclose(heur.head, v, atol=1e-5)
+    mean_only = joint_svm(X, y, max_enumeration=1, n_starts=0)
+    assert mean_only.label_margin < margin - 0.1
+
+
+@pytest.mark.parametrize("max_enumeration", [256, 1])
+def test_joint_svm_on_padded_inputs(max_enumeration):
+    # ragged inputs padded with large tokens: padding is never selected nor compared
+    rng = np.random.default_rng(3)
+    seqs = [rng.standard_normal((t, 3)) for t in (3, 2, 3, 2)]
+    y = np.array([1.0, -1.0, 1.0, -1.0])
+    X = np.full((4, 3, 3), 50.0)
+    mask = np.zeros((4, 3), bool)
+    for i, s in enumerate(seqs):
+        X[i, :len(s)], mask[i, :len(s)] = s, True
+    alpha, v, margin = _joint_by_enumeration(seqs, y)
+    res = joint_svm(X, y, mask=mask, max_enumeration=max_enumeration)
+    np.testing.assert_array_equal(res.selected, alpha)
+    assert res.label_margin == pytest.approx(margin, rel=1e-6)
+    rhs = np.where(res.support, 1.0, 0.0)
+    np.testing.assert_allclose(res.relaxed, att_svm_by_hand(seqs, alpha, rhs), atol=1e-5)
+    # a loose support tolerance makes every input a support vector: p^relax = p^mm
+    loose = joint_svm(X, y, mask=mask, support_tol=1e3, max_enumeration=max_enumeration)
+    assert loose.support.all()
+    np.testing.assert_array_equal(loose.relaxed, loose.att_svm)
+    with pytest.raises(ValueError, match="backend must be 'numpy' or 'torch'"):
+        joint_svm(X, y, mask=mask, max_enumeration=max_enumeration, backend="jax")

@@ -228,3 +228,93 @@ def test_runs_follow_textbook_updates(solver, lr):
     np.testing.assert_allclose(clf.coef_, W, rtol=1e-6, atol=1e-8)
     assert clf.history_["loss"][-1] == pytest.approx(f(W), rel=1e-8)
     assert clf.history_["norm"][-1] == pytest.approx(np.linalg.norm(W), rel=1e-8)
+
+
+def test_cyclic_correction_info_and_newton_polish():
+    import warnings
+
+    X, y, E = cyclic_instance(1)
+    graphs = graphs_by_hand(list(X), y)
+    sub_seqs, sub_y, queries, basis = cyclic_by_hand(E, list(X), y, graphs)
+    sccs = NTPAttentionClassifier(E, max_iter=1).fit(X, y).sccs_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no solver option is unknown, nothing unfinished
+        W, info = cyclic_correction(E, X, y, sccs, return_info=True)
+    assert set(info) == {"basis", "grad_norm", "n_iter", "loss", "n_samples"}
+    assert info["n_samples"] == len(sub_seqs) and info["n_iter"] > 0
+    f = lambda M: risk(E, np.eye(len(E)), M, sub_seqs, sub_y, "log", queries)  # noqa: E731
+    assert info["loss"] == pytest.approx(f(W), rel=1e-12)
+    assert info["grad_norm"] <= 1e-8
+    B = info["basis"]
+    np.testing.assert_allclose(B.T @ B, np.eye(B.shape[1]), atol=1e-12)
+    np.testing.assert_allclose(B @ (B.T @ basis), basis, atol=1e-10)  # the same S_cyc
+    assert B.shape[1] == basis.shape[1]
+    # three L-BFGS iterations stop far from the minimum; the Newton polish (Hessian
+    # by finite differences of the exact gradient) reaches it
+    W3, info3 = cyclic_correction(E, X, y, sccs, max_iter=3, tol=1e-12, return_info=True)
+    assert info3["n_iter"] <= 3
+    assert info3["grad_norm"] <= 1e-9
+    np.testing.assert_allclose(W3, W, atol=1e-7)
+
+
+def test_cyclic_correction_without_a_cyclic_part_is_zero():
+    X, y, E = make_token_priority_data(6, 8, 4, 6, acyclic=True, random_state=0)
+    sccs = NTPAttentionClassifier(E, max_iter=1).fit(X, y).sccs_
+    W, info = cyclic_correction(E, X, y, sccs, return_info=True)
+    np.testing.assert_array_equal(W, np.zeros((8, 8)))
+    assert info["n_samples"] == 0 and info["grad_norm"] == 0.0 and info["loss"] == 0.0
+    assert info["n_iter"] == 0 and info["basis"].shape == (64, 0)
+    np.testing.assert_array_equal(cyclic_correction(E, X, y, sccs), np.zeros((8, 8)))
+
+
+def test_cyclic_correction_with_a_general_head_and_selected_positions():
+    # loss="ce" with the head C = E (gamma = E E^T), and "labels" given by selected
+    # positions (the pseudo graphs of Sec. 6): the result is stationary for the
+    # cyclic risk of that selection
+    X, y, E = cyclic_instance(2)
+    gamma = E @ E.T
+    sccs = NTPAttentionClassifier(E, max_iter=1).fit(X, y).sccs_
+    Wc, info = cyclic_correction(E, X, y, sccs, gamma=gamma, loss="ce", return_info=True)
+    graphs = graphs_by_hand(list(X), y)
+    sub_seqs, sub_y, queries, basis = cyclic_by_hand(E, list(X), y, graphs)
+    f = lambda M: risk(E, gamma, M, sub_seqs, sub_y, "ce", queries)  # noqa: E731
+    assert info["loss"] == pytest.approx(f(Wc), rel=1e-10)
+    g = numerical_grad(f, Wc, h=1e-5).ravel()
+    assert np.linalg.norm(basis.T @ g) < 1e-7
+    W_log = cyclic_correction(E, X, y, sccs)
+    assert np.abs(Wc - W_log).max() > 1e-3  # the head and the loss are used
+    # selecting the first token of each sequence instead of the label's positions
+    keep = np.zeros(X.shape, bool)
+    keep[:, 0] = True
+    W_keep = cyclic_correction(E, X, y, sccs, keep=keep)
+    assert np.abs(W_keep - W_log).max() > 1e-3
+
+
+def test_risk_with_sample_weights_single_samples_and_tiny_label_mass():
+    X, y, E = make_token_priority_data(6, 8, 5, 4, acyclic=True, random_state=6)
+    ids, mask, last = check_token_sequences(X)
+    gamma = np.eye(6)
+    W = np.random.default_rng(1).standard_normal((8, 8))
+    w = np.array([0.1, 0.4, 0.2, 0.2, 0.1])
+    obj = SelfAttentionRisk(get_backend(), E, gamma, ids, mask, last, y, sample_weight=w)
+    per = [risk(E, gamma, W, [s], [label], "log") for s, label in zip(X, y)]
+    assert float(obj((W,))[0]) == pytest.approx(np.dot(w, per), rel=1e-12)
+    one = SelfAttentionRisk(get_backend(), E, gamma, ids[:1], mask[:1], last[:1], y[:1])
+    assert float(one((W,))[0]) == pytest.approx(per[0], rel=1e-12)  # weight 1/n = 1
+    # the label gets ~e^-60 of the attention: the loss is ~60, computed exactly
+    seq, label = X[0], y[0]
+    other = next(t for t in seq if t != label)
+    W_away = 60.0 * np.outer(np.linalg.pinv(E)[:, other], np.linalg.pinv(E)[:, seq[-1]])
+    W_away -= 60.0 * np.outer(np.linalg.pinv(E)[:, label], np.linalg.pinv(E)[:, seq[-1]])
+    value = float(one((W_away,))[0])
+    assert np.isfinite(value) and value > 50
+    assert value == pytest.approx(risk(E, gamma, W_away, [seq], [label], "log"), rel=1e-9)
+
+
+def test_log_risk_refuses_a_label_absent_from_its_sequence():
+    X, y, E = make_token_priority_data(6, 8, 3, 4, acyclic=True, random_state=6)
+    ids, mask, last = check_token_sequences(X)
+    y = y.copy()
+    y[1] = next(t for t in range(6) if t not in X[1])  # one sample only
+    with pytest.raises(ValueError, match="loss='log' is infinite on a sample"):
+        SelfAttentionRisk(get_backend(), E, np.eye(6), ids, mask, last, y)

@@ -184,6 +184,7 @@ def test_equalities_give_the_minimum_norm_solution_and_free_duals():
     lam = np.linalg.lstsq(A.T, ref, rcond=None)[0]  # w = A^T lam
     np.testing.assert_allclose(res.dual, lam, rtol=1e-5, atol=1e-8)
     assert res.gap == pytest.approx(0.0, abs=1e-7)
+    assert res.max_violation <= 1e-7  # |A w - r| on equalities
     w, residual = solve_min_norm(problem)
     np.testing.assert_allclose(w, ref, rtol=1e-10, atol=1e-13)
     assert residual < 1e-12
@@ -330,3 +331,23 @@ def test_auto_order_covers_every_class_and_ends_with_the_reference():
     assert program_class(key_problem([[[1.0]]], [0], [0], [-1], [1.0], [False])) == "keys"
     graph = MaxMarginProblem(BilinearScores(np.eye(2), np.eye(2)), ntp.constraints)
     assert program_class(graph) == "bilinear"
+
+
+def test_constraint_violation_counts_both_sides_of_an_equality():
+    # w = (3, 0): the equality w_0 = 1 is violated by +2, the inequality w_0 >= 5 by 2,
+    # the inequality w_0 >= -1 not at all
+    problem = key_problem([[[1.0, 0.0]]] * 3, [0, 1, 2], [0, 0, 0], [-1, -1, -1],
+                          [1.0, 5.0, -1.0], [True, False, False])
+    assert constraint_violation(problem, np.array([3.0, 0.0])) == 2.0
+    assert constraint_violation(problem, np.array([5.0, 0.0])) == 4.0  # the equality
+    assert constraint_violation(problem, np.array([1.0, 7.0])) == 4.0  # w_0 >= 5
+    empty = key_problem([[[1.0, 0.0]]], [], [], [], [], [])
+    assert constraint_violation(empty, np.array([3.0, 0.0])) == 0.0
+
+
+def test_cvxpy_verbose_reaches_the_solver(capfd):
+    problem = key_problem([[[1.0, 0.0]]], [0], [0], [-1], [1.0], [False])
+    solve_max_margin(problem, method="cvxpy", verbose=0)
+    assert "Clarabel" not in capfd.readouterr().out
+    solve_max_margin(problem, method="cvxpy", verbose=1)
+    assert "Clarabel" in capfd.readouterr().out
