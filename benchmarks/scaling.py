@@ -102,6 +102,19 @@ def time_ntp_svm(H, S):
     return time.perf_counter() - t, W, res
 
 
+def _auto_worker(H, S, queue):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t, _, res = time_ntp_svm(H, S)
+    queue.put((t, res.method, res.n_iter, res.gap, res.max_violation, res.status))
+
+
+def run_auto(H, S, timeout):
+    """(seconds, method, passes, gap, violation, status) of ``ntp_svm``, or a timeout."""
+    return run_with_timeout(_auto_worker, (H, S), timeout,
+                            (timeout, "dcd", 0, np.nan, np.nan, "timeout"))
+
+
 def exponent(xs, ts):
     """Slope of log(t) against log(x) (least squares)."""
     return float(np.polyfit(np.log(xs), np.log(ts), 1)[0])
@@ -110,18 +123,20 @@ def exponent(xs, ts):
 def part_scaling(args):
     rows = []
     print(f"# scaling (load average {load():.1f} at start)", flush=True)
-    grid = [("m", m, 500) for m in args.m] + [("V", 10_000, V) for V in args.V if V != 500]
+    grid = ([("m", m, 500) for m in args.m] + [("V", 10_000, V) for V in args.V if V != 500]
+            + [("point", m, V) for m, V in args.points])
     for sweep, m, V in grid:
         data = make_ntp_svm_data(m, D, V, random_state=0)
-        t, W, res = time_ntp_svm(data.contexts, data.support)
+        t, method, passes, gap, viol, status = run_auto(data.contexts, data.support,
+                                                        args.auto_timeout)
         ref = run_fast(data.contexts, data.support, args.fast_timeout)
-        row = dict(kind="tied", sweep=sweep, m=m, V=V, t=t, method=res.method,
-                   passes=res.n_iter, gap=res.gap, viol=res.max_violation,
-                   t_fast=ref[0], fast_status=ref[1], load=load())
+        row = dict(kind="tied", sweep=sweep, m=m, V=V, t=t, method=method, status=status,
+                   passes=passes, gap=gap, viol=viol, t_fast=ref[0], fast_status=ref[1],
+                   load=load())
         rows.append(row)
-        print(f"tied m={m} V={V}: auto ({res.method}) {t:.2f}s gap={res.gap:.1e} "
-              f"viol={res.max_violation:.1e} | fast {ref[0]:.1f}s ({ref[1]}) "
-              f"| load {row['load']:.1f}", flush=True)
+        print(f"tied m={m} V={V}: auto ({method}) {t:.2f}s ({status}) gap={gap:.1e} "
+              f"viol={viol:.1e} | fast {ref[0]:.1f}s ({ref[1]}) | load {row['load']:.1f}",
+              flush=True)
     for m, V in args.onehot:
         rng = np.random.default_rng(1)
         H = rng.standard_normal((m, D if V > 32 else 64))
@@ -147,16 +162,21 @@ def part_scaling(args):
             print(f"torch {device} fast m={m} V={V}: {ref[0]:.2f}s ({ref[1]}, gap "
                   f"{ref[2]:.1e}, viol {ref[3]:.1e}, {ref[4]} iterations)", flush=True)
     tied = [r for r in rows if r["kind"] == "tied"]
-    ms = [r for r in tied if r["V"] == 500]
-    vs = [r for r in tied if r["m"] == 10_000]
+    # the exponents are fitted on the runs that finished
+    ms = [r for r in tied if r["V"] == 500 and r["sweep"] != "point" and r["status"] != "timeout"]
+    vs = [r for r in tied if r["m"] == 10_000 and r["sweep"] != "point"
+          and r["status"] != "timeout"]
     print("\n| sweep | m | V | auto method | time (s) | passes | gap | violation "
           "| 'fast' (s) | speed-up | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in tied:
         lb = ">" if r["fast_status"] == "timeout" else ""
-        print(f"| {r['sweep']} | {r['m']} | {r['V']} | {r['method']} | {r['t']:.2f} | "
+        done = r["status"] != "timeout"
+        t = f"{r['t']:.2f}" if done else f"> {r['t']:.0f} (time limit)"
+        ratio = f"{lb}{r['t_fast'] / r['t']:.1f}x" if done else "–"
+        print(f"| {r['sweep']} | {r['m']} | {r['V']} | {r['method']} | {t} | "
               f"{r['passes']} | {r['gap']:.1e} | {r['viol']:.1e} | {lb}{r['t_fast']:.1f} "
-              f"({r['fast_status']}) | {lb}{r['t_fast'] / r['t']:.1f}x | {r['load']:.1f} |")
+              f"({r['fast_status']}) | {ratio} | {r['load']:.1f} |")
     for rs, key, fixed in ((ms, "m", "V=500"), (vs, "V", "m=10000")):
         if len(rs) > 1:
             slope = exponent([r[key] for r in rs], [r["t"] for r in rs])
@@ -183,17 +203,22 @@ def plot(rows, path):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, fixed, label in ((axes[0], "m", ("V", 500), "contexts m (V = 500)"),
                                   (axes[1], "V", ("m", 10_000), "vocabulary V (m = 10 000)")):
-        tied = sorted((r for r in rows if r["kind"] == "tied" and r[fixed[0]] == fixed[1]),
-                      key=lambda r: r[key])
+        tied = sorted((r for r in rows if r["kind"] == "tied" and r[fixed[0]] == fixed[1]
+                       and r["sweep"] != "point"), key=lambda r: r[key])
         if not tied:
             continue
-        x = [r[key] for r in tied]
-        ax.loglog(x, [r["t"] for r in tied], "o-", label="ntp_svm (auto: dcd)")
+        done = [r for r in tied if r["status"] != "timeout"]
+        x = [r[key] for r in done]
+        ax.loglog(x, [r["t"] for r in done], "o-", label="ntp_svm (auto: dcd)")
+        late = [(r[key], r["t"]) for r in tied if r["status"] == "timeout"]
+        if late:
+            ax.loglog(*zip(*late), "o", markerfacecolor="none", color="C0",
+                      label="ntp_svm: time limit (lower bound)")
         fast = [(r[key], r["t_fast"]) for r in tied]
         ax.loglog(*zip(*fast), "s--", label="method 'fast' (time limit: open marker)",
                   markerfacecolor="none")
         if len(x) > 1:
-            ax.set_title(f"slope {exponent(x, [r['t'] for r in tied]):.2f}")
+            ax.set_title(f"slope {exponent(x, [r['t'] for r in done]):.2f}")
         ax.set_xlabel(label)
         ax.set_ylabel("seconds to gap and violation 1e-8")
         ax.grid(True, which="both", alpha=0.3)
@@ -367,6 +392,9 @@ def main():
     ap.add_argument("--V", type=int, nargs="*", default=[100, 500, 2000])
     ap.add_argument("--onehot", type=lambda s: tuple(int(x) for x in s.split("x")), nargs="*",
                     default=[(2000, 32), (10_000, 100)], help="one-hot sizes as MxV")
+    ap.add_argument("--points", type=lambda s: tuple(int(x) for x in s.split("x")), nargs="*",
+                    default=[(3000, 200)], help="extra m x V points (not in the fits)")
+    ap.add_argument("--auto-timeout", type=float, default=1200.0)
     ap.add_argument("--fast-timeout", type=float, default=300.0)
     ap.add_argument("--svc-timeout", type=float, default=300.0)
     ap.add_argument("--torch", action="store_true", help="torch rows on the CPU")
