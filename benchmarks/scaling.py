@@ -215,8 +215,11 @@ def plot(rows, path):
             ax.loglog(*zip(*late), "o", markerfacecolor="none", color="C0",
                       label="ntp_svm: time limit (lower bound)")
         fast = [(r[key], r["t_fast"]) for r in tied]
-        ax.loglog(*zip(*fast), "s--", label="method 'fast' (time limit: open marker)",
-                  markerfacecolor="none")
+        ax.loglog(*zip(*fast), "s--", color="C1", label="method 'fast'")
+        cut = [(r[key], r["t_fast"]) for r in tied if r["fast_status"] == "timeout"]
+        if cut:  # drawn over the filled markers
+            ax.loglog(*zip(*cut), "s", color="C1", markerfacecolor="white",
+                      label="'fast': time limit (lower bound)")
         if len(x) > 1:
             ax.set_title(f"slope {exponent(x, [r['t'] for r in done]):.2f}")
         ax.set_xlabel(label)
