@@ -125,8 +125,10 @@ def unit(w):
     """
     w = np.asarray(w, dtype=float)
     top = float(np.max(np.abs(w))) if w.size else 0.0
-    if not top > 0 or not np.isfinite(top):
-        return np.zeros_like(w), (0.0 if top == 0 or not w.size else float("inf"))
+    if top == 0.0:
+        return np.zeros_like(w), 0.0
+    if not np.isfinite(top):
+        raise FloatingPointError("the direction of an array with NaN or infinity is undefined.")
     v = w / top
     r = float(np.linalg.norm(v))
     with np.errstate(over="ignore"):

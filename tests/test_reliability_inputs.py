@@ -123,6 +123,8 @@ def test_unit_direction_of_an_overflowing_norm():
     np.testing.assert_allclose(direction, np.array([1, 1, -1]) / np.sqrt(3))
     assert norm == np.inf
     assert unit(np.zeros(3))[1] == 0.0
+    with pytest.raises(FloatingPointError, match="undefined"):
+        unit(np.array([1.0, np.inf]))
 
 
 def test_a_rising_loss_warns_that_lr_is_too_large(ntp_data):
