@@ -106,10 +106,6 @@ def _close_progress(progress):
         close()
 
 
-def _all_finite(xp, arrays):
-    return all(bool(xp.all(xp.isfinite(a))) for a in arrays)
-
-
 
 def _step(xp, solver, params, grads, lr, ngd_scales, m1, m2, k, betas, eps):
     """One update of every block: GD, normalized GD (``ngd_scales`` = lr/||g||,
@@ -437,8 +433,8 @@ def _rescaled(objective, params, xp):
     return scaled
 
 
-def _regpath(objective, params0, *, xp, radii, tol, inner_max_iter, metrics, starts=(),
-             rescale=False):
+def _regpath(objective, params0, *, xp, radii, tol, inner_max_iter, metrics, starts,
+             rescale):
     """The regularization path: :func:`_solve_ball` at each radius, warm-started."""
     if radii is None:
         raise ValueError("solver='regpath' needs radii.")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from skntp._optim import SOLVERS, minimize
+from skntp._optim import SOLVERS, _rescaled, minimize
 
 
 def quadratic(a, c):
@@ -607,3 +607,21 @@ def test_regpath_backtracks_on_a_steep_objective():
                    solver="regpath", radii=[10.0], inner_max_iter=500)
     assert res.converged
     np.testing.assert_allclose(res.params[0], [1.0, 2.0], rtol=1e-9)
+
+
+def test_rescaled_objective_divides_loss_and_gradient_by_the_start_gradient_norm():
+    # f(x) = ||x - a||^2 / 2: at x0 the gradient is x0 - a, of norm 5
+    a = np.array([3.0, 4.0])
+
+    def f(params):
+        (x,) = params
+        return 0.5 * float(np.sum((x - a) ** 2)), (x - a,)
+
+    scaled = _rescaled(f, (np.zeros(2),), np)
+    x = np.array([1.0, 1.0])
+    loss, (grad,) = scaled((x,))
+    assert loss == pytest.approx(f((x,))[0] / 5.0, rel=1e-15)
+    np.testing.assert_allclose(grad, (x - a) / 5.0, rtol=1e-15)
+    # a zero gradient at the start leaves the objective as it is
+    same = _rescaled(f, (a.copy(),), np)
+    assert same((x,))[0] == f((x,))[0]
