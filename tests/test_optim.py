@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from skntp._optim import SOLVERS, _rescaled, minimize
+from skntp._optim import SOLVERS, _rescaled, _warn_lr, minimize
 
 
 def quadratic(a, c):
@@ -625,3 +625,23 @@ def test_rescaled_objective_divides_loss_and_gradient_by_the_start_gradient_norm
     # a zero gradient at the start leaves the objective as it is
     same = _rescaled(f, (a.copy(),), np)
     assert same((x,))[0] == f((x,))[0]
+
+
+@pytest.mark.parametrize("loss0, loss, expected", [
+    (1.0, 1.0 + 1e-6, "rose"),             # any rise beyond rounding is reported
+    (1.0, 1.0 + 1e-12, None),              # a rise within 1e-9 relative is rounding
+    (1.0, 1.0, "did not change"),
+    (1.0, 0.5, None),                      # the loss went down: nothing to say
+    (0.0, 0.0, None),                      # already at zero loss
+    (0.0, 1e-300, None),                   # within the absolute floor
+    (0.0, 1e-200, "rose"),
+])
+def test_warn_lr_thresholds(loss0, loss, expected):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _warn_lr("gd", 0.5, 10, np.asarray(loss0), np.asarray(loss))
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    if expected is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and expected in messages[0]
