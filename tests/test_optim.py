@@ -645,3 +645,19 @@ def test_warn_lr_thresholds(loss0, loss, expected):
         assert messages == []
     else:
         assert len(messages) == 1 and expected in messages[0]
+
+
+@pytest.mark.parametrize("level, warns", [(0.5, True), (3.0, True), (0.0, False)])
+def test_zero_gradient_at_the_start_warns_whenever_the_loss_is_positive(level, warns):
+    # a flat objective: no first-order method can leave the start; at zero loss
+    # the start is already optimal and nothing is said
+    def flat(params):
+        (x,) = params
+        return level, (np.zeros_like(x),)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = minimize(flat, (np.ones(3),), xp=np, solver="gd", lr=0.5, max_iter=10)
+    assert res.n_iter == 0
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert any("exactly zero at the initial point" in m for m in messages) == warns
