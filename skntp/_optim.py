@@ -85,7 +85,7 @@ def _record_value(value):
     return float(arr) if arr.ndim == 0 else arr
 
 
-def _block_norms(xp, grads, batched=False):
+def _block_norms(xp, grads, batched):
     if not batched:
         return [float(norm(xp, g)) for g in grads]
     return [np.asarray(to_numpy(xp.sqrt(xp.sum(xp.reshape(g * g, (g.shape[0], -1)),

@@ -625,12 +625,16 @@ def test_rescaled_objective_divides_loss_and_gradient_by_the_start_gradient_norm
     # a zero gradient at the start leaves the objective as it is
     same = _rescaled(f, (a.copy(),), np)
     assert same((x,))[0] == f((x,))[0]
+    # a gradient norm below 1 (0.5) scales up
+    near = _rescaled(f, (a - np.array([0.3, 0.4]),), np)
+    assert near((x,))[0] == pytest.approx(2.0 * f((x,))[0], rel=1e-15)
 
 
 @pytest.mark.parametrize("loss0, loss, expected", [
     (1.0, 1.0 + 1e-6, "rose"),             # any rise beyond rounding is reported
     (1.0, 1.0 + 1e-12, None),              # a rise within 1e-9 relative is rounding
     (1.0, 1.0, "did not change"),
+    (4.0, 4.0 + 4.0 * 2.0**-42, "did not change"),  # relative, not absolute, 1e-12
     (1.0, 0.5, None),                      # the loss went down: nothing to say
     (0.0, 0.0, None),                      # already at zero loss
     (0.0, 1e-300, None),                   # within the absolute floor
