@@ -665,3 +665,21 @@ def test_zero_gradient_at_the_start_warns_whenever_the_loss_is_positive(level, w
     assert res.n_iter == 0
     messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
     assert any("exactly zero at the initial point" in m for m in messages) == warns
+
+
+@pytest.mark.parametrize("solver, max_iter, warns", [
+    ("gd", 1, True),     # one overshooting step is enough to say so
+    ("gd", 5, True),
+    ("adam", 5, False),  # Adam's step is not lr times the gradient: no lr advice
+])
+def test_overshooting_lr_warning(solver, max_iter, warns):
+    # f(x) = x^2 / 2 has curvature 1: lr = 3 maps x to -2x, the loss grows 4x a step
+    def f(params):
+        (x,) = params
+        return 0.5 * float(np.sum(x * x)), (x,)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        minimize(f, (np.ones(2),), xp=np, solver=solver, lr=3.0, max_iter=max_iter)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert any("lr=3.0 is too large" in m for m in messages) == warns
