@@ -106,7 +106,6 @@ def _close_progress(progress):
         close()
 
 
-
 def _step(xp, solver, params, grads, lr, ngd_scales, m1, m2, k, betas, eps):
     """One update of every block: GD, normalized GD (``ngd_scales`` = lr/||g||,
     per block or per trial) or Adam (moments ``m1``, ``m2`` updated in place)."""
