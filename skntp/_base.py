@@ -410,6 +410,21 @@ class ImplicitBiasEstimator(BaseEstimator):
             raise ValueError(f"{name} contains NaN or infinity.")
         return arr.copy()
 
+    def _set_limit_attributes(self, limits, coef, names=()):
+        """Publish a matrix model's limits and ``coef_``: ``mm_direction_``,
+        ``finite_component_``, ``mm_margin_``, ``svm_result_``, the model's own
+        ``names`` from ``limits.attributes``, and ``alignment_`` (of ``coef_`` minus
+        the finite part, with ``mm_direction_``)."""
+        self.mm_direction_, self.finite_component_ = limits.direction, limits.finite
+        self.mm_margin_ = limits.attributes.get("mm_margin_", float("nan"))
+        self.svm_result_ = limits.attributes.get("svm_result_")
+        for name in names:
+            setattr(self, name, limits.attributes.get(name))
+        self._projector = limits.projector
+        self.coef_ = coef
+        W = coef if limits.finite is None else coef - limits.finite
+        self.alignment_ = cosine(W, limits.direction)
+
     @staticmethod
     def _svm_history(loss, params, **extra):
         """The one-record history of ``solver="svm"``."""

@@ -299,16 +299,8 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         m, V = probs.shape
         self.next_token_probs_ = probs if m * V > _DENSE_PROBS_MAX else probs.toarray()
         self.entropy_ = data["entropy"]
-        self.finite_component_ = limits.finite
-        self.mm_direction_ = limits.direction
-        self.mm_margin_ = limits.attributes.get("mm_margin_", float("nan"))
-        self.is_ntp_compatible_ = limits.attributes.get("is_ntp_compatible_")
-        self.is_ntp_separable_ = limits.attributes.get("is_ntp_separable_")
-        self.svm_result_ = limits.attributes.get("svm_result_")
-        self._projector = limits.projector
-        self.coef_ = params[0]
-        W = self.coef_ if limits.finite is None else self.coef_ - limits.finite
-        self.alignment_ = cosine(W, limits.direction)
+        self._set_limit_attributes(limits, params[0],
+                                   ("is_ntp_compatible_", "is_ntp_separable_"))
         if result is None:  # solver="svm"
             loss = ntp_cross_entropy(self.coef_, data["contexts"], data["weights"], probs)
             self.n_iter_ = 0 if self.svm_result_ is None else self.svm_result_.n_iter

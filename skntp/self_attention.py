@@ -344,14 +344,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         self.realizable_ = data["realizable"]
         self.graphs_, self.sccs_ = data["graphs"], data["sccs"]
         self.is_acyclic_ = is_acyclic(self.graphs_, self.sccs_)
-        self.mm_direction_, self.finite_component_ = limits.direction, limits.finite
-        self.mm_margin_ = limits.attributes.get("mm_margin_", float("nan"))
-        self.svm_result_ = limits.attributes.get("svm_result_")
-        self.cyclic_basis_ = limits.attributes.get("cyclic_basis_")
-        self._projector = limits.projector
-        self.coef_ = params[0]
-        W = self.coef_ if limits.finite is None else self.coef_ - limits.finite
-        self.alignment_ = cosine(W, limits.direction)
+        self._set_limit_attributes(limits, params[0], ("cyclic_basis_",))
         if result is not None:
             self.n_iter_, self.history_ = result.n_iter, result.history
             return
