@@ -23,6 +23,7 @@ from skntp.svm import (
     MaxMarginProblem,
     MaxMarginResult,
     NotSeparableError,
+    QueryKeyScores,
     _core,
     ntp_svm_problem,
     solve_max_margin,
@@ -319,7 +320,7 @@ def test_auto_order_covers_every_class_and_ends_with_the_reference():
     from skntp.svm._core import AUTO_ORDER, program_class
     from skntp.svm._fast import GatheredScores
 
-    assert set(AUTO_ORDER) == {"decoder", "keys", "bilinear"}
+    assert set(AUTO_ORDER) == {"decoder", "keys", "bilinear", "nuclear"}
     for names in AUTO_ORDER.values():
         assert names[-1] == "cvxpy" and set(names) <= set(_core._METHODS)
     H = np.eye(3, 4)
@@ -331,6 +332,17 @@ def test_auto_order_covers_every_class_and_ends_with_the_reference():
     assert program_class(key_problem([[[1.0]]], [0], [0], [-1], [1.0], [False])) == "keys"
     graph = MaxMarginProblem(BilinearScores(np.eye(2), np.eye(2)), ntp.constraints)
     assert program_class(graph) == "bilinear"
+    nuclear = MaxMarginProblem(QueryKeyScores(np.ones((3, 2, 2)), np.ones((3, 2))),
+                               ntp.constraints, norm="nuclear")
+    assert program_class(nuclear) == "nuclear"
+    # every method of a class minimizes that class's norm
+    for cls, names in AUTO_ORDER.items():
+        norm = "nuclear" if cls == "nuclear" else "fro"
+        assert all(norm in _core._METHOD_NORMS[name] for name in names)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        MaxMarginProblem(graph.scores, ntp.constraints, norm="max")
+    with pytest.raises(ValueError, match="needs a matrix parameter"):
+        MaxMarginProblem(KeyScores(np.ones((3, 2, 2))), ntp.constraints, norm="nuclear")
 
 
 def test_constraint_violation_counts_both_sides_of_an_equality():

@@ -4,11 +4,13 @@ All programs go through one core, :func:`solve_max_margin`, which solves
 ``min 1/2 ||w||^2`` under linear score-difference constraints.
 """
 
-from . import _dcd, _fast  # noqa: F401  (register the "dcd" and "fast" methods)
+from . import _dcd, _fast, _nuclear  # noqa: F401  (register their methods)
 from ._attention import (
     att_svm,
     att_svm_prime,
     att_svm_problem,
+    att_svm_w,
+    att_svm_w_problem,
     is_locally_optimal,
     min_score_gap,
     svm_neighbors,
@@ -21,6 +23,7 @@ from ._core import (
     MaxMarginResult,
     NotSeparableError,
     ProgramTooLargeError,
+    QueryKeyScores,
     solve_max_margin,
     solve_min_norm,
 )
@@ -50,9 +53,12 @@ __all__ = [
     "MaxMarginResult",
     "NotSeparableError",
     "ProgramTooLargeError",
+    "QueryKeyScores",
     "att_svm",
     "att_svm_prime",
     "att_svm_problem",
+    "att_svm_w",
+    "att_svm_w_problem",
     "JointSVMResult",
     "finite_component",
     "head_svm",

@@ -38,6 +38,7 @@ from ._core import (
     MaxMarginProblem,
     MaxMarginResult,
     NotSeparableError,
+    QueryKeyScores,
     real_array,
     register_method,
     solve_max_margin,
@@ -47,6 +48,8 @@ __all__ = [
     "att_svm",
     "att_svm_prime",
     "att_svm_problem",
+    "att_svm_w",
+    "att_svm_w_problem",
     "is_locally_optimal",
     "min_score_gap",
     "solve_ldp",
@@ -120,7 +123,28 @@ def att_svm_problem(keys, selected, relaxed=None, *, mask=None, against=None):
     """
     keys, mask = _check_keys(keys, mask)
     selected = _check_selected(selected, mask)
-    n, T, _ = keys.shape
+    cons = _selection_constraints(keys, selected, mask, relaxed, against, "key",
+                                  "attention weight p")
+    name = "ATT-SVM" if relaxed is None or not relaxed.any() else "relaxed ATT-SVM (10)"
+    return MaxMarginProblem(
+        KeyScores(keys),
+        cons,
+        name=name,
+        infeasible_message=(
+            "the selected tokens are not separable from the other tokens of their "
+            "inputs by a common attention weight p (no p^mm(alpha) exists)"
+        ),
+        info={"selected": selected, "mask": mask},
+    )
+
+
+def _selection_constraints(keys, selected, mask, relaxed, against, what, parameter):
+    """The constraints ``S_{i alpha_i} - S_{it} >= 1`` (0 where relaxed) of a selection.
+
+    ``keys`` only serve the check that a selected token differs from the
+    tokens it must be separated from (else the constraint reads ``0 >= 1``).
+    """
+    n, T = mask.shape
     other = mask.copy()
     other[np.arange(n), selected] = False
     if against is not None:
@@ -138,22 +162,120 @@ def att_svm_problem(keys, selected, relaxed=None, *, mask=None, against=None):
         j = int(np.flatnonzero(same)[0])
         raise NotSeparableError(
             f"ATT-SVM is infeasible: in input {int(i[j])} the selected token "
-            f"{int(selected[i[j]])} has the same key as token {int(t[j])}, so no "
-            "attention weight p can separate it (the constraint reads 0 >= 1); "
+            f"{int(selected[i[j]])} has the same {what} as token {int(t[j])}, so no "
+            f"{parameter} can separate it (the constraint reads 0 >= 1); "
             "the selected tokens are not separable."
         )
-    cons = Constraints(i, selected[i], t, rhs_i[i], np.zeros(i.size, dtype=bool))
-    name = "ATT-SVM" if relaxed is None or not relaxed.any() else "relaxed ATT-SVM (10)"
+    return Constraints(i, selected[i], t, rhs_i[i], np.zeros(i.size, dtype=bool))
+
+
+def att_svm_w_problem(tokens, queries, selected, *, mask=None, norm="fro"):
+    """Build the key-query ATT-SVM of attention with one query per input.
+
+    ``W^mm = argmin ||W||`` s.t. ``z_i^T W (x_{i alpha_i} - x_{it}) >= 1`` for
+    every real token ``t != alpha_i`` ("Transformers as Support Vector
+    Machines", Tarzanagh, Li, Thrampoulidis, Oymak, 2023: (W-SVM) with the
+    Frobenius norm, the limit of gradient descent on ``W``, Thm. 1; (KQ-SVM)
+    with the nuclear norm, the limit of gradient descent on the factors of
+    ``W = Q K^T``, Thm. 2).  Their ``W`` is the transpose of this one: here the
+    logits are ``z_i^T W x_it`` with ``W`` of shape ``(k, d)``, as the keys
+    ``X W^T`` of :class:`~skntp.AttentionSelector`.  Both norms share these
+    constraints; the Frobenius program is the ATT-SVM of
+    :func:`att_svm_problem` on the lifted keys ``vec(z_i x_it^T)``.
+
+    Parameters
+    ----------
+    tokens : array-like of shape (n, T, d)
+        The tokens ``x_it``.
+    queries : array-like of shape (n, k)
+        The query ``z_i`` of every input (self-attention: one of its tokens).
+    selected : array-like of int, shape (n,)
+        ``alpha_i``.
+    mask : array-like of bool, shape (n, T), or None
+    norm : {"fro", "nuclear"}, default="fro"
+
+    Returns
+    -------
+    MaxMarginProblem
+        With parameter shape ``(k, d)`` for ``"nuclear"`` and ``(k * d,)``
+        (``W`` flattened row-major) for ``"fro"``.
+
+    Raises
+    ------
+    NotSeparableError
+        When a query is zero or a selected token equals a token it must be
+        separated from.
+    """
+    if norm not in ("fro", "nuclear"):
+        raise ValueError(f"norm must be 'fro' or 'nuclear', got {norm!r}.")
+    tokens, mask = _check_keys(tokens, mask)
+    queries = real_array(queries, "queries")
+    n = tokens.shape[0]
+    if queries.ndim != 2 or queries.shape[0] != n:
+        raise ValueError(f"queries must have shape ({n}, k), got {queries.shape}.")
+    selected = _check_selected(selected, mask)
+    zero = np.flatnonzero(~queries.any(axis=1))
+    if zero.size:
+        raise NotSeparableError(
+            f"ATT-SVM is infeasible: the queries of inputs {zero[:10].tolist()} are zero, "
+            "so every token gets the same logit z^T W x = 0 whatever W; the selected "
+            "tokens are not separable.")
+    cons = _selection_constraints(tokens, selected, mask, None, None, "token",
+                                  "key-query matrix W")
+    scores = (QueryKeyScores(tokens, queries) if norm == "nuclear" else
+              KeyScores((queries[:, None, :, None] * tokens[:, :, None, :]).reshape(
+                  n, tokens.shape[1], -1)))
     return MaxMarginProblem(
-        KeyScores(keys),
-        cons,
-        name=name,
+        scores, cons, name=f"ATT-SVM ({'nuclear' if norm == 'nuclear' else 'Frobenius'} "
+        "norm, key-query W)",
         infeasible_message=(
             "the selected tokens are not separable from the other tokens of their "
-            "inputs by a common attention weight p (no p^mm(alpha) exists)"
-        ),
-        info={"selected": selected, "mask": mask},
-    )
+            "inputs by a common key-query matrix W (no W^mm exists)"),
+        info={"selected": selected, "mask": mask, "shape": (queries.shape[1],
+                                                            tokens.shape[2])},
+        norm=norm)
+
+
+def att_svm_w(tokens, queries, selected, *, mask=None, norm="fro", method="auto",
+              tol=1e-8, max_iter=100_000, return_result=False, callback=None):
+    """Solve the key-query ATT-SVM of :func:`att_svm_w_problem`.
+
+    Parameters
+    ----------
+    tokens : array-like of shape (n, T, d)
+    queries : array-like of shape (n, k)
+    selected : array-like of int, shape (n,)
+    mask : array-like of bool, shape (n, T), or None
+    norm : {"fro", "nuclear"}, default="fro"
+        ``"fro"``: the limit of gradient descent on ``W``; ``"nuclear"``: on the
+        factors of ``W = Q K^T`` (low rank).
+    method : str, default="auto"
+        Method of the max-margin core: for ``"nuclear"``, ``"nuclear-ipm"`` (the
+        default, :mod:`skntp.svm._nuclear`) or ``"cvxpy"`` (the reference).
+    tol, max_iter, callback :
+        Passed to :func:`~skntp.svm.solve_max_margin`.
+    return_result : bool, default=False
+        Also return the :class:`~skntp.svm.MaxMarginResult`.
+
+    Returns
+    -------
+    W_mm : ndarray of shape (k, d)
+        With margin 1 (not normalized).  Its rank is
+        :func:`skntp.metrics.numerical_rank` (a relative tolerance).
+    result : MaxMarginResult
+        Only with ``return_result=True``.
+
+    Raises
+    ------
+    NotSeparableError
+        If the program is infeasible (for both norms alike: feasibility does not
+        depend on the norm).
+    """
+    problem = att_svm_w_problem(tokens, queries, selected, mask=mask, norm=norm)
+    res = solve_max_margin(problem, method=method, tol=tol, max_iter=max_iter,
+                           callback=callback)
+    res.primal = np.reshape(res.primal, problem.info["shape"])
+    return (res.primal, res) if return_result else res.primal
 
 
 def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=1e-8,

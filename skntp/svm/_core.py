@@ -49,6 +49,8 @@ __all__ = [
     "Constraints",
     "KeyScores",
     "MaxMarginProblem",
+    "NORMS",
+    "QueryKeyScores",
     "MaxMarginResult",
     "NotSeparableError",
     "ProgramTooLargeError",
@@ -102,7 +104,7 @@ def available_memory():
         return 1 << 62
 
 
-def check_program_size(name, n_constraints, advice):
+def check_program_size(name, n_constraints, advice, bytes_per_constraint=None):
     """Raise :class:`ProgramTooLargeError` if a program would not fit in memory.
 
     Parameters
@@ -112,8 +114,12 @@ def check_program_size(name, n_constraints, advice):
     n_constraints : int
     advice : str
         What to do instead (ends the message).
+    bytes_per_constraint : float, default=None
+        Memory a method needs per constraint (``None``: the build's
+        ``BYTES_PER_CONSTRAINT``).
     """
-    need = float(n_constraints) * BYTES_PER_CONSTRAINT
+    per = BYTES_PER_CONSTRAINT if bytes_per_constraint is None else bytes_per_constraint
+    need = float(n_constraints) * per
     have = float(available_memory())
     if need > 0.8 * have:
         raise ProgramTooLargeError(
@@ -332,6 +338,66 @@ class KeyScores:
         return sp.csr_matrix(self.keys.reshape(-1, self.shape[0]))
 
 
+class QueryKeyScores:
+    """Scores ``S[b, t] = z_b^T W x_{bt}`` for a matrix parameter ``W`` (shape ``(k, d)``).
+
+    The key-query map of attention with one query per input (Tarzanagh, Li,
+    Thrampoulidis, Oymak, "Transformers as Support Vector Machines", 2023):
+    block ``b`` is an input with tokens ``x_{bt}`` (rows of ``X_b``) and its own
+    query ``z_b`` (one of its tokens for self-attention, a separate vector for
+    cross-attention).  The constraint rows ``z_b (x_{ba} - x_{bt})^T`` have rank
+    one, which the nuclear-norm method uses; the map is the key map of
+    :class:`KeyScores` on the lifted keys ``vec(z_b x_{bt}^T)``, never formed
+    except by :meth:`matrix`.
+
+    Parameters
+    ----------
+    tokens : ndarray of shape (n_blocks, n_positions, d)
+    queries : ndarray of shape (n_blocks, k)
+    """
+
+    def __init__(self, tokens, queries):
+        self.tokens = real_array(tokens, "tokens")
+        self.queries = real_array(queries, "queries")
+        if self.tokens.ndim != 3 or self.queries.ndim != 2 or (
+                self.queries.shape[0] != self.tokens.shape[0]):
+            raise ValueError(
+                f"tokens must be 3-D (blocks, positions, d) and queries 2-D (blocks, k) "
+                f"with as many blocks, got shapes {self.tokens.shape} and "
+                f"{self.queries.shape}.")
+        self.n_blocks, self.n_positions, d = self.tokens.shape
+        self.shape = (self.queries.shape[1], d)
+        self.work_size = self.tokens.size + self.queries.size * d
+
+    def magnitude(self):
+        """``max |x| * max |z|``: the scale of the map."""
+        return _max_abs(self.tokens) * _max_abs(self.queries)
+
+    def rescaled(self, alpha):
+        """The map times ``alpha``."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.tokens = self.tokens * alpha
+        return new
+
+    def to_backend(self, be):
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.tokens, new.queries = be.asarray(self.tokens), be.asarray(self.queries)
+        return new
+
+    def forward(self, xp, w):
+        return (self.tokens @ (self.queries @ w)[..., None])[..., 0]
+
+    def adjoint(self, xp, c):
+        # sum_bt c_bt z_b x_bt^T
+        return self.queries.T @ (c[..., None] * self.tokens).sum(axis=1)
+
+    def matrix(self):
+        lifted = self.queries[:, None, :, None] * self.tokens[:, :, None, :]
+        return sp.csr_matrix(lifted.reshape(self.n_blocks * self.n_positions, -1))
+
+
 # --------------------------------------------------------------------------
 # Constraints and problems
 # --------------------------------------------------------------------------
@@ -378,7 +444,7 @@ class Constraints:
 
 @dataclass
 class MaxMarginProblem:
-    """``min 1/2 ||w||^2`` under score-difference constraints.
+    """``min 1/2 ||w||^2`` (or ``min ||W||_*``) under score-difference constraints.
 
     Parameters
     ----------
@@ -390,6 +456,15 @@ class MaxMarginProblem:
     infeasible_message : str
         What infeasibility means for the user's data
         (e.g. "data are not NTP-separable").
+    info : dict
+        What the builder knows about the program (selected tokens, masks, ...).
+    norm : {"fro", "nuclear"}, default="fro"
+        The norm minimized: ``"fro"``, ``1/2 ||w||^2`` (every program of the
+        papers); ``"nuclear"``, ``||W||_*`` (the limit of gradient descent on the
+        factors ``W = Q K^T`` of attention, "Transformers as Support Vector
+        Machines", Thm. 2), for a matrix parameter.  Its dual is
+        ``max r^T lam`` subject to ``||S^*(C(lam))||_2 <= 1`` (spectral norm),
+        ``lam >= 0``.
     """
 
     scores: object
@@ -397,6 +472,14 @@ class MaxMarginProblem:
     name: str = "max-margin program"
     infeasible_message: str = "data are not separable"
     info: dict = field(default_factory=dict)
+    norm: str = "fro"
+
+    def __post_init__(self):
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {sorted(NORMS)}, got {self.norm!r}.")
+        if self.norm == "nuclear" and len(self.scores.shape) != 2:
+            raise ValueError("norm='nuclear' needs a matrix parameter (a score map whose "
+                             f"parameter is 2-D), got shape {self.scores.shape}.")
 
     @property
     def shape(self):
@@ -542,18 +625,24 @@ def constraint_violation(problem, w):
 # Methods
 # --------------------------------------------------------------------------
 _METHODS = {}
+#: the norms each method minimizes
+_METHOD_NORMS = {}
 _AUTO_MAX_VIOLATION = 1e-3
+#: the norms a program may minimize (:class:`MaxMarginProblem`'s ``norm``)
+NORMS = ("fro", "nuclear")
 
 
-def register_method(name, func):
+def register_method(name, func, norms=("fro",)):
     """Register a solver ``func(problem, tol, max_iter, be, verbose, callback) -> result``.
 
     ``callback`` is ``None`` or a callable ``callback(n_iter, gap, violation)``
     that an iterative method calls at each certificate check (progress bars).
     A function may decline a problem by returning ``None``.  ``method="auto"``
-    tries the methods of :data:`AUTO_ORDER`.
+    tries the methods of :data:`AUTO_ORDER`.  ``norms`` are the norms of
+    :data:`NORMS` the method minimizes; it is never given a program in another.
     """
     _METHODS[name] = func
+    _METHOD_NORMS[name] = tuple(norms)
 
 
 #: ``method="auto"``: the methods tried, in order, for each class of program
@@ -571,15 +660,21 @@ def register_method(name, func):
 #:   entries;
 #: * ``"bilinear"`` (bilinear scores with output embeddings: Graph-SVM): the
 #:   exact null-space NNLS when small, else the accelerated dual method.
+#: * ``"nuclear"`` (``norm="nuclear"``: the key-query ATT-SVM of factored
+#:   attention): the primal-dual interior-point method on its semidefinite form.
 AUTO_ORDER = {
     "decoder": ("dcd", "fast", "cvxpy"),
     "keys": ("dual-active-set", "nnls", "fast", "cvxpy"),
     "bilinear": ("graph-ldp", "fast", "cvxpy"),
+    "nuclear": ("nuclear-ipm", "cvxpy"),
 }
 
 
 def program_class(problem):
-    """The class of a program for ``method="auto"``: "decoder", "keys" or "bilinear"."""
+    """The class of a program for ``method="auto"``: "decoder", "keys", "bilinear" or
+    "nuclear"."""
+    if problem.norm == "nuclear":
+        return "nuclear"
     scores = problem.scores
     while hasattr(scores, "base"):  # GatheredScores
         scores = scores.base
@@ -596,14 +691,21 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
     c = problem.constraints
     A = problem.constraint_matrix()
     n_var = int(np.prod(problem.shape))
-    w = cp.Variable(n_var)
+    nuclear = problem.norm == "nuclear"
+    if nuclear:
+        W = cp.Variable(problem.shape)
+        w = cp.vec(W, order="C")
+        objective = cp.normNuc(W)
+    else:
+        w = cp.Variable(n_var)
+        objective = 0.5 * cp.sum_squares(w)
     cons = []
     ineq, eq = ~c.equality, c.equality
     if ineq.any():
         cons.append(A[ineq] @ w >= c.rhs[ineq])
     if eq.any():
         cons.append(A[eq] @ w == c.rhs[eq])
-    prob = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(w)), cons)
+    prob = cp.Problem(cp.Minimize(objective), cons)
     try:
         prob.solve(solver=cp.CLARABEL, verbose=bool(verbose))
     except cp.error.SolverError as exc:  # pragma: no cover - solver crash
@@ -631,8 +733,12 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
         dual[ineq] = np.asarray(cons[0].dual_value, dtype=float).ravel()
     if eq.any():
         dual[eq] = -np.asarray(cons[-1].dual_value, dtype=float).ravel()
-    sq = float(wv @ wv)
-    gap = (sq - float(c.rhs @ dual)) / sq if sq > 0 else 0.0
+    if nuclear:
+        wv = np.asarray(W.value, dtype=float).ravel()
+        gap, dual = nuclear_gap(problem, wv.reshape(problem.shape), dual, A)
+    else:
+        sq = float(wv @ wv)
+        gap = (sq - float(c.rhs @ dual)) / sq if sq > 0 else 0.0
     vals = A @ wv - c.rhs
     viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
     stats = prob.solver_stats
@@ -647,7 +753,34 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
     )
 
 
-register_method("cvxpy", _solve_cvxpy)
+register_method("cvxpy", _solve_cvxpy, norms=NORMS)
+
+
+def nuclear_gap(problem, W, dual, A=None):
+    """Relative duality gap of ``min ||W||_*`` at a primal ``W`` and multipliers ``dual``.
+
+    The multipliers are clipped to the sign constraints and scaled into the
+    dual's feasible set ``||S^*(C(lam))||_2 <= 1``; the dual value
+    ``r^T lam / ||S^*(C(lam))||_2`` is then a lower bound on the optimum and
+    ``(||W||_* - r^T lam / ||.||_2) / ||W||_*`` the gap (with the violation of
+    ``W``, the certificate).
+
+    Returns
+    -------
+    gap : float
+    dual : ndarray
+        The scaled (dual-feasible) multipliers.
+    """
+    c = problem.constraints
+    A = problem.constraint_matrix() if A is None else A
+    lam = np.where(c.equality, dual, np.maximum(dual, 0.0))
+    M = np.asarray(A.T @ lam).reshape(problem.shape)
+    spec = float(np.linalg.norm(M, 2)) if M.size else 0.0
+    nuc = float(np.linalg.svd(W, compute_uv=False).sum())
+    if spec == 0.0 or nuc == 0.0:
+        return (0.0 if nuc == 0.0 else 1.0), lam
+    lam = lam / spec
+    return float((nuc - c.rhs @ lam) / nuc), lam
 
 
 def solve_max_margin(
@@ -739,6 +872,12 @@ def solve_max_margin(
                 f"unknown max-margin method {method!r}; choose from "
                 f"{sorted(_METHODS) + ['auto']}."
             )
+        if problem.norm not in _METHOD_NORMS[method]:
+            able = sorted(n for n, norms in _METHOD_NORMS.items() if problem.norm in norms)
+            raise ValueError(
+                f"method {method!r} minimizes the {' or '.join(_METHOD_NORMS[method])} "
+                f"norm, not the {problem.norm} norm of {problem.name}; use one of "
+                f"{able + ['auto']}.")
         names = [method]
     for name in names:
         func = _METHODS[name]
@@ -796,7 +935,10 @@ def _scale_back(problem, result, alpha):
     """The original program's answer from the one with the map scaled by ``alpha``."""
     with np.errstate(over="ignore"):
         result.primal = result.primal * alpha
-        result.dual = (result.dual * alpha) * alpha
+        # multipliers scale as 1/alpha^2 for 1/2 ||w||^2, as 1/alpha for ||W||_*
+        result.dual = result.dual * alpha
+        if problem.norm == "fro":
+            result.dual = result.dual * alpha
     if not np.all(np.isfinite(result.primal)):
         raise FloatingPointError(
             f"{problem.name}: the solution overflows float64 (the data's scores have "
