@@ -27,7 +27,7 @@ from sklearn.utils._param_validation import Hidden, Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
 
-from ._backend import to_numpy
+from ._backend import softmax, to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
     SATURATION_NATS,
@@ -44,9 +44,10 @@ from ._base import (
     warn_renamed_parameter,
 )
 from ._sequences import _real, binary_labels, check_attention_input, key_query_matrix
-from .metrics import alignment
+from .metrics import alignment, numerical_rank
 from .models.attention import (
     AttentionObjective,
+    KeyQueryProblem,
     QueryProblem,
     attention_decision,
     attention_features,
@@ -55,8 +56,10 @@ from .models.attention import (
 )
 from .svm import (
     NotSeparableError,
+    ProgramTooLargeError,
     att_svm,
     att_svm_prime,
+    att_svm_w,
     head_svm,
     joint_svm,
     min_score_gap,
@@ -236,8 +239,64 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
     return out
 
 
+def _input_queries(query_index, X, mask):
+    """``(Z, mask)``: the query ``z_i`` of every input and the tokens it attends to.
+
+    ``query_index`` an int ``q``: ``z_i = x_{i q}`` (self-attention; negative
+    ``q`` counts from the end of each input's real tokens).  ``"extra-row"``:
+    the last real row of every input is its query (cross-attention) and gets
+    no attention.
+    """
+    n = X.shape[0]
+    lengths = mask.sum(axis=1)
+    if isinstance(query_index, str):  # "extra-row"
+        if (lengths < 2).any():
+            raise ValueError(
+                "query_index='extra-row' reads the last row of every input as its query: "
+                f"inputs {np.flatnonzero(lengths < 2)[:10].tolist()} have fewer than 2 rows "
+                "(a token and the query).")
+        idx = lengths - 1
+        mask = mask.copy()
+        mask[np.arange(n), idx] = False
+    else:
+        q = int(query_index)
+        idx = q if q >= 0 else lengths + q
+        idx = np.broadcast_to(idx, (n,))
+        bad = np.flatnonzero((idx < 0) | (idx >= lengths))
+        if bad.size:
+            raise ValueError(
+                f"query_index={q} is not a token of inputs {bad[:10].tolist()} (of "
+                f"{lengths[bad[:10]].tolist()} tokens).")
+    return X[np.arange(n), idx], mask
+
+
+def _matrix_limit(tokens, Z, selected, mask, norm, method):
+    """The key-query ATT-SVM solution (margin 1) in ``norm``; ``None`` when infeasible
+    or too large for memory (with a warning)."""
+    try:
+        W = att_svm_w(tokens, Z, selected, mask=mask, norm=norm, method=method)
+        return W if W.any() else None  # no constraint (one token per input): no direction
+    except NotSeparableError:
+        return None
+    except ProgramTooLargeError as exc:
+        warnings.warn(f"{exc} The {norm}-norm limit is None.", UserWarning, stacklevel=5)
+        return None
+
+
+def _factors(W, rank):
+    """``(Q, K)`` with ``Q K^T`` the best rank-``rank`` approximation of ``W``, balanced."""
+    U, sv, Vt = np.linalg.svd(W, full_matrices=False)
+    r = min(rank, sv.size)
+    root = np.sqrt(sv[:r])
+    Q, K = U[:, :r] * root, Vt[:r].T * root
+    if r < rank:  # pad with zero columns to the requested rank
+        Q = np.hstack([Q, np.zeros((Q.shape[0], rank - r))])
+        K = np.hstack([K, np.zeros((K.shape[0], rank - r))])
+    return Q, K
+
+
 def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="auto",
-                       threshold=SATURATION_THRESHOLD):
+                       threshold=SATURATION_THRESHOLD, mm=None):
     """Classify what attention with query ``p`` selects (App. E, Fig. 9).
 
     Parameters
@@ -254,6 +313,11 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
         Method of the max-margin core for (ATT-SVM).
     threshold : float, default=1 - 1e-5
         Saturation threshold of App. E.
+    mm : ndarray of shape (k,), "infeasible" or None
+        A max-margin solution of the selected tokens computed elsewhere (e.g.
+        in another norm: the nuclear-norm limit of factored attention, its
+        SVM-neighbors being its tight constraints); ``"infeasible"`` when there
+        is none.  ``None`` solves (ATT-SVM).
 
     Returns
     -------
@@ -286,11 +350,14 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
            "min_score_gap": float("nan"), "locally_optimal": False,
            "selects_optimal": bool(optimal[np.arange(n), selected].all()),
            "correlation": float("nan"), "mm_result": None}
-    try:
-        mm, out["mm_result"] = att_svm(keys, selected, mask=mask, method=method,
-                                       return_result=True)
-    except NotSeparableError:
+    if isinstance(mm, str):
         mm = None
+    elif mm is None:
+        try:
+            mm, out["mm_result"] = att_svm(keys, selected, mask=mask, method=method,
+                                           return_result=True)
+        except NotSeparableError:
+            mm = None
     if mm is not None:
         nb = svm_neighbors(keys, selected, mm, mask=mask)
         gap = min_score_gap(scores, selected, nb)
@@ -358,10 +425,35 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         (k,) (``None``/"zeros": ``0``; "random": ``N(0, I/k)`` from
         ``random_state``; an array, e.g. a point of the cone around an LMM
         direction, Thm. 3).  ``train="W"``: ``W(0)`` of shape (k, d)
-        (``None``: ``key_query``).
+        (``None``: ``key_query``; with per-input queries and no
+        ``key_query``, "random": ``N(0, 1/d)`` entries).
+        ``parameterization="KQ"``: a pair ``(Q(0), K(0))``, "random" (both
+        ``N(0, 1/d)``), or ``None`` (the balanced factors of ``key_query``, or
+        "random" without it); "zeros" is a saddle point and is refused.
     fixed_query : None, "random" or array-like of shape (k,), default=None
         ``train="W"`` only: the fixed query ``u`` (``None``: ``1/sqrt(k)`` in
         every entry; "random": a ``N(0, I/k)`` draw).
+    query_index : int, "extra-row" or None, default=None
+        ``train="W"`` only: give every input its own query ``z_i``, so that the
+        logits are ``z_i^T W x_it`` ("Transformers as Support Vector Machines",
+        Tarzanagh, Li, Thrampoulidis, Oymak, 2023, eq. (1), whose ``W`` is the
+        transpose of this one).  An int ``q``: ``z_i = x_{i q}``, the input's
+        own token ``q`` (self-attention; negative counts from the end of each
+        input).  ``"extra-row"``: the last row of every input is its query
+        (cross-attention), not a token.  ``None``: one fixed query for all
+        inputs (``fixed_query``).  With per-input queries (or ``"KQ"``) the
+        limits are key-query matrices: ``mm_direction_`` has shape ``(k, d)``.
+    parameterization : {"W", "KQ"}, default="W"
+        ``train="W"`` only.  ``"W"``: train ``W`` itself; gradient descent
+        converges in direction to the Frobenius-norm ATT-SVM (W-SVM, Thm. 1).
+        ``"KQ"``: train the factors of ``W = Q K^T`` (``Q`` of shape
+        ``(k, rank)``, ``K`` of shape ``(d, rank)``), normalized GD moving
+        each factor along its own normalized gradient; the limit is the
+        nuclear-norm ATT-SVM (KQ-SVM, Thm. 2), of lower rank.
+    rank : int, default=None
+        The inner dimension of ``W = Q K^T`` (``parameterization="KQ"``);
+        ``None``: ``min(k, d)``.  The theorem needs it at least the rank of the
+        nuclear-norm solution.
     query_init : deprecated
         The former name of ``init`` (``train="p"``) and of ``fixed_query``
         (``train="W"``), kept for one release.
@@ -421,7 +513,20 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     head_ : ndarray of shape (d,)
         ``v``.
     key_query_ : ndarray of shape (k, d)
-        ``W`` (trained with ``train="W"``).
+        ``W`` (trained with ``train="W"``; ``Q K^T`` for ``"KQ"``).
+    query_factor_, key_factor_ : ndarray of shape (k, rank) and (d, rank)
+        ``parameterization="KQ"``: the trained factors, ``key_query_ =
+        query_factor_ @ key_factor_.T``.
+    limit_directions_ : dict
+        With per-input queries or ``"KQ"``: the unit key-query ATT-SVM
+        solutions of the selected tokens in both norms, ``{"fro": W^fro,
+        "nuclear": W^nuc}`` (``None`` where infeasible); ``mm_direction_`` is the
+        one of the parameterization.
+    limit_alignments_ : dict
+        The cosine of ``key_query_`` with each of ``limit_directions_``.
+    limit_ranks_ : dict
+        The rank of each of ``limit_directions_``
+        (:func:`skntp.metrics.numerical_rank`, relative tolerance 1e-6).
     classes_ : ndarray of shape (2,)
         ``classes_[0]`` is mapped to ``Y = -1``, ``classes_[1]`` to ``+1``.
     token_scores_ : ndarray of shape (n, T)
@@ -489,6 +594,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         "loss": [StrOptions(set(_LOSS), deprecated={"logistic"})],
         "init": [None, StrOptions({"zeros", "random"}), "array-like"],
         "fixed_query": [None, StrOptions({"random"}), "array-like"],
+        "query_index": [None, Integral, StrOptions({"extra-row"})],
+        "parameterization": [StrOptions({"W", "KQ"})],
+        "rank": [None, Interval(Integral, 1, None, closed="left")],
         "query_init": [Hidden(StrOptions({_DEPRECATED})), None,
                        StrOptions({"zeros", "random"}), "array-like"],
         "max_enumeration": [Interval(Integral, 1, None, closed="left")],
@@ -500,7 +608,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     }
 
     def __init__(self, head=None, key_query=None, *, train="p", loss="log_loss", solver="ngd",
-                 init=None, fixed_query=None, lr=0.1, max_iter=1000, tol=0.0,
+                 init=None, fixed_query=None, query_index=None, parameterization="W",
+                 rank=None, lr=0.1, max_iter=1000, tol=0.0,
                  svm_radius="auto", path_radii=None, max_enumeration=4096, classes=None,
                  compute_limits=True, svm_method="auto", record_every=10, backend="numpy",
                  device=None, dtype="float64", random_state=None, verbose=0,
@@ -508,6 +617,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.head = head
         self.key_query = key_query
         self.train = train
+        self.query_index = query_index
+        self.parameterization = parameterization
+        self.rank = rank
         self.loss = loss
         self.solver = solver
         self.init = init
@@ -563,20 +675,76 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             raise ValueError("sample_weight is zero for every input; nothing to fit.")
         v = _head_vector(self.head, Xp, mask, Y)
         W = key_query_matrix(self.key_query, d)
-        scores = np.where(mask, Y[:, None] * (Xp @ v), -np.inf)
-        top = scores.max(axis=1, keepdims=True)
         rng = check_random_state(self.random_state)
         u = _fixed_query(fixed, W.shape[0], rng) if self.train == "W" else None
-        return {"X": Xp, "mask": mask, "Y": Y, "sw": sw, "classes": classes, "v": v, "W": W,
-                "scores": scores, "optimal": mask & (scores >= top - 1e-12 * (1 + np.abs(top))),
-                "keys": Xp @ W.T if self.train == "p" else Xp, "rng": rng, "u": u,
-                "init": init, "enumeration": enumeration}
+        data = {"X": Xp, "mask": mask, "Y": Y, "sw": sw, "classes": classes, "v": v, "W": W,
+                "rng": rng, "u": u, "init": init, "enumeration": enumeration,
+                "matrix": self._is_matrix_model()}
+        if data["matrix"]:
+            self._prepare_matrix(data)
+        else:
+            data["keys"] = Xp @ W.T if self.train == "p" else Xp
+        scores = np.where(data["mask"], Y[:, None] * (Xp @ v), -np.inf)
+        top = scores.max(axis=1, keepdims=True)
+        data["scores"] = scores
+        data["optimal"] = data["mask"] & (scores >= top - 1e-12 * (1 + np.abs(top)))
+        return data
+
+    def _is_matrix_model(self):
+        """Per-input queries or factored ``W``: the limits are key-query matrices."""
+        if self.train == "p":
+            for name, off in (("query_index", None), ("parameterization", "W"),
+                              ("rank", None)):
+                if getattr(self, name) != off:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} concerns the key-query matrix W: "
+                        "it needs train='W'.")
+            return False
+        if self.rank is not None and self.parameterization != "KQ":
+            raise ValueError("rank is the inner dimension of W = Q K^T: it needs "
+                             "parameterization='KQ'.")
+        if self.parameterization == "KQ" and self.solver == "regpath":
+            raise ValueError("solver='regpath' constrains ||W||; with parameterization='KQ' "
+                             "use 'gd', 'ngd', 'adam' or 'svm'.")
+        return self.query_index is not None or self.parameterization == "KQ"
+
+    def _prepare_matrix(self, data):
+        """The queries ``z_i`` and the lifted keys ``vec(z_i x_it^T)`` of the matrix model."""
+        from .models.attention import lifted_keys
+        from .svm._core import check_program_size
+
+        Xp, W = data["X"], data["W"]
+        n, T, d = Xp.shape
+        if self.query_index is None:
+            Z = np.tile(data["u"], (n, 1))
+        else:
+            Z, data["mask"] = _input_queries(self.query_index, Xp, data["mask"])
+            if W.shape[0] != d:
+                raise ValueError(
+                    f"with per-input queries z_i (rows of X, dimension {d}) the key-query "
+                    f"matrix must be ({d}, {d}), got key_query of shape {W.shape}.")
+        k = Z.shape[1]
+        check_program_size("the lifted keys vec(z_i x_it^T)", n * T,
+                           "use fewer or shorter inputs, or a smaller token dimension.",
+                           bytes_per_constraint=8 * k * d * 3)
+        data["Z"], data["keys"] = Z, lifted_keys(np, Xp, Z)
+        data["rank"] = min(k, d) if self.rank is None else int(self.rank)
 
     def _explicit_limits(self, data):
+        program = lambda cb: _gmm_program(data, self.svm_method, cb)  # noqa: E731
+        if data["matrix"] and self.parameterization == "KQ":
+            def program(cb):
+                optimal = data["optimal"]
+                if (optimal.sum(axis=1) > 1).any():
+                    raise ValueError(
+                        "some inputs have several optimal tokens (tied scores); the "
+                        "nuclear-norm GMM of parameterization='KQ' is only computed "
+                        "without ties.")
+                return att_svm_w(data["X"], data["Z"], np.argmax(data["scores"], axis=1),
+                                 mask=data["mask"], norm="nuclear", method=self.svm_method,
+                                 callback=cb).ravel()
         try:
-            p, _ = self._solve_limit(
-                "ATT-SVM (GMM)", lambda cb: _gmm_program(data, self.svm_method, cb),
-                "gmm_direction_ is None.")
+            p, _ = self._solve_limit("ATT-SVM (GMM)", program, "gmm_direction_ is None.")
         except ValueError as exc:  # too many tied choices to enumerate
             if self.solver == "svm" or isinstance(exc, NotSeparableError):
                 raise
@@ -598,9 +766,22 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.svm_radius_ = R
         q = R * limits.direction
         u = data["u"]
+        if data["matrix"]:
+            W = q.reshape(data["Z"].shape[1], data["X"].shape[2])
+            if self.parameterization == "W":
+                return (W,)
+            rank = numerical_rank(W)
+            if rank > data["rank"]:
+                warnings.warn(
+                    f"the nuclear-norm limit has rank {rank} > rank={data['rank']}: "
+                    f"key_query_ is its best rank-{data['rank']} approximation.",
+                    UserWarning, stacklevel=4)
+            return _factors(W, data["rank"])
         return (q,) if self.train == "p" else (np.outer(u, q) / float(u @ u),)
 
     def _training(self, data, limits, be):
+        if data["matrix"]:
+            return self._training_matrix(data, limits, be)
         W, u = data["W"], data["u"]
         problem = QueryProblem(be, data["X"], data["Y"], data["v"],
                                None if self.key_query is None and u is None else W, u,
@@ -635,6 +816,90 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                         starts=() if gmm is None else (problem.start(limits.direction),),
                         rescale=True)
 
+    def _matrix_start(self, data):
+        """``W(0)``, or ``(Q(0), K(0))`` for ``"KQ"``."""
+        k, d = data["Z"].shape[1], data["X"].shape[2]
+        init, rng = data["init"], data["rng"]
+        default = data["W"] if self.key_query is not None else "random"
+        if self.parameterization == "W":
+            return (self._initial(init, (k, d), rng, default=default, divisor=np.sqrt(d)),)
+        r = data["rank"]
+        if isinstance(init, str) and init == "zeros":
+            raise ValueError("parameterization='KQ' cannot start at zero factors: (0, 0) is "
+                             "a saddle point of the risk, whose gradient vanishes there; use "
+                             "init='random' or a pair (Q0, K0).")
+        if init is None and self.key_query is not None:
+            return _factors(data["W"], r)
+        if init is None or isinstance(init, str):
+            return (self._initial("random", (k, r), rng, default=None, divisor=np.sqrt(d)),
+                    self._initial("random", (d, r), rng, default=None, divisor=np.sqrt(d)))
+        if not (isinstance(init, (tuple, list)) and len(init) == 2):
+            raise ValueError("with parameterization='KQ', init must be None, 'random' or a "
+                             "pair (Q0, K0) of arrays of shapes "
+                             f"({k}, {r}) and ({d}, {r}).")
+        return (self._initial(init[0], (k, r), rng, default=None, divisor=1.0, name="init[0]"),
+                self._initial(init[1], (d, r), rng, default=None, divisor=1.0, name="init[1]"))
+
+    def _training_matrix(self, data, limits, be):
+        """Gradient descent on ``W`` or on its factors, with the lifted keys."""
+        problem = KeyQueryProblem(be, data["X"], data["Y"], data["v"], data["Z"],
+                                  self.parameterization, mask=data["mask"],
+                                  sample_weight=data["sw"], loss=_LOSS[self.loss])
+        xp = be.xp
+        gmm = None if limits.direction is None else be.asarray(limits.direction)
+        radii = starts = None
+        if self.solver == "regpath":
+            radii = (np.geomspace(0.1, 30.0, 16) * np.linalg.norm(limits.attributes["gmm"])
+                     if self.path_radii is None and gmm is not None
+                     else default_radii(self.path_radii))
+        if gmm is not None and self.solver == "regpath":
+            starts = ((be.asarray(limits.direction.reshape(problem.shape)),),)
+
+        def metrics(params):
+            q = problem.effective(params)
+            nq = float(xp.sqrt(xp.sum(q * q)))
+            s = attention_weights(xp, problem.keys, q, problem.mask)
+            row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1))), "query": q}
+            if gmm is not None:
+                row["gmm_alignment"] = float(xp.sum(q * gmm)) / nq if nq > 0 else 0.0
+            return row
+
+        return Training(problem, self._matrix_start(data), metrics, lr=self.lr, radii=radii,
+                        starts=starts or (), rescale=True)
+
+    def _fitted_matrix(self, data, limits, params, result):
+        """The attributes of the matrix model: both limits, their ranks and alignments."""
+        Xp, mask, Z = data["X"], data["mask"], data["Z"]
+        params = tuple(to_numpy(p) for p in params)
+        W = params[0] if self.parameterization == "W" else params[0] @ params[1].T
+        if self.parameterization == "KQ":
+            self.query_factor_, self.key_factor_ = params
+        self.query_ = data["u"] if self.query_index is None else None
+        self.key_query_, q = W, W.ravel()
+        own = "fro" if self.parameterization == "W" else "nuclear"
+        keys, scores = data["keys"], np.where(mask, data["scores"], 0.0)
+        solutions = {"fro": None, "nuclear": None}
+        if self.compute_limits or self.solver == "svm":
+            selected = _selection(keys, q, mask)["selected"]
+            for norm in solutions:
+                solutions[norm] = _matrix_limit(Xp, Z, selected, mask, norm, self.svm_method)
+            mm = solutions[own]
+            rep = diagnose_selection(keys, scores, q, mask=mask, optimal=data["optimal"],
+                                     method=self.svm_method,
+                                     mm="infeasible" if mm is None else mm.ravel())
+        else:
+            rep = _selection(keys, q, mask)
+        directions = {n: None if w is None else w / np.linalg.norm(w)
+                      for n, w in solutions.items()}
+        mm = solutions[own]
+        margin = float("nan") if mm is None else 1.0 / (
+            np.linalg.norm(mm) if own == "fro" else np.linalg.svd(mm, compute_uv=False).sum())
+        self.limit_directions_ = directions
+        self.limit_alignments_ = {n: cosine(W, w) for n, w in directions.items()}
+        self.limit_ranks_ = {n: (None if w is None else numerical_rank(w))
+                             for n, w in directions.items()}
+        return rep, directions[own], margin
+
     def _fitted(self, data, limits, params, result):
         W, u, Xp, mask = data["W"], data["u"], data["X"], data["mask"]
         self.classes_, self.head_ = data["classes"], data["v"]
@@ -643,18 +908,27 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.optimal_tokens_ = np.argmax(scores, axis=1)
         self.optimal_sets_ = data["optimal"]
         self.gmm_direction_ = limits.direction
-        if self.train == "p":
-            self.query_, self.key_query_, q = params[0], W, params[0]
+        matrix = data["matrix"]
+        if matrix:
+            rep, mm, self.mm_margin_ = self._fitted_matrix(data, limits, params, result)
+            q, shape = self.key_query_.ravel(), self.key_query_.shape
+            self.mm_direction_ = mm
+            if limits.direction is not None:
+                self.gmm_direction_ = limits.direction.reshape(shape)
         else:
-            self.query_, self.key_query_, q = u, params[0], params[0].T @ u
-        rep = (diagnose_selection(data["keys"], np.where(mask, scores, 0.0), q, mask=mask,
-                                  optimal=data["optimal"], method=self.svm_method)
-               if self.compute_limits or self.solver == "svm" else
-               _selection(data["keys"], q, mask))
+            if self.train == "p":
+                self.query_, self.key_query_, q = params[0], W, params[0]
+            else:
+                self.query_, self.key_query_, q = u, params[0], params[0].T @ u
+            rep = (diagnose_selection(data["keys"], np.where(mask, scores, 0.0), q, mask=mask,
+                                      optimal=data["optimal"], method=self.svm_method)
+                   if self.compute_limits or self.solver == "svm" else
+                   _selection(data["keys"], q, mask))
+            self.mm_direction_, norm = (None, 0.0) if rep.get("mm") is None else unit(
+                rep["mm"])
+            self.mm_margin_ = 1.0 / norm if norm > 0 else float("nan")
         self.selected_tokens_ = rep["selected"]
         self.attention_saturation_ = rep["saturation"]
-        self.mm_direction_, norm = (None, 0.0) if rep.get("mm") is None else unit(rep["mm"])
-        self.mm_margin_ = 1.0 / norm if norm > 0 else float("nan")
         self.svm_result_ = rep.get("mm_result")
         self.svm_neighbors_ = rep.get("neighbors")
         self.is_locally_optimal_ = bool(rep.get("locally_optimal", False))
@@ -663,27 +937,44 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.alignment_ = cosine(q, self.mm_direction_)
         if result is None:
             self.n_iter_ = 0
-            risk, _ = attention_loss_grad(np, Xp, Xp @ self.key_query_.T, data["Y"], data["v"],
-                                          self.query_, mask=None if mask.all() else mask,
+            risk, _ = attention_loss_grad(np, Xp, data["keys"] if matrix else
+                                          Xp @ self.key_query_.T, data["Y"], data["v"],
+                                          q if matrix else self.query_,
+                                          mask=None if mask.all() else mask,
                                           loss=_LOSS[self.loss], sample_weight=data["sw"],
                                           wrt=())
             self.history_ = self._svm_history(risk, (q,), saturation=rep["saturation"],
                                               gmm_alignment=1.0, alignment=self.alignment_)
-            self.trajectory_ = {"query": q[None].copy()}
-            return
-        self.n_iter_ = result.n_iter
-        history = dict(result.history)
-        self.trajectory_ = {"query": history.pop("query")}
-        history["alignment"] = np.array([cosine(it, self.mm_direction_)
-                                         for it in self.trajectory_["query"]])
-        self.history_ = history
+            trajectory = q[None].copy()
+        else:
+            self.n_iter_ = result.n_iter
+            self.history_ = dict(result.history)
+            trajectory = self.history_.pop("query")
+            self.history_["alignment"] = np.array([cosine(it, self.mm_direction_)
+                                                   for it in trajectory])
+        if matrix:
+            trajectory = trajectory.reshape(-1, *self.key_query_.shape)
+            self.trajectory_ = {"key_query": trajectory}
+            for norm, w in self.limit_directions_.items():
+                self.history_[f"alignment_{norm}"] = np.array([cosine(it, w)
+                                                               for it in trajectory])
+        else:
+            self.trajectory_ = {"query": trajectory}
 
     # ---------------------------------------------------------------- predict
     def _forward(self, X):
         Xp, mask = check_attention_input(self, X, reset=False)
-        s = attention_weights(np, Xp @ self.key_query_.T, self.query_,
-                              None if mask.all() else mask)
-        return Xp, s
+        if self.query_index is None and self.parameterization == "W":
+            s = attention_weights(np, Xp @ self.key_query_.T, self.query_,
+                                  None if mask.all() else mask)
+            return Xp, s
+        if self.query_index is None:
+            Z = np.broadcast_to(self.query_, (Xp.shape[0], self.query_.shape[0]))
+        else:
+            Z, mask = _input_queries(self.query_index, Xp, mask)
+        logits = (Xp @ (Z @ self.key_query_)[:, :, None])[..., 0]  # z_i^T W x_it
+        logits = np.where(mask, logits, -np.inf)
+        return Xp, softmax(np, logits, axis=-1)
 
     def attention_weights(self, X):
         """Softmax attention ``S(K_i p)`` of every input, shape (n, T) (0 at padding)."""

@@ -40,6 +40,9 @@ def _estimators():
         AttentionSelector(max_iter=50),
         AttentionSelector(solver="gd", loss="exponential", max_iter=30),
         AttentionSelector(train="W", loss="correlation", max_iter=30),
+        AttentionSelector(train="W", query_index=0, max_iter=30, random_state=0),
+        AttentionSelector(train="W", query_index=-1, parameterization="KQ", rank=1,
+                          max_iter=30, random_state=0),
         JointAttentionSVM(max_iter=100, random_state=0),
         NTPAttentionClassifier(max_iter=20),
     ]

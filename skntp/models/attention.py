@@ -58,6 +58,7 @@ from .._backend import logsumexp, softmax
 __all__ = [
     "LOSSES",
     "AttentionObjective",
+    "KeyQueryProblem",
     "QueryProblem",
     "attention_decision",
     "attention_features",
@@ -298,11 +299,14 @@ class AttentionObjective:
         Minimize ``log L`` instead of ``L`` (see :func:`attention_loss_grad`):
         the same minimizers over every ball (the regularization path) and the
         same normalized steps, without underflow at large norms.
+    keys : array of shape (..., n, T, k) or None
+        Keys given directly (e.g. the lifted keys ``vec(z_i x_it^T)`` of
+        :class:`KeyQueryProblem`) instead of ``X W^T``.
     """
 
     def __init__(self, xp, X, y, *, mask=None, loss="logistic", v=None, p=None, W=None,
                  train=("p",), sample_weight=None, grad_scale=1.0, batched=False,
-                 log=False):
+                 log=False, keys=None):
         self.xp, self.X, self.y, self.mask, self.loss = xp, X, y, mask, loss
         self.v, self.p, self.W = v, p, W
         self.train = tuple(train)
@@ -312,7 +316,8 @@ class AttentionObjective:
         self.grad_scale = tuple(grad_scale)
         self.batched = batched
         self.log = log
-        self.K = None if "W" in self.train else compute_keys(xp, X, W)
+        self.K = keys if keys is not None else (
+            None if "W" in self.train else compute_keys(xp, X, W))
         # multiply-adds of a call (BLAS threads: skntp._backend.blas_threads)
         self.work_size = int(math.prod(X.shape)) * (1 if W is None else int(W.shape[0]))
 
@@ -401,3 +406,75 @@ class QueryProblem:
         if self.u is None:
             return (self.be.asarray(direction),)
         return (self.be.asarray(np.outer(self.u, direction) / self.norm_u),)
+
+
+def lifted_keys(xp, X, Z):
+    """The keys ``vec(z_i x_it^T)`` of shape ``(n, T, k d)``: ``<vec(W), key> = z_i^T W x_it``.
+
+    With them the model with one query per input, ``f(X_i) = v^T X_i^T
+    S(X_i W^T z_i)`` ("Transformers as Support Vector Machines", eq. (1) with
+    ``W`` transposed), is the model of Sec. 2 with the query ``p = vec(W)``:
+    one risk, one gradient and one ATT-SVM (on these keys) serve both.
+    """
+    n, T, d = X.shape
+    return xp.reshape(Z[:, None, :, None] * X[:, :, None, :], (n, T, Z.shape[1] * d))
+
+
+class KeyQueryProblem:
+    """The risk in the key-query matrix ``W`` with one query ``z_i`` per input.
+
+    The logits are ``z_i^T W x_it`` (``W`` of shape ``(k, d)``).  With
+    ``parameterization="W"`` the trained block is ``W``; with ``"KQ"`` it is the
+    pair of factors ``(Q, K)``, ``W = Q K^T`` with ``Q`` of shape ``(k, r)`` and
+    ``K`` of shape ``(d, r)``, whose gradients are ``dL/dQ = G K`` and
+    ``dL/dK = G^T Q`` (``G = dL/dW``).  Normalized GD then normalizes each
+    factor's gradient separately, as in the public code of the paper.
+
+    Parameters
+    ----------
+    be : Backend
+    X : ndarray of shape (n, T, d)
+    Y : ndarray of shape (n,)
+    v : ndarray of shape (d,)
+    Z : ndarray of shape (n, k)
+        The queries.
+    parameterization : {"W", "KQ"}
+    mask, sample_weight : ndarrays or None
+    loss : str
+
+    The instance is the objective of the training loop: ``problem(params) ->
+    (risk, grads)``.
+    """
+
+    def __init__(self, be, X, Y, v, Z, parameterization, *, mask=None, sample_weight=None,
+                 loss="logistic"):
+        xp = be.xp
+        self.be, self.parameterization = be, parameterization
+        self.shape = (Z.shape[1], X.shape[2])
+        mask = None if mask is None or mask.all() else be.asbool(mask)
+        uniform = sample_weight is None or bool(np.all(sample_weight == sample_weight[0]))
+        Xb = be.asarray(X)
+        self.keys = lifted_keys(xp, Xb, be.asarray(Z))
+        self.mask = mask
+        self.inner = AttentionObjective(
+            xp, Xb, be.asarray(Y), train=("p",), keys=self.keys, mask=mask, loss=loss,
+            v=be.asarray(v), sample_weight=None if uniform else be.asarray(sample_weight))
+        self.work_size = self.inner.work_size * self.shape[0]
+
+    def matrix(self, params):
+        """``W`` from the trained blocks."""
+        return params[0] if self.parameterization == "W" else params[0] @ params[1].T
+
+    def effective(self, params):
+        """``vec(W)``: the query of the lifted keys."""
+        return self.be.xp.reshape(self.matrix(params), (-1,))
+
+    def __call__(self, params):
+        """``(risk, grads)`` of the trained blocks (the objective of the loop)."""
+        xp = self.be.xp
+        risk, (g,) = self.inner((self.effective(params),))
+        G = xp.reshape(g, self.shape)
+        if self.parameterization == "W":
+            return risk, (G,)
+        Q, K = params
+        return risk, (G @ K, G.T @ Q)
