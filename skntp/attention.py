@@ -426,10 +426,11 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         ``random_state``; an array, e.g. a point of the cone around an LMM
         direction, Thm. 3).  ``train="W"``: ``W(0)`` of shape (k, d)
         (``None``: ``key_query``; with per-input queries and no
-        ``key_query``, "random": ``N(0, 1/d)`` entries).
+        ``key_query``, "random": ``N(0, 1/(3d))`` entries, the variance of
+        ``torch.nn.Linear``'s default start).
         ``parameterization="KQ"``: a pair ``(Q(0), K(0))``, "random" (both
-        ``N(0, 1/d)``), or ``None`` (the balanced factors of ``key_query``, or
-        "random" without it); "zeros" is a saddle point and is refused.
+        ``N(0, 1/(3d))``), or ``None`` (the balanced factors of ``key_query``,
+        or "random" without it); "zeros" is a saddle point and is refused.
     fixed_query : None, "random" or array-like of shape (k,), default=None
         ``train="W"`` only: the fixed query ``u`` (``None``: ``1/sqrt(k)`` in
         every entry; "random": a ``N(0, I/k)`` draw).
@@ -703,9 +704,6 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         if self.rank is not None and self.parameterization != "KQ":
             raise ValueError("rank is the inner dimension of W = Q K^T: it needs "
                              "parameterization='KQ'.")
-        if self.parameterization == "KQ" and self.solver == "regpath":
-            raise ValueError("solver='regpath' constrains ||W||; with parameterization='KQ' "
-                             "use 'gd', 'ngd', 'adam' or 'svm'.")
         return self.query_index is not None or self.parameterization == "KQ"
 
     def _prepare_matrix(self, data):
@@ -759,7 +757,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         return Limits(direction, gmm=p if direction is not None else None)
 
     def _limit_parameters(self, data, limits):
-        T = data["X"].shape[1]
+        T = int(data["mask"].sum(axis=1).max())  # tokens attended (not a query row)
         R = (float(self.svm_radius) if self.svm_radius != "auto" else
              (SATURATION_NATS + math.log(max(T, 1))) * float(np.linalg.norm(
                  limits.attributes["gmm"])))
@@ -821,8 +819,10 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         k, d = data["Z"].shape[1], data["X"].shape[2]
         init, rng = data["init"], data["rng"]
         default = data["W"] if self.key_query is not None else "random"
+        # "random": N(0, 1/(3d)) entries, the variance of torch.nn.Linear's default start
+        scale = np.sqrt(3.0 * d)
         if self.parameterization == "W":
-            return (self._initial(init, (k, d), rng, default=default, divisor=np.sqrt(d)),)
+            return (self._initial(init, (k, d), rng, default=default, divisor=scale),)
         r = data["rank"]
         if isinstance(init, str) and init == "zeros":
             raise ValueError("parameterization='KQ' cannot start at zero factors: (0, 0) is "
@@ -831,8 +831,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         if init is None and self.key_query is not None:
             return _factors(data["W"], r)
         if init is None or isinstance(init, str):
-            return (self._initial("random", (k, r), rng, default=None, divisor=np.sqrt(d)),
-                    self._initial("random", (d, r), rng, default=None, divisor=np.sqrt(d)))
+            return (self._initial("random", (k, r), rng, default=None, divisor=scale),
+                    self._initial("random", (d, r), rng, default=None, divisor=scale))
         if not (isinstance(init, (tuple, list)) and len(init) == 2):
             raise ValueError("with parameterization='KQ', init must be None, 'random' or a "
                              "pair (Q0, K0) of arrays of shapes "
@@ -842,24 +842,38 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
     def _training_matrix(self, data, limits, be):
         """Gradient descent on ``W`` or on its factors, with the lifted keys."""
+        # normalized GD follows the direction of the gradient, exact at any saturation
         problem = KeyQueryProblem(be, data["X"], data["Y"], data["v"], data["Z"],
                                   self.parameterization, mask=data["mask"],
-                                  sample_weight=data["sw"], loss=_LOSS[self.loss])
+                                  sample_weight=data["sw"], loss=_LOSS[self.loss],
+                                  saturation_scale=self.solver == "ngd")
         xp = be.xp
         gmm = None if limits.direction is None else be.asarray(limits.direction)
         radii = starts = None
         if self.solver == "regpath":
-            radii = (np.geomspace(0.1, 30.0, 16) * np.linalg.norm(limits.attributes["gmm"])
-                     if self.path_radii is None and gmm is not None
-                     else default_radii(self.path_radii))
-        if gmm is not None and self.solver == "regpath":
-            starts = ((be.asarray(limits.direction.reshape(problem.shape)),),)
+            # the path of Thms. 1-2: ||W||_F <= R, or ||Q||_F, ||K||_F <= sqrt(R) (at the
+            # optimum the factors are balanced, so that is ||Q K^T||_* <= R)
+            factored = self.parameterization == "KQ"
+            if gmm is not None:
+                gmm_W = limits.attributes["gmm"].reshape(problem.shape)
+                size = (np.linalg.svd(gmm_W, compute_uv=False).sum() if factored else
+                        np.linalg.norm(gmm_W))
+            if self.path_radii is None and gmm is not None:
+                radii = np.geomspace(0.1, 30.0, 16) * size
+                radii = np.sqrt(radii) if factored else radii
+            else:
+                radii = default_radii(self.path_radii)
+            if gmm is not None:
+                unit_W = gmm_W / size
+                starts = ((_factors(unit_W, data["rank"]) if factored else (unit_W,)),)
+                starts = (tuple(be.asarray(p) for p in starts[0]),)
 
         def metrics(params):
             q = problem.effective(params)
             nq = float(xp.sqrt(xp.sum(q * q)))
             s = attention_weights(xp, problem.keys, q, problem.mask)
-            row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1))), "query": q}
+            row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1))), "query": q,
+                   "log_grad_scale": problem.log_grad_scale}
             if gmm is not None:
                 row["gmm_alignment"] = float(xp.sum(q * gmm)) / nq if nq > 0 else 0.0
             return row

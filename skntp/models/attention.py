@@ -53,7 +53,7 @@ import math
 
 import numpy as np
 
-from .._backend import logsumexp, softmax
+from .._backend import log_softmax, logsumexp, softmax
 
 __all__ = [
     "LOSSES",
@@ -198,8 +198,33 @@ def _log_loss_terms(xp, loss, u):
                      f"got {loss!r}.")
 
 
+#: below this log-attention the query gradient would underflow float64
+_SATURATED_LOG_ATTENTION = -300.0
+
+
+def _saturation_shift(xp, K, p, mask):
+    """``(s_scaled, sigma)``: the attention of the non-top tokens times ``e^{-sigma}``.
+
+    ``sigma = max_{i, t != top_i} log S(K_i p)_t + 300`` when that maximum is
+    below ``-300`` (the softmax saturated: the query gradient, proportional
+    to those attentions, would underflow), else 0 (no scaling).  Top tokens
+    get 0 (their term of the gradient is written with the others', see
+    :func:`attention_loss_grad`).  Only one top token per input is scaled;
+    with ties at the top the attention is not saturated and ``sigma = 0``.
+    """
+    log_s = log_softmax(xp, attention_logits(xp, K, p, mask), axis=-1)
+    top = log_s >= xp.max(log_s, axis=-1, keepdims=True)
+    rest = xp.where(top, xp.full_like(log_s, -float("inf")), log_s)
+    worst = float(xp.max(rest))
+    single = bool(xp.all(xp.sum(xp.astype(top, log_s.dtype), axis=-1) == 1))
+    if not (single and -float("inf") < worst < _SATURATED_LOG_ATTENTION):
+        return None, 0.0
+    sigma = worst - _SATURATED_LOG_ATTENTION
+    return xp.where(top, xp.zeros_like(log_s), xp.exp(rest - sigma)), sigma
+
+
 def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
-                        sample_weight=None, wrt=("p",), log=False):
+                        sample_weight=None, wrt=("p",), log=False, saturation_scale=False):
     """Risk (ERM) and its closed-form gradients.
 
     Parameters
@@ -223,6 +248,14 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
     log : bool, default=False
         Return ``log L`` and the gradients of ``log L`` (``grad L / L``),
         computed in the log domain (positive losses only).
+    saturation_scale : bool, default=False
+        When the softmax is saturated beyond float64 (every non-selected
+        attention below ``e^{-300}``, where the query gradient, proportional
+        to them, underflows to zero) return the ``"p"`` and ``"W"`` gradients
+        multiplied by ``e^{-sigma}`` (``sigma`` the log of the largest such
+        attention plus 300): a positive factor, so the *direction* is exact,
+        which is all normalized GD uses.  The factor is returned as a third
+        element, ``-sigma`` (0 when not saturated).
 
     Returns
     -------
@@ -230,8 +263,13 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         The risk of every batch element (0-d without batch axes).
     grads : tuple of arrays
         One per entry of ``wrt``.
+    log_scale : float
+        Only with ``saturation_scale=True``: the log of the factor of the
+        gradients.
     """
     s, dh, df, f, k_ref = _anchored_forward(xp, X, K, v, p, mask)
+    s_scaled, sigma = (_saturation_shift(xp, K, p, mask) if saturation_scale
+                       else (None, 0.0))
     u = y * f
     w = xp.ones_like(y) if sample_weight is None else sample_weight * xp.ones_like(y)
     total = xp.sum(w, axis=-1, keepdims=True)
@@ -248,7 +286,13 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         c = w * y * deriv / total
     grads = []
     if any(name in ("p", "W") for name in wrt):
-        r = c[..., None] * s * (dh - df)                       # (..., n, T), sums to 0
+        if s_scaled is None:
+            r = c[..., None] * s * (dh - df)                   # (..., n, T), sums to 0
+        else:
+            # e^{-sigma} s_t (dh_t - df) = s~_t dh_t - s_t df~ with df~ = sum_t s~_t dh_t
+            # (dh_top = 0): every term representable however saturated the softmax
+            df_scaled = xp.sum(s_scaled * dh, axis=-1, keepdims=True)
+            r = c[..., None] * (s_scaled * dh - s * df_scaled)
     for name in wrt:
         if name == "p":
             rel = K - k_ref[..., None, :]
@@ -261,6 +305,11 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
             grads.append(p[..., :, None] * g[..., None, :])
         else:
             raise ValueError(f"unknown gradient {name!r}; choose from 'p', 'v', 'W'.")
+    if saturation_scale:
+        if s_scaled is not None and "v" in wrt:
+            raise ValueError("saturation_scale=True scales the attention gradients only; "
+                             "it cannot be combined with the head's gradient 'v'.")
+        return risk, tuple(grads), -sigma
     return risk, tuple(grads)
 
 
@@ -302,11 +351,16 @@ class AttentionObjective:
     keys : array of shape (..., n, T, k) or None
         Keys given directly (e.g. the lifted keys ``vec(z_i x_it^T)`` of
         :class:`KeyQueryProblem`) instead of ``X W^T``.
+    saturation_scale : bool, default=False
+        Return the attention gradients times a positive factor once the
+        softmax saturates beyond float64 (see :func:`attention_loss_grad`; for
+        normalized GD, which only uses their direction).  The log of the last
+        factor is ``log_grad_scale``.
     """
 
     def __init__(self, xp, X, y, *, mask=None, loss="logistic", v=None, p=None, W=None,
                  train=("p",), sample_weight=None, grad_scale=1.0, batched=False,
-                 log=False, keys=None):
+                 log=False, keys=None, saturation_scale=False):
         self.xp, self.X, self.y, self.mask, self.loss = xp, X, y, mask, loss
         self.v, self.p, self.W = v, p, W
         self.train = tuple(train)
@@ -316,6 +370,8 @@ class AttentionObjective:
         self.grad_scale = tuple(grad_scale)
         self.batched = batched
         self.log = log
+        self.saturation_scale = saturation_scale
+        self.log_grad_scale = 0.0
         self.K = keys if keys is not None else (
             None if "W" in self.train else compute_keys(xp, X, W))
         # multiply-adds of a call (BLAS threads: skntp._backend.blas_threads)
@@ -327,10 +383,14 @@ class AttentionObjective:
         v = cur.get("v", self.v)
         p = cur.get("p", self.p)
         K = compute_keys(xp, self.X, cur["W"]) if "W" in cur else self.K
-        risk, grads = attention_loss_grad(
+        out = attention_loss_grad(
             xp, self.X, K, self.y, v, p, mask=self.mask, loss=self.loss,
             sample_weight=self.sample_weight, wrt=self.train, log=self.log,
+            saturation_scale=self.saturation_scale,
         )
+        risk, grads = out[:2]
+        if self.saturation_scale:
+            self.log_grad_scale = out[2]
         grads = tuple(g * sc if sc != 1.0 else g
                       for g, sc in zip(grads, self.grad_scale, strict=True))
         return (xp.sum(risk) if self.batched else risk), grads
@@ -441,13 +501,16 @@ class KeyQueryProblem:
     parameterization : {"W", "KQ"}
     mask, sample_weight : ndarrays or None
     loss : str
+    saturation_scale : bool, default=False
+        Gradients to a positive factor once the softmax saturates beyond
+        float64 (for normalized GD; :class:`AttentionObjective`).
 
     The instance is the objective of the training loop: ``problem(params) ->
     (risk, grads)``.
     """
 
     def __init__(self, be, X, Y, v, Z, parameterization, *, mask=None, sample_weight=None,
-                 loss="logistic"):
+                 loss="logistic", saturation_scale=False):
         xp = be.xp
         self.be, self.parameterization = be, parameterization
         self.shape = (Z.shape[1], X.shape[2])
@@ -458,8 +521,14 @@ class KeyQueryProblem:
         self.mask = mask
         self.inner = AttentionObjective(
             xp, Xb, be.asarray(Y), train=("p",), keys=self.keys, mask=mask, loss=loss,
-            v=be.asarray(v), sample_weight=None if uniform else be.asarray(sample_weight))
+            v=be.asarray(v), sample_weight=None if uniform else be.asarray(sample_weight),
+            saturation_scale=saturation_scale)
         self.work_size = self.inner.work_size * self.shape[0]
+
+    @property
+    def log_grad_scale(self):
+        """The log of the factor of the last gradients (0 unless saturated)."""
+        return self.inner.log_grad_scale
 
     def matrix(self, params):
         """``W`` from the trained blocks."""

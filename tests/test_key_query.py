@@ -1,0 +1,199 @@
+"""Attention with one query per input and a factored key-query matrix.
+
+The theorems of "Transformers as Support Vector Machines" (Tarzanagh, Li,
+Thrampoulidis, Oymak, 2023) on the setup of its public code (n = 6 inputs,
+T = 8 unit tokens, d = 10, a fixed unit head, normalized GD with step 0.1):
+gradient descent on ``W`` converges in direction to the Frobenius-norm
+ATT-SVM of the selected tokens (Thm. 1), on the factors of ``W = Q K^T`` to the
+nuclear-norm one (Thm. 2).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
+
+from skntp import AttentionSelector
+from skntp.svm import att_svm_w
+
+
+def _setup(seed, n=6, T=8, d=10):
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal(d)
+    v /= np.linalg.norm(v)
+    y = np.where(rng.standard_normal(n) > 0, 1, -1)
+    X = rng.standard_normal((n, T, d))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    Z = rng.standard_normal((n, d))
+    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
+    return X, y, Z, v
+
+
+def _fit(seed, attention, parameterization, solver="ngd", max_iter=2000, **kw):
+    X, y, Z, v = _setup(seed)
+    if attention == "cross":
+        X, query_index = np.concatenate([X, Z[:, None]], axis=1), "extra-row"
+    else:
+        query_index = 0
+    est = AttentionSelector(head=v, train="W", query_index=query_index,
+                            parameterization=parameterization, solver=solver, lr=0.1,
+                            max_iter=max_iter, classes=[-1, 1], random_state=seed, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return est.fit(X, y), X, y
+
+
+def _corr(seeds, attention, parameterization, **kw):
+    own = "fro" if parameterization == "W" else "nuclear"
+    other = "nuclear" if own == "fro" else "fro"
+    rows = [_fit(seed, attention, parameterization, **kw)[0].limit_alignments_
+            for seed in seeds]
+    return np.array([r[own] for r in rows]), np.array([r[other] for r in rows])
+
+
+@pytest.mark.parametrize("attention", ["cross", "self"])
+def test_gd_on_W_converges_to_the_frobenius_limit(attention):
+    # the authors' code: mean correlation 0.9962 with W^fro, 0.859 with W^nuc
+    own, other = _corr(range(8), attention, "W")
+    assert own.mean() >= 0.9962 and own.min() >= 0.995
+    assert (own > other).all() and other.mean() < 0.95
+
+
+@pytest.mark.parametrize("attention", ["cross", "self"])
+def test_regularization_path_of_the_factors_converges_to_the_nuclear_limit(attention):
+    own, other = _corr(range(4), attention, "KQ", solver="regpath", max_iter=200)
+    assert own.mean() >= 0.99 and own.min() >= 0.985
+    assert (own > other).all()
+
+
+@pytest.mark.parametrize("attention", ["cross", "self"])
+def test_normalized_gd_on_the_factors_goes_to_the_nuclear_limit(attention):
+    # normalized GD on (Q, K) approaches W^nuc slowly (the correlation still grows
+    # at 2000 steps); the authors' 0.9964 is helped by an eps ||.||^2 term of their
+    # loss, which holds the factors at the edge of float64 saturation
+    own, other = _corr(range(8), attention, "KQ")
+    assert np.median(own) >= 0.98 and own.mean() >= 0.95
+    assert (own > other).sum() >= 7 and own.mean() > other.mean() + 0.08
+
+
+def test_attributes_of_the_factored_model():
+    est, X, y = _fit(0, "cross", "KQ", max_iter=300, rank=4)
+    Q, K = est.query_factor_, est.key_factor_
+    assert Q.shape == (10, 4) and K.shape == (10, 4)
+    np.testing.assert_allclose(est.key_query_, Q @ K.T)
+    assert est.mm_direction_.shape == (10, 10)
+    np.testing.assert_allclose(est.mm_direction_, est.limit_directions_["nuclear"])
+    assert est.limit_ranks_["nuclear"] < est.limit_ranks_["fro"]
+    assert est.alignment_ == pytest.approx(est.limit_alignments_["nuclear"])
+    h = est.history_
+    assert {"alignment", "alignment_fro", "alignment_nuclear", "log_grad_scale"} <= set(h)
+    np.testing.assert_allclose(h["alignment"], h["alignment_nuclear"])
+    assert est.trajectory_["key_query"].shape == (len(h["loss"]), 10, 10)
+    np.testing.assert_allclose(est.trajectory_["key_query"][-1], est.key_query_)
+    assert est.query_ is None
+    # the explicit limit of the selected tokens, solved here directly
+    Z, tokens = X[:, -1], X[:, :-1]
+    W = att_svm_w(tokens, Z, est.selected_tokens_, norm="nuclear")
+    np.testing.assert_allclose(est.limit_directions_["nuclear"], W / np.linalg.norm(W),
+                               atol=1e-4)
+
+
+def test_predictions_use_each_inputs_own_query():
+    est, X, y = _fit(1, "self", "W", max_iter=200)
+    W = est.key_query_
+    logits = np.einsum("itd,kd,ik->it", X, W, X[:, 0])
+    s = np.exp(logits - logits.max(1, keepdims=True))
+    s /= s.sum(1, keepdims=True)
+    np.testing.assert_allclose(est.attention_weights(X), s, atol=1e-12)
+    np.testing.assert_allclose(est.decision_function(X), np.einsum("it,itd,d->i", s, X,
+                                                                    est.head_))
+    # cross-attention: the extra row is the query, never a token
+    est, X, y = _fit(1, "cross", "W", max_iter=200)
+    assert np.all(est.attention_weights(X)[:, -1] == 0)
+    assert est.transform(X).shape == (6, 10)
+
+
+def test_svm_solver_sets_the_scaled_limit():
+    X, y, Z, v = _setup(3)
+    Xc = np.concatenate([X, Z[:, None]], axis=1)
+    for parameterization, norm in (("W", "fro"), ("KQ", "nuclear")):
+        est = AttentionSelector(head=v, train="W", query_index="extra-row",
+                                parameterization=parameterization, solver="svm",
+                                classes=[-1, 1]).fit(Xc, y)
+        W = att_svm_w(X, Z, np.argmax(y[:, None] * (X @ v), axis=1), norm=norm)
+        np.testing.assert_allclose(est.key_query_, (20 + np.log(8)) * W, rtol=1e-4,
+                                   atol=1e-4 * np.abs(W).max())
+        assert est.convergence_ == "global" and est.alignment_ > 1 - 1e-8
+
+
+def test_grid_search_over_the_parameterization_in_a_pipeline():
+    X, y, Z, v = _setup(0, n=12)
+    Xc = np.concatenate([X, Z[:, None]], axis=1)
+    pipe = make_pipeline(FunctionTransformer(lambda a: a),
+                         AttentionSelector(head=v, train="W", query_index="extra-row",
+                                           max_iter=100, classes=[-1, 1], random_state=0))
+    grid = GridSearchCV(pipe, {"attentionselector__parameterization": ["W", "KQ"]}, cv=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        grid.fit(Xc, y)
+    assert set(grid.cv_results_["param_attentionselector__parameterization"]) == {"W", "KQ"}
+    assert grid.best_estimator_[-1].key_query_.shape == (10, 10)
+
+
+def test_factors_start_where_asked_and_keep_the_previous_fit_on_error():
+    X, y, Z, v = _setup(2)
+    rng = np.random.default_rng(0)
+    Q0, K0 = rng.standard_normal((10, 3)), rng.standard_normal((10, 3))
+    est = AttentionSelector(head=v, train="W", query_index=0, parameterization="KQ", rank=3,
+                            init=(Q0, K0), solver="gd", lr=1e-12, max_iter=1, compute_limits=False,
+                            classes=[-1, 1]).fit(X, y)
+    np.testing.assert_allclose(est.key_query_, Q0 @ K0.T, rtol=1e-9)
+    before = est.key_query_.copy()
+    with pytest.raises(ValueError, match="shape"):
+        est.set_params(init=(Q0, K0[:, :2])).fit(X, y)
+    np.testing.assert_array_equal(est.key_query_, before)
+
+
+@pytest.mark.parametrize("params, X_shape, match", [
+    (dict(query_index=0), None, "needs train='W'"),
+    (dict(parameterization="KQ"), None, "needs train='W'"),
+    (dict(train="W", rank=2), None, "needs parameterization='KQ'"),
+    (dict(train="W", parameterization="KQ", init="zeros"), None, "saddle point"),
+    (dict(train="W", parameterization="KQ", init=np.eye(3)), None, "pair"),
+    (dict(train="W", query_index=5), None, "not a token of inputs"),
+    (dict(train="W", query_index=-6), None, "not a token of inputs"),
+    (dict(train="W", query_index="extra-row"), (4, 1, 3), "fewer than 2 rows"),
+    (dict(train="W", query_index=0, key_query=np.ones((2, 3))), None, "must be \\(3, 3\\)"),
+])
+def test_bad_configurations(params, X_shape, match):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal(X_shape or (4, 5, 3))
+    y = np.array([0, 1, 0, 1])
+    with pytest.raises(ValueError, match=match):
+        AttentionSelector(**params).fit(X, y)
+
+
+def test_ragged_inputs_take_their_query_from_their_own_end():
+    rng = np.random.default_rng(4)
+    X = [rng.standard_normal((T, 3)) for T in (3, 5, 4, 6)]
+    y = np.array([0, 1, 0, 1])
+    est = AttentionSelector(train="W", query_index="extra-row", max_iter=20,
+                            random_state=0).fit(X, y)
+    s = est.attention_weights(X)
+    for i, x in enumerate(X):
+        assert s[i, len(x) - 1] == 0 and np.isclose(s[i, : len(x) - 1].sum(), 1)
+        assert np.all(s[i, len(x):] == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", ["cross", "self"])
+def test_goal_over_100_seeds(attention):
+    # the authors' figures over 100 seeds: W, 0.9962 with W^fro (own limit closer in
+    # 100 of 100); the factors' regularization path stands for their KQ run
+    own, other = _corr(range(100), attention, "W")
+    assert own.mean() >= 0.9962 and (own > other).all()
+    own, other = _corr(range(30), attention, "KQ", solver="regpath", max_iter=200)
+    assert own.mean() >= 0.99 and (own > other).all()
