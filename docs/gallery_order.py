@@ -7,6 +7,7 @@ ORDER = [
     "plot_attention_fig9.py",
     "plot_joint_fig3.py",
     "plot_self_attention_figs.py",
+    "plot_transformers_svm.py",
     "plot_your_own_text.py",
 ]
 

@@ -44,6 +44,7 @@ EXPECTED = {
     "plot_attention_fig9.py",       # max-margin paper Fig. 9
     "plot_joint_fig3.py",           # max-margin paper Fig. 3
     "plot_self_attention_figs.py",  # self-attention paper Figs. 2-4
+    "plot_transformers_svm.py",     # Transformers as SVMs: W, K Q^T and rank
     "plot_your_own_text.py",
 }
 

@@ -6,7 +6,8 @@ A.2 recipe), :func:`make_ntp_2d_example` (Fig. 1/2), :func:`ntp_from_sequences`
 NTP-SVM programs at scale, with tied supports and no exchangeable tokens:
 :func:`make_ntp_svm_data`.  Attention token selection (Tarzanagh et al. 2023,
 Fig. 1, 8, 9): :func:`make_attention_fig1a` ... :func:`make_attention_random`;
-the joint model (Fig. 3): :func:`make_joint_fig3`.  Self-attention NTP (Li et al.
+the joint model (Fig. 3): :func:`make_joint_fig3`; one query per input
+("Transformers as Support Vector Machines"): :func:`make_key_query_data`.  Self-attention NTP (Li et al.
 2024, App. D): :func:`make_token_priority_data`.  Your own text:
 :class:`TokenEncoder` maps sentences to token ids, and :func:`ntp_from_sequences`
 turns them into contexts and next tokens.
@@ -18,6 +19,7 @@ from ._attention import (
     make_attention_fig1c,
     make_attention_fig8,
     make_attention_random,
+    make_key_query_data,
 )
 from ._graphs import make_token_priority_data
 from ._joint import make_joint_fig3
@@ -35,6 +37,7 @@ __all__ = [
     "make_attention_fig8",
     "make_attention_random",
     "make_joint_fig3",
+    "make_key_query_data",
     "make_ntp_2d_example",
     "make_ntp_data",
     "make_ntp_svm_data",

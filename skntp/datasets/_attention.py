@@ -185,3 +185,48 @@ def make_attention_random(n_samples=4, seq_len=6, n_features=10, *, n_trials=Non
     head = _sphere(rng, lead + (n_features,))
     y = rng.choice(np.array([-1.0, 1.0]), size=lead + (n_samples,))
     return X, y, head
+
+
+def make_key_query_data(n_samples=6, seq_len=8, n_features=10, *, attention="cross",
+                        random_state=None):
+    """The setup of "Transformers as Support Vector Machines" (public code), one query each.
+
+    Tokens ``x_it``, queries ``z_i`` and the head ``v`` uniform on the unit
+    sphere of ``R^d``, labels ``Y_i`` uniform on ``{-1, +1}``; the optimal
+    token of input ``i`` is ``argmax_t Y_i v^T x_it``.  For
+    :class:`~skntp.AttentionSelector` with ``train="W"`` and per-input queries.
+
+    Parameters
+    ----------
+    n_samples, seq_len, n_features : int, default=6, 8, 10
+        ``n``, ``T`` and ``d`` (the paper's convergence figure).
+    attention : {"cross", "self"}, default="cross"
+        ``"cross"``: ``X`` holds each input's query as an extra last row (fit
+        with ``query_index="extra-row"``), shape ``(n, T + 1, d)``.
+        ``"self"``: the query is the input's first token (``query_index=0``),
+        ``X`` of shape ``(n, T, d)``.
+    random_state : int, RandomState instance or None
+
+    Returns
+    -------
+    Bunch
+        ``X``, ``y``, ``head``, ``tokens`` (``(n, T, d)``), ``queries``
+        (``(n, d)``), ``optimal`` (the optimal token of every input),
+        ``query_index`` (the value to fit with).
+    """
+    if attention not in ("cross", "self"):
+        raise ValueError(f"attention must be 'cross' or 'self', got {attention!r}.")
+    rng = check_random_state(random_state)
+    tokens = _sphere(rng, (n_samples, seq_len, n_features))
+    head = _sphere(rng, (n_features,))
+    y = rng.choice(np.array([-1.0, 1.0]), size=n_samples)
+    if attention == "cross":
+        queries = _sphere(rng, (n_samples, n_features))
+        X, query_index = np.concatenate([tokens, queries[:, None]], axis=1), "extra-row"
+    else:
+        queries, X, query_index = tokens[:, 0].copy(), tokens, 0
+    optimal = np.argmax(y[:, None] * (tokens @ head), axis=1)
+    return Bunch(X=X, y=y, head=head, tokens=tokens, queries=queries, optimal=optimal,
+                 query_index=query_index,
+                 description=f"Transformers as SVMs, {attention}-attention: n={n_samples}, "
+                             f"T={seq_len}, d={n_features}")
