@@ -23,7 +23,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
-PAGES = ["getting_started", "user_guide/decoder", "user_guide/attention", "user_guide/joint",
+PAGES = ["getting_started", "user_guide/decoder", "user_guide/attention",
+         "user_guide/key_query", "user_guide/joint",
          "user_guide/self_attention", "user_guide/machinery"]
 
 
