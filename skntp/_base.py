@@ -260,11 +260,45 @@ class ImplicitBiasEstimator(BaseEstimator):
             if self.solver == "svm":
                 params, result = self._limit_parameters(data, limits), None
             else:
-                result = self._train(self._training(data, limits, be))
+                training = self._training(data, limits, be)
+                if getattr(self, "record_weights", False):
+                    self._record_weights(training)
+                result = self._train(training)
                 params = tuple(np.asarray(to_numpy(p), dtype=np.float64)
                                for p in result.params)
+            weights = None if result is None else result.history.pop("weights", None)
             self._fitted(data, limits, params, result)
+            if getattr(self, "record_weights", False):
+                self.trajectory_ = {"iteration": self.history_["iteration"].copy(),
+                                    "weights": (params[0][None].copy() if weights is None
+                                                else weights)}
         return self
+
+    def _record_weights(self, training):
+        """Add the trained weights to every record of the history (``record_weights``).
+
+        Refused before the run when the records would take more than a quarter
+        of the available memory.
+        """
+        from .svm._core import available_memory
+
+        shape = np.shape(training.params0[0])
+        steps = (len(training.radii) if training.radii is not None and self.solver == "regpath"
+                 else self.max_iter // self.record_every + 2)
+        need = float(steps) * float(np.prod(shape)) * 8
+        if need > 0.25 * available_memory():
+            raise ValueError(
+                f"record_weights=True would keep {steps} weight matrices of shape {shape} "
+                f"({need / 2**30:.3g} GiB, more than a quarter of the available memory); "
+                "raise record_every, or lower max_iter.")
+        metrics = training.metrics
+
+        def with_weights(params):
+            row = {} if metrics is None else dict(metrics(params))
+            row["weights"] = np.array(to_numpy(params[0]), dtype=np.float64)
+            return row
+
+        training.metrics = with_weights
 
     def _solve_limit(self, program, solve, consequence):
         """``solve(callback)`` with a progress bar; infeasible or too large: warn.

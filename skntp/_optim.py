@@ -78,11 +78,11 @@ class _Recorder:
 
 
 def _record_value(value):
-    """A float, or a NumPy vector for per-trial values (batched runs)."""
+    """A float, or a NumPy array for per-trial values (batched runs) and weights."""
     if isinstance(value, (int, float)):
         return float(value)
     arr = np.asarray(to_numpy(value), dtype=float)
-    return float(arr) if arr.ndim == 0 else arr
+    return float(arr) if arr.ndim == 0 else arr.copy()
 
 
 def _block_norms(xp, grads, batched):

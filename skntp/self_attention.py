@@ -124,6 +124,10 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         building pseudo token-priority graphs (:meth:`pseudo_graphs`, Sec. 6).
     svm_method : str, default="auto"
         Method of the max-margin core.
+    record_weights : bool, default=False
+        Also keep the weights ``W`` at every record of the history, in
+        ``trajectory_`` (``record_every`` sets the stride; refused before the
+        run when they would take more than a quarter of the available memory).
     record_every : int, default=10
         Record the history every that many iterations (and always the first
         and the last).  Each record evaluates the metrics of ``history_``
@@ -176,6 +180,9 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         ||W^mm||)``, the paper's correlation), ``finite_distance``
         (``||Pi_Scyc(W) - W^cyc||``), ``time`` (``alignment_corrected``, the
         former name of ``alignment``, is kept for one release).
+    trajectory_ : dict of ndarray
+        With ``record_weights=True``: ``iteration`` and ``weights`` (shape
+        ``(n_records, d, d)``), the recorded iterates ``W(t)``.
     n_iter_ : int
     svm_result_ : MaxMarginResult or None
     svm_radius_ : float
@@ -208,6 +215,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         "init": [None, StrOptions({"zeros", "random", "normal"}, deprecated={"normal"}),
                  "array-like"],
         "selection_threshold": [Interval(Real, 0, 1, closed="neither")],
+        "record_weights": ["boolean"],
         **TRAINING_CONSTRAINTS,
         **BACKEND_CONSTRAINTS,
     }
@@ -216,8 +224,8 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
                  head="identity", loss="log_loss", solver="gd", lr=0.5, max_iter=1000,
                  tol=0.0, init=None, svm_radius="auto", path_radii=None, compute_limits=True,
                  selection_threshold=1e-3, svm_method="auto", record_every=10,
-                 backend="numpy", device=None, dtype="float64", random_state=None,
-                 verbose=0):
+                 record_weights=False, backend="numpy", device=None, dtype="float64",
+                 random_state=None, verbose=0):
         self.embeddings = embeddings
         self.n_tokens = n_tokens
         self.embedding_dim = embedding_dim
@@ -234,6 +242,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         self.selection_threshold = selection_threshold
         self.svm_method = svm_method
         self.record_every = record_every
+        self.record_weights = record_weights
         self.backend = backend
         self.device = device
         self.dtype = dtype

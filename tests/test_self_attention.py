@@ -294,3 +294,32 @@ def test_fig5_fig6_full(kind):
     print(f"{kind}: correlation global {corr_g.mean():.4f} pseudo {corr_p.mean():.4f}; "
           f"distance global {np.median(dist_g):.3g} pseudo {np.median(dist_p):.3g} (median)")
     assert corr_p.mean() > corr_g.mean()
+
+
+def test_user_start_and_recorded_weight_trajectory(monkeypatch):
+    X, y, E = make_token_priority_data(8, 8, 4, 6, acyclic=True, random_state=0)
+    rng = np.random.default_rng(0)
+    W0 = rng.standard_normal((8, 8))
+    clf = NTPAttentionClassifier(embeddings=E, solver="ngd", lr=0.1, max_iter=40, init=W0,
+                                 record_every=5, record_weights=True).fit(X, y)
+    traj = clf.trajectory_
+    np.testing.assert_array_equal(traj["iteration"], clf.history_["iteration"])
+    assert traj["weights"].shape == (len(traj["iteration"]), 8, 8)
+    np.testing.assert_array_equal(traj["weights"][0], W0)
+    np.testing.assert_allclose(traj["weights"][-1], clf.coef_)
+    # normalized GD moves W by lr per step: consecutive records are 5 steps apart
+    steps = np.linalg.norm(np.diff(traj["weights"], axis=0), axis=(1, 2))
+    assert np.all(steps <= 5 * 0.1 + 1e-12) and steps[0] > 0.25
+    assert "weights" not in clf.history_
+    # off by default, and the start is not modified in place
+    assert not hasattr(NTPAttentionClassifier(embeddings=E, max_iter=5).fit(X, y),
+                       "trajectory_")
+    np.testing.assert_array_equal(W0, np.random.default_rng(0).standard_normal((8, 8)))
+    # the explicit limit: one record, the limit itself
+    svm = NTPAttentionClassifier(embeddings=E, solver="svm", record_weights=True).fit(X, y)
+    np.testing.assert_array_equal(svm.trajectory_["weights"][0], svm.coef_)
+    # refused before the run when the records would not fit in memory
+    monkeypatch.setattr("skntp.svm._core.available_memory", lambda: 10_000)
+    with pytest.raises(ValueError, match="raise record_every"):
+        clf.fit(X, y)
+    np.testing.assert_allclose(clf.trajectory_["weights"][-1], clf.coef_)

@@ -7,8 +7,8 @@ NTP-SVM programs at scale, with tied supports and no exchangeable tokens:
 :func:`make_ntp_svm_data`.  Attention token selection (Tarzanagh et al. 2023,
 Fig. 1, 8, 9): :func:`make_attention_fig1a` ... :func:`make_attention_random`;
 the joint model (Fig. 3): :func:`make_joint_fig3`; one query per input
-("Transformers as Support Vector Machines"): :func:`make_key_query_data`.  Self-attention NTP (Li et al.
-2024, App. D): :func:`make_token_priority_data`.  Your own text:
+("Transformers as Support Vector Machines"): :func:`make_key_query_data`.
+Self-attention NTP (Li et al. 2024, App. D): :func:`make_token_priority_data`.  Your own text:
 :class:`TokenEncoder` maps sentences to token ids, and :func:`ntp_from_sequences`
 turns them into contexts and next tokens.
 """
