@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 from scipy.special import expit
@@ -46,6 +46,7 @@ from ._base import (
 from ._sequences import _real, binary_labels, check_attention_input, key_query_matrix
 from .metrics import alignment, numerical_rank
 from .models.attention import (
+    ACTIVATIONS,
     AttentionObjective,
     KeyQueryProblem,
     QueryProblem,
@@ -270,6 +271,81 @@ def _input_queries(query_index, X, mask):
     return X[np.arange(n), idx], mask
 
 
+def _value_matrix(value, d):
+    """The value matrix ``V`` of shape ``(d_v, d)``, or ``None``."""
+    if value is None:
+        return None
+    V = _real(value, "value")
+    if V.ndim != 2 or V.shape[1] != d:
+        raise ValueError(f"value must have shape (d_v, {d}) (d the token dimension), got "
+                         f"{np.shape(value)}.")
+    if not np.all(np.isfinite(V)):
+        raise ValueError("value contains NaN or infinity.")
+    return V
+
+
+def _value_head_vector(head, d_v):
+    """The head ``v`` of a value head: given (shape ``(d_v,)``), or ``1 / sqrt(d_v)``."""
+    if head is None:
+        return np.full(d_v, 1.0 / np.sqrt(d_v))
+    v = _real(head, "head").ravel()
+    if v.shape != (d_v,):
+        raise ValueError(f"head must have shape ({d_v},) (the rows of value), got "
+                         f"{np.shape(head)}.")
+    if not np.all(np.isfinite(v)):
+        raise ValueError("head contains NaN or infinity.")
+    return v
+
+
+def _kept_token_limit(data, q, kept, method, norm):
+    """``(W^fin, W^dir)`` (flattened) of the kept tokens ``O_i`` of a nonlinear head.
+
+    ``W^fin``: the minimum-norm solution of ``z_i^T W (x_o - x_o') = log(s_o / s_o')``
+    for kept ``o, o'`` (Frobenius norm); ``W^dir``: ``min ||W||`` (``norm``) s.t.
+    ``z_i^T W (x_o - x_o') = 0`` and ``z_i^T W (x_o - x_t) >= 1`` for kept ``o`` and
+    the other tokens ``t``, ``None`` (with a warning) when infeasible.
+    """
+    from ._backend import log_softmax
+    from .svm import (
+        Constraints,
+        KeyScores,
+        MaxMarginProblem,
+        QueryKeyScores,
+        solve_max_margin,
+        solve_min_norm,
+    )
+
+    keys, mask = data["keys"], data["mask"]
+    T = keys.shape[1]
+    log_s = log_softmax(np, np.where(mask, keys @ q, -np.inf), axis=-1)
+    first = np.argmax(kept, axis=1)
+    i_eq, o_eq = np.nonzero(kept & (np.arange(T)[None, :] != first[:, None]))
+    # every kept token o against every other real token t of its input
+    i_ge, o_ge, t_ge = np.nonzero(kept[:, :, None] & (mask & ~kept)[:, None, :])
+    equal = np.ones(i_eq.size, dtype=bool)
+    fin = np.zeros(keys.shape[2])
+    if i_eq.size:
+        log_odds = log_s[i_eq, o_eq] - log_s[i_eq, first[i_eq]]
+        fin, _ = solve_min_norm(MaxMarginProblem(
+            KeyScores(keys), Constraints(i_eq, o_eq, first[i_eq], log_odds, equal),
+            name="the log-odds of the kept tokens"))
+    constraints = Constraints.concatenate([
+        Constraints(i_eq, o_eq, first[i_eq], np.zeros(i_eq.size), equal),
+        Constraints(i_ge, o_ge, t_ge, np.ones(i_ge.size), np.zeros(i_ge.size, dtype=bool))])
+    problem = MaxMarginProblem(
+        KeyScores(keys) if norm == "fro" else QueryKeyScores(data["X"], data["Z"]),
+        constraints, name="ATT-SVM of the kept tokens", norm=norm,
+        infeasible_message="the kept tokens are not separable from the others by a "
+                           "common key-query matrix W")
+    try:
+        direction = np.ravel(solve_max_margin(problem, method=method).primal)
+    except NotSeparableError as exc:
+        warnings.warn(f"{str(exc).rstrip('.')}. mm_direction_ is None.", UserWarning,
+                      stacklevel=5)
+        direction = None
+    return np.ravel(fin), direction
+
+
 def _matrix_limit(tokens, Z, selected, mask, norm, method):
     """The key-query ATT-SVM solution (margin 1) in ``norm``; ``None`` when infeasible
     or too large for memory (with a warning)."""
@@ -455,6 +531,20 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         The inner dimension of ``W = Q K^T`` (``parameterization="KQ"``);
         ``None``: ``min(k, d)``.  The theorem needs it at least the rank of the
         nuclear-norm solution.
+    value : array-like of shape (d_v, d), default=None
+        ``train="W"`` only: a fixed value matrix ``V``, the head becomes
+        ``f(X_i) = v^T sigma(V X_i^T softmax(X_i W^T z_i))`` (the nonlinear heads
+        of "Transformers as Support Vector Machines", Sec. 5), ``head`` of
+        shape ``(d_v,)`` (``None``: ``1 / sqrt(d_v)`` in every entry).  ``None``:
+        ``V = I``.
+    activation : {"identity", "relu"}, default="identity"
+        ``sigma`` of the head, elementwise (``train="W"`` only when not the
+        identity).  With a nonlinear head the attention may keep several tokens
+        per input; the limit is ``W^fin + R W^dir`` (``finite_component_``,
+        ``mm_radius_``, ``mm_direction_``).
+    selection_threshold : float, default=1e-3
+        With a value matrix or a nonlinear head: the attention above which a
+        token counts as kept (``kept_tokens_``), as in the paper's code.
     query_init : deprecated
         The former name of ``init`` (``train="p"``) and of ``fixed_query``
         (``train="W"``), kept for one release.
@@ -528,6 +618,24 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     limit_ranks_ : dict
         The rank of each of ``limit_directions_``
         (:func:`skntp.metrics.numerical_rank`, relative tolerance 1e-6).
+    kept_tokens_ : ndarray of bool, shape (n, T)
+        With a value matrix or a nonlinear head: the tokens whose attention is
+        at least ``selection_threshold``, ``O_i``.
+    finite_component_ : ndarray of shape (k, d) or None
+        With a value matrix or a nonlinear head: ``W^fin``, the minimum-norm
+        ``W`` with ``z_i^T W (x_o - x_o') = log(s_o / s_o')`` for the kept
+        tokens ``o, o'`` of every input (their trained log-odds).
+    mm_direction_ (nonlinear head) : ndarray of shape (k, d) or None
+        The unit ``W^dir``: the minimum-norm ``W`` with ``z_i^T W (x_o - x_o')
+        = 0`` between kept tokens and ``z_i^T W (x_o - x_t) >= 1`` from every
+        kept token ``o`` to every other token ``t`` (Frobenius norm; nuclear
+        for ``"KQ"``).
+    mm_radius_ : float
+        With a nonlinear head: ``R`` of the least-squares fit
+        ``key_query_ ~ finite_component_ + R * mm_direction_``.
+    limit_alignment_ : float
+        With a nonlinear head: the cosine of ``key_query_`` with
+        ``finite_component_ + mm_radius_ * mm_direction_``.
     classes_ : ndarray of shape (2,)
         ``classes_[0]`` is mapped to ``Y = -1``, ``classes_[1]`` to ``+1``.
     token_scores_ : ndarray of shape (n, T)
@@ -596,6 +704,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         "init": [None, StrOptions({"zeros", "random"}), "array-like"],
         "fixed_query": [None, StrOptions({"random"}), "array-like"],
         "query_index": [None, Integral, StrOptions({"extra-row"})],
+        "value": [None, "array-like"],
+        "activation": [StrOptions(set(ACTIVATIONS))],
+        "selection_threshold": [Interval(Real, 0, 1, closed="neither")],
         "parameterization": [StrOptions({"W", "KQ"})],
         "rank": [None, Interval(Integral, 1, None, closed="left")],
         "query_init": [Hidden(StrOptions({_DEPRECATED})), None,
@@ -610,7 +721,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
     def __init__(self, head=None, key_query=None, *, train="p", loss="log_loss", solver="ngd",
                  init=None, fixed_query=None, query_index=None, parameterization="W",
-                 rank=None, lr=0.1, max_iter=1000, tol=0.0,
+                 rank=None, value=None, activation="identity", selection_threshold=1e-3,
+                 lr=0.1, max_iter=1000, tol=0.0,
                  svm_radius="auto", path_radii=None, max_enumeration=4096, classes=None,
                  compute_limits=True, svm_method="auto", record_every=10, backend="numpy",
                  device=None, dtype="float64", random_state=None, verbose=0,
@@ -621,6 +733,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.query_index = query_index
         self.parameterization = parameterization
         self.rank = rank
+        self.value = value
+        self.activation = activation
+        self.selection_threshold = selection_threshold
         self.loss = loss
         self.solver = solver
         self.init = init
@@ -674,37 +789,59 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                                   ensure_non_negative=True)
         if not sw.sum() > 0:
             raise ValueError("sample_weight is zero for every input; nothing to fit.")
-        v = _head_vector(self.head, Xp, mask, Y)
+        matrix = self._is_matrix_model()
+        V = _value_matrix(self.value, d)
+        v = (_head_vector(self.head, Xp, mask, Y) if V is None else
+             _value_head_vector(self.head, V.shape[0]))
         W = key_query_matrix(self.key_query, d)
         rng = check_random_state(self.random_state)
         u = _fixed_query(fixed, W.shape[0], rng) if self.train == "W" else None
         data = {"X": Xp, "mask": mask, "Y": Y, "sw": sw, "classes": classes, "v": v, "W": W,
                 "rng": rng, "u": u, "init": init, "enumeration": enumeration,
-                "matrix": self._is_matrix_model()}
+                "matrix": matrix, "value": V}
         if data["matrix"]:
             self._prepare_matrix(data)
         else:
             data["keys"] = Xp @ W.T if self.train == "p" else Xp
-        scores = np.where(data["mask"], Y[:, None] * (Xp @ v), -np.inf)
+        scores = np.where(data["mask"], Y[:, None] * self._token_values(Xp, V, v), -np.inf)
         top = scores.max(axis=1, keepdims=True)
         data["scores"] = scores
         data["optimal"] = data["mask"] & (scores >= top - 1e-12 * (1 + np.abs(top)))
         return data
 
+    def _has_value_head(self):
+        return self.value is not None or self.activation != "identity"
+
+    def _token_values(self, X, V, v):
+        """``v^T sigma(V x_it)``: the output if the attention selects ``x_it`` alone."""
+        if not self._has_value_head():
+            return X @ v
+        from .models.attention import _activation
+
+        a = X if V is None else X @ V.T
+        return _activation(np, self.activation, a)[0] @ v
+
     def _is_matrix_model(self):
-        """Per-input queries or factored ``W``: the limits are key-query matrices."""
+        """Per-input queries, factored ``W`` or a value head: the limits are matrices."""
         if self.train == "p":
             for name, off in (("query_index", None), ("parameterization", "W"),
-                              ("rank", None)):
-                if getattr(self, name) != off:
+                              ("rank", None), ("value", None), ("activation", "identity")):
+                value = getattr(self, name)
+                if (value is not None) if off is None else (value != off):
+                    shown = "..." if name == "value" else repr(value)
                     raise ValueError(
-                        f"{name}={getattr(self, name)!r} concerns the key-query matrix W: "
-                        "it needs train='W'.")
+                        f"{name}={shown} is an option of the key-query model, where the "
+                        "matrix W is trained: it needs train='W'.")
             return False
+        if self._has_value_head() and self.solver == "svm":
+            raise ValueError("solver='svm' is not available with a value matrix or a "
+                             "nonlinear head: its limit W^fin + R W^dir depends on the "
+                             "tokens the trained attention keeps; use a gradient solver.")
         if self.rank is not None and self.parameterization != "KQ":
             raise ValueError("rank is the inner dimension of W = Q K^T: it needs "
                              "parameterization='KQ'.")
-        return self.query_index is not None or self.parameterization == "KQ"
+        return (self.query_index is not None or self.parameterization == "KQ"
+                or self._has_value_head())
 
     def _prepare_matrix(self, data):
         """The queries ``z_i`` and the lifted keys ``vec(z_i x_it^T)`` of the matrix model."""
@@ -846,7 +983,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         problem = KeyQueryProblem(be, data["X"], data["Y"], data["v"], data["Z"],
                                   self.parameterization, mask=data["mask"],
                                   sample_weight=data["sw"], loss=_LOSS[self.loss],
-                                  saturation_scale=self.solver == "ngd")
+                                  saturation_scale=self.solver == "ngd",
+                                  value=data["value"], activation=self.activation)
         xp = be.xp
         gmm = None if limits.direction is None else be.asarray(limits.direction)
         radii = starts = None
@@ -912,7 +1050,24 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.limit_alignments_ = {n: cosine(W, w) for n, w in directions.items()}
         self.limit_ranks_ = {n: (None if w is None else numerical_rank(w))
                              for n, w in directions.items()}
-        return rep, directions[own], margin
+        self.value_ = data["value"]
+        if not self._has_value_head():
+            return rep, directions[own], margin
+        # a value head may keep several tokens per input: W -> W^fin + R W^dir
+        s = attention_weights(np, keys, q, mask)
+        self.kept_tokens_ = mask & (s >= self.selection_threshold)
+        self.finite_component_ = None
+        self.mm_radius_, self.limit_alignment_ = float("nan"), float("nan")
+        direction = None
+        if self.compute_limits:
+            fin, D = _kept_token_limit(data, q, self.kept_tokens_, self.svm_method, own)
+            self.finite_component_ = fin.reshape(W.shape)
+            if D is not None and np.any(D):
+                direction = D.reshape(W.shape) / np.linalg.norm(D)
+                self.mm_radius_ = float(np.sum((W - self.finite_component_) * direction))
+                self.limit_alignment_ = cosine(
+                    W, self.finite_component_ + self.mm_radius_ * direction)
+        return rep, direction, margin
 
     def _fitted(self, data, limits, params, result):
         W, u, Xp, mask = data["W"], data["u"], data["X"], data["mask"]
@@ -948,7 +1103,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.is_locally_optimal_ = bool(rep.get("locally_optimal", False))
         self.min_score_gap_ = rep.get("min_score_gap", float("nan"))
         self.convergence_ = rep.get("convergence", "not-saturated")
-        self.alignment_ = cosine(q, self.mm_direction_)
+        finite = getattr(self, "finite_component_", None) if matrix else None
+        finite = 0.0 if finite is None else finite.ravel()
+        self.alignment_ = cosine(q - finite, self.mm_direction_)
         if result is None:
             self.n_iter_ = 0
             risk, _ = attention_loss_grad(np, Xp, data["keys"] if matrix else
@@ -964,7 +1121,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             self.n_iter_ = result.n_iter
             self.history_ = dict(result.history)
             trajectory = self.history_.pop("query")
-            self.history_["alignment"] = np.array([cosine(it, self.mm_direction_)
+            self.history_["alignment"] = np.array([cosine(it - finite, self.mm_direction_)
                                                    for it in trajectory])
         if matrix:
             trajectory = trajectory.reshape(-1, *self.key_query_.shape)
@@ -1007,8 +1164,15 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         return attention_features(np, Xp, s)
 
     def decision_function(self, X):
-        """``f(X_i) = v^T X_i^T S(K_i p)``, shape (n,); positive means ``classes_[1]``."""
-        return self.transform(X) @ self.head_
+        """``f(X_i) = v^T X_i^T S(K_i p)`` (with a value head ``v^T sigma(V X_i^T S)``),
+        shape (n,); positive means ``classes_[1]``."""
+        features = self.transform(X)
+        if getattr(self, "value_", None) is None and self.activation == "identity":
+            return features @ self.head_
+        from .models.attention import _activation
+
+        a = features if self.value_ is None else features @ self.value_.T
+        return _activation(np, self.activation, a)[0] @ self.head_
 
     def predict(self, X):
         """``classes_[1]`` where ``f(X) > 0``, else ``classes_[0]``."""

@@ -56,6 +56,7 @@ import numpy as np
 from .._backend import log_softmax, logsumexp, softmax
 
 __all__ = [
+    "ACTIVATIONS",
     "LOSSES",
     "AttentionObjective",
     "KeyQueryProblem",
@@ -176,9 +177,53 @@ def _anchored_forward(xp, X, K, v, p, mask):
     return s, dh, df, (h_ref + df)[..., 0], k_ref
 
 
-def attention_decision(xp, X, K, v, p, mask=None):
-    """``f(X_i) = v^T X_i^T S(K_i p)``, shape ``(..., n)`` (eq. (5))."""
-    return _anchored_forward(xp, X, K, v, p, mask)[3]
+#: elementwise activations of the head: ``(sigma, sigma')``
+ACTIVATIONS = ("identity", "relu")
+
+
+def _activation(xp, name, a):
+    """``sigma(a)`` and ``sigma'(a)`` (``relu'(0) = 0``)."""
+    if name == "identity":
+        return a, xp.ones_like(a)
+    if name == "relu":
+        return xp.maximum(a, xp.zeros_like(a)), xp.astype(a > 0, a.dtype)
+    raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}.")
+
+
+def _value_head_forward(xp, X, K, v, p, mask, value, activation):
+    """``(s, dh, df, f, k_ref)`` of the head ``f = v^T sigma(V X^T s)``.
+
+    The logit sensitivities are ``s_t (h_t - s^T h)`` with
+    ``h_t = (V^T (v * sigma'(V X^T s)))^T x_t``, the linearization of ``f`` in
+    the attention; ``dh``, ``df`` are taken relative to the most attended
+    token as in :func:`_anchored_forward`.
+    """
+    s = attention_weights(xp, K, p, mask)                      # (n, T)
+    a = attention_features(xp, X, s)                           # (n, d)
+    if value is not None:
+        a = a @ value.T                                        # (n, d_v)
+    act, slope = _activation(xp, activation, a)
+    f = act @ v
+    w = v * slope
+    if value is not None:
+        w = w @ value                                          # (n, d)
+    h = (X @ w[..., None])[..., 0]                             # (n, T)
+    top = xp.astype(s >= xp.max(s, axis=-1, keepdims=True), s.dtype)
+    count = xp.sum(top, axis=-1, keepdims=True)
+    h_ref = xp.sum(h * top, axis=-1, keepdims=True) / count
+    k_ref = (top[..., None, :] @ K)[..., 0, :] / count
+    dh = h - h_ref
+    if mask is not None:
+        dh = xp.where(mask, dh, xp.zeros_like(dh))
+    return s, dh, xp.sum(s * dh, axis=-1, keepdims=True), f, k_ref
+
+
+def attention_decision(xp, X, K, v, p, mask=None, value=None, activation="identity"):
+    """``f(X_i) = v^T sigma(V X_i^T S(K_i p))``, shape ``(..., n)`` (eq. (5) when
+    ``V = I`` and ``sigma`` is the identity)."""
+    if value is None and activation == "identity":
+        return _anchored_forward(xp, X, K, v, p, mask)[3]
+    return _value_head_forward(xp, X, K, v, p, mask, value, activation)[3]
 
 
 def _log_loss_terms(xp, loss, u):
@@ -224,7 +269,8 @@ def _saturation_shift(xp, K, p, mask):
 
 
 def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
-                        sample_weight=None, wrt=("p",), log=False, saturation_scale=False):
+                        sample_weight=None, wrt=("p",), log=False, saturation_scale=False,
+                        value=None, activation="identity"):
     """Risk (ERM) and its closed-form gradients.
 
     Parameters
@@ -256,6 +302,13 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         attention plus 300): a positive factor, so the *direction* is exact,
         which is all normalized GD uses.  The factor is returned as a third
         element, ``-sigma`` (0 when not saturated).
+    value : array of shape (d_v, d) or None
+        A fixed value matrix ``V``: the head becomes ``f = v^T sigma(V X^T s)``
+        ("Transformers as Support Vector Machines", Sec. 5, nonlinear heads),
+        ``v`` of shape ``(d_v,)``.  ``None``: ``V = I``.
+    activation : {"identity", "relu"}, default="identity"
+        ``sigma``, elementwise.  With a value matrix or a nonlinear
+        activation only the attention gradients (``"p"``, ``"W"``) are given.
 
     Returns
     -------
@@ -267,7 +320,13 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         Only with ``saturation_scale=True``: the log of the factor of the
         gradients.
     """
-    s, dh, df, f, k_ref = _anchored_forward(xp, X, K, v, p, mask)
+    if value is None and activation == "identity":
+        s, dh, df, f, k_ref = _anchored_forward(xp, X, K, v, p, mask)
+    else:
+        if "v" in wrt:
+            raise ValueError("the head's gradient 'v' is only given for the linear head "
+                             "(value=None, activation='identity').")
+        s, dh, df, f, k_ref = _value_head_forward(xp, X, K, v, p, mask, value, activation)
     s_scaled, sigma = (_saturation_shift(xp, K, p, mask) if saturation_scale
                        else (None, 0.0))
     u = y * f
@@ -356,11 +415,14 @@ class AttentionObjective:
         softmax saturates beyond float64 (see :func:`attention_loss_grad`; for
         normalized GD, which only uses their direction).  The log of the last
         factor is ``log_grad_scale``.
+    value, activation :
+        The head ``v^T sigma(V X^T s)`` (see :func:`attention_loss_grad`).
     """
 
     def __init__(self, xp, X, y, *, mask=None, loss="logistic", v=None, p=None, W=None,
                  train=("p",), sample_weight=None, grad_scale=1.0, batched=False,
-                 log=False, keys=None, saturation_scale=False):
+                 log=False, keys=None, saturation_scale=False, value=None,
+                 activation="identity"):
         self.xp, self.X, self.y, self.mask, self.loss = xp, X, y, mask, loss
         self.v, self.p, self.W = v, p, W
         self.train = tuple(train)
@@ -372,6 +434,7 @@ class AttentionObjective:
         self.log = log
         self.saturation_scale = saturation_scale
         self.log_grad_scale = 0.0
+        self.value, self.activation = value, activation
         self.K = keys if keys is not None else (
             None if "W" in self.train else compute_keys(xp, X, W))
         # multiply-adds of a call (BLAS threads: skntp._backend.blas_threads)
@@ -386,7 +449,8 @@ class AttentionObjective:
         out = attention_loss_grad(
             xp, self.X, K, self.y, v, p, mask=self.mask, loss=self.loss,
             sample_weight=self.sample_weight, wrt=self.train, log=self.log,
-            saturation_scale=self.saturation_scale,
+            saturation_scale=self.saturation_scale, value=self.value,
+            activation=self.activation,
         )
         risk, grads = out[:2]
         if self.saturation_scale:
@@ -504,13 +568,15 @@ class KeyQueryProblem:
     saturation_scale : bool, default=False
         Gradients to a positive factor once the softmax saturates beyond
         float64 (for normalized GD; :class:`AttentionObjective`).
+    value, activation :
+        The head ``v^T sigma(V X^T s)`` (see :func:`attention_loss_grad`).
 
     The instance is the objective of the training loop: ``problem(params) ->
     (risk, grads)``.
     """
 
     def __init__(self, be, X, Y, v, Z, parameterization, *, mask=None, sample_weight=None,
-                 loss="logistic", saturation_scale=False):
+                 loss="logistic", saturation_scale=False, value=None, activation="identity"):
         xp = be.xp
         self.be, self.parameterization = be, parameterization
         self.shape = (Z.shape[1], X.shape[2])
@@ -522,7 +588,8 @@ class KeyQueryProblem:
         self.inner = AttentionObjective(
             xp, Xb, be.asarray(Y), train=("p",), keys=self.keys, mask=mask, loss=loss,
             v=be.asarray(v), sample_weight=None if uniform else be.asarray(sample_weight),
-            saturation_scale=saturation_scale)
+            saturation_scale=saturation_scale,
+            value=None if value is None else be.asarray(value), activation=activation)
         self.work_size = self.inner.work_size * self.shape[0]
 
     @property
