@@ -325,3 +325,20 @@ def test_value_head_gradient_matches_finite_differences(activation):
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-9)
     with pytest.raises(ValueError, match="linear head"):
         attention_loss_grad(np, X, X, y, v, p, value=V, activation=activation, wrt=("v",))
+
+
+@pytest.mark.parametrize("params", [dict(parameterization="W"), dict(parameterization="KQ"),
+                                    dict(activation="relu", value=np.eye(10))])
+def test_numpy_and_torch_backends_agree(params):
+    pytest.importorskip("torch")
+    from skntp.datasets import make_key_query_data
+
+    data = make_key_query_data(random_state=0)
+    fits = [AttentionSelector(head=np.ones(10) if "value" in params else data.head,
+                              train="W", query_index=data.query_index, max_iter=300,
+                              backend=backend, random_state=0, classes=[-1, 1],
+                              **params).fit(data.X, data.y)
+            for backend in ("numpy", "torch")]
+    np.testing.assert_allclose(fits[1].key_query_, fits[0].key_query_, rtol=1e-10,
+                               atol=1e-10)
+    assert fits[1].alignment_ == pytest.approx(fits[0].alignment_, abs=1e-10)
