@@ -54,6 +54,7 @@ from .models.attention import (
     attention_features,
     attention_loss_grad,
     attention_weights,
+    head_activation,
 )
 from .svm import (
     NotSeparableError,
@@ -602,7 +603,10 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     query_ : ndarray of shape (k,)
         ``p`` (trained with ``train="p"``; the fixed ``u`` with ``train="W"``).
     head_ : ndarray of shape (d,)
-        ``v``.
+        ``v`` (shape ``(d_v,)`` with a value matrix).
+    value_ : ndarray of shape (d_v, d) or None
+        With per-input queries, ``"KQ"`` or a value head: the value matrix ``V``
+        (``None``: the identity).
     key_query_ : ndarray of shape (k, d)
         ``W`` (trained with ``train="W"``; ``Q K^T`` for ``"KQ"``).
     query_factor_, key_factor_ : ndarray of shape (k, rank) and (d, rank)
@@ -816,10 +820,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         """``v^T sigma(V x_it)``: the output if the attention selects ``x_it`` alone."""
         if not self._has_value_head():
             return X @ v
-        from .models.attention import _activation
-
         a = X if V is None else X @ V.T
-        return _activation(np, self.activation, a)[0] @ v
+        return head_activation(np, self.activation, a)[0] @ v
 
     def _is_matrix_model(self):
         """Per-input queries, factored ``W`` or a value head: the limits are matrices."""
@@ -1169,10 +1171,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         features = self.transform(X)
         if getattr(self, "value_", None) is None and self.activation == "identity":
             return features @ self.head_
-        from .models.attention import _activation
-
         a = features if self.value_ is None else features @ self.value_.T
-        return _activation(np, self.activation, a)[0] @ self.head_
+        return head_activation(np, self.activation, a)[0] @ self.head_
 
     def predict(self, X):
         """``classes_[1]`` where ``f(X) > 0``, else ``classes_[0]``."""

@@ -342,3 +342,44 @@ def test_numpy_and_torch_backends_agree(params):
     np.testing.assert_allclose(fits[1].key_query_, fits[0].key_query_, rtol=1e-10,
                                atol=1e-10)
     assert fits[1].alignment_ == pytest.approx(fits[0].alignment_, abs=1e-10)
+
+
+def test_fixed_query_with_factors_and_starts_from_key_query():
+    # one query u for all inputs: the nuclear and Frobenius limits are both the
+    # rank-one u p^T / ||u||^2 (the two programs coincide)
+    X, y, Z, v = _setup(1)
+    W0 = np.random.default_rng(1).standard_normal((10, 10)) / 10
+    est = AttentionSelector(head=v, train="W", parameterization="KQ", key_query=W0,
+                            max_iter=400, classes=[-1, 1]).fit(X, y)
+    assert est.query_.shape == (10,) and est.limit_ranks_ == {"fro": 1, "nuclear": 1}
+    np.testing.assert_allclose(est.limit_directions_["fro"],
+                               est.limit_directions_["nuclear"], atol=1e-4)
+    s = est.attention_weights(X)
+    logits = X @ est.key_query_.T @ est.query_
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    np.testing.assert_allclose(s, e / e.sum(1, keepdims=True), atol=1e-12)
+    # None starts from the balanced factors of key_query
+    start = AttentionSelector(head=v, train="W", parameterization="KQ", key_query=W0,
+                              solver="gd", lr=1e-14, max_iter=1, compute_limits=False,
+                              classes=[-1, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start.fit(X, y)
+    np.testing.assert_allclose(start.key_query_, W0, atol=1e-10)
+    Q, K = start.query_factor_, start.key_factor_
+    np.testing.assert_allclose(np.linalg.norm(Q, axis=0), np.linalg.norm(K, axis=0))
+
+
+def test_given_path_radii_and_low_rank_svm_warning():
+    X, y, Z, v = _setup(0)
+    Xc = np.concatenate([X, Z[:, None]], axis=1)
+    est = AttentionSelector(head=v, train="W", query_index="extra-row", solver="regpath",
+                            path_radii=[1.0, 4.0, 16.0], max_iter=100,
+                            classes=[-1, 1]).fit(Xc, y)
+    assert np.allclose(est.history_["radius"], [1.0, 4.0, 16.0])
+    assert np.linalg.norm(est.key_query_) <= 16.0 + 1e-9
+    with pytest.warns(UserWarning, match="best rank-1 approximation"):
+        est = AttentionSelector(head=v, train="W", query_index="extra-row",
+                                parameterization="KQ", rank=1, solver="svm",
+                                classes=[-1, 1]).fit(Xc, y)
+    assert est.query_factor_.shape == (10, 1)

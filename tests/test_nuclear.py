@@ -178,3 +178,24 @@ def test_query_key_score_map_is_the_lifted_key_map():
     np.testing.assert_allclose(sc.rescaled(2.0).forward(np, W), 2 * S)
     with pytest.raises(ValueError, match="as many blocks"):
         QueryKeyScores(X, Z[:3])
+
+
+def test_progress_callback_and_verbose(capsys):
+    X, Z, sel = _instance(2)
+    calls = []
+    W, res = att_svm_w(X, Z, sel, norm="nuclear", callback=lambda *a: calls.append(a),
+                       return_result=True)
+    # one call per iteration and the final certificate; the gaps end below tol
+    assert len(calls) == res.n_iter + 1 and calls[-1][1] == res.gap <= 1e-8
+    problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
+    solve_max_margin(problem, verbose=1)
+    assert "nuclear-ipm" in capsys.readouterr().out
+
+
+def test_program_too_large_is_refused(monkeypatch):
+    from skntp.svm import ProgramTooLargeError
+
+    X, Z, sel = _instance(0)
+    monkeypatch.setattr("skntp.svm._core.available_memory", lambda: 1000)
+    with pytest.raises(ProgramTooLargeError, match="m x m matrices"):
+        att_svm_w(X, Z, sel, norm="nuclear", method="nuclear-ipm")

@@ -67,6 +67,7 @@ __all__ = [
     "attention_loss_grad",
     "attention_weights",
     "compute_keys",
+    "head_activation",
     "loss_and_derivative",
 ]
 
@@ -181,7 +182,7 @@ def _anchored_forward(xp, X, K, v, p, mask):
 ACTIVATIONS = ("identity", "relu")
 
 
-def _activation(xp, name, a):
+def head_activation(xp, name, a):
     """``sigma(a)`` and ``sigma'(a)`` (``relu'(0) = 0``)."""
     if name == "identity":
         return a, xp.ones_like(a)
@@ -202,7 +203,7 @@ def _value_head_forward(xp, X, K, v, p, mask, value, activation):
     a = attention_features(xp, X, s)                           # (n, d)
     if value is not None:
         a = a @ value.T                                        # (n, d_v)
-    act, slope = _activation(xp, activation, a)
+    act, slope = head_activation(xp, activation, a)
     f = act @ v
     w = v * slope
     if value is not None:

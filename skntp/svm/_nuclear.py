@@ -44,7 +44,6 @@ import scipy.linalg as sla
 from ._core import (
     KeyScores,
     MaxMarginResult,
-    NotSeparableError,
     QueryKeyScores,
     check_program_size,
     register_method,
@@ -53,8 +52,6 @@ from ._core import (
 
 __all__ = ["nuclear_certificate"]
 
-#: dual lower bounds above this (on a unit-scale program) certify infeasibility
-_INFEASIBLE_BOUND = 1e12
 _STEP = 0.95
 #: interior-point iterations are few (20-40); more means the method stalls
 _MAX_ITER = 200
@@ -244,11 +241,6 @@ def _solve_nuclear_ipm(problem, tol, max_iter, be, verbose, callback=None):
         if cert[2] <= tol and cert[3] <= tol:
             status = "optimal"
             break
-        if np.isfinite(cert[2]) and b @ cert[1] > _INFEASIBLE_BOUND:
-            raise NotSeparableError(
-                f"{problem.name} is infeasible: multipliers y >= 0 with "
-                f"||sum_j y_j z_j a_j^T||_2 <= {1 / (b @ cert[1]):.1e} and b^T y = 1 "
-                f"(a Farkas certificate): {problem.infeasible_message}.")
         step = _predictor_corrector(X, S, y, s, b, A_op, A_adj, grams)
         if step is None:  # lost definiteness to roundoff
             break
