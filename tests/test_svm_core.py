@@ -320,7 +320,7 @@ def test_auto_order_covers_every_class_and_ends_with_the_reference():
     from skntp.svm._core import AUTO_ORDER, program_class
     from skntp.svm._fast import GatheredScores
 
-    assert set(AUTO_ORDER) == {"decoder", "keys", "bilinear", "nuclear"}
+    assert set(AUTO_ORDER) == {"decoder", "keys", "bilinear", "nuclear", "lp"}
     for names in AUTO_ORDER.values():
         assert names[-1] == "cvxpy" and set(names) <= set(_core._METHODS)
     H = np.eye(3, 4)
@@ -335,12 +335,14 @@ def test_auto_order_covers_every_class_and_ends_with_the_reference():
     nuclear = MaxMarginProblem(QueryKeyScores(np.ones((3, 2, 2)), np.ones((3, 2))),
                                ntp.constraints, norm="nuclear")
     assert program_class(nuclear) == "nuclear"
+    lp = MaxMarginProblem(graph.scores, ntp.constraints, norm="l1")
+    assert program_class(lp) == "lp"
     # every method of a class minimizes that class's norm
     for cls, names in AUTO_ORDER.items():
-        norm = "nuclear" if cls == "nuclear" else "fro"
+        norm = {"nuclear": "nuclear", "lp": "max"}.get(cls, "fro")
         assert all(norm in _core._METHOD_NORMS[name] for name in names)
     with pytest.raises(ValueError, match="norm must be one of"):
-        MaxMarginProblem(graph.scores, ntp.constraints, norm="max")
+        MaxMarginProblem(graph.scores, ntp.constraints, norm="spectral")
     with pytest.raises(ValueError, match="needs a matrix parameter"):
         MaxMarginProblem(KeyScores(np.ones((3, 2, 2))), ntp.constraints, norm="nuclear")
 

@@ -33,6 +33,7 @@ from scipy.linalg import solve_triangular
 from scipy.linalg.blas import daxpy, dger
 
 from ._core import (
+    NORMS,
     Constraints,
     KeyScores,
     MaxMarginProblem,
@@ -55,6 +56,9 @@ __all__ = [
     "solve_ldp",
     "svm_neighbors",
 ]
+
+_NORM_NAMES = {"fro": "Frobenius", "nuclear": "nuclear", "max": "entrywise max",
+               "l1": "l1"}
 
 #: Largest parameter dimension for the "nnls" method: its least-distance
 #: solves work on dense (d + 1) x (working set) matrices.
@@ -91,7 +95,7 @@ def _check_selected(selected, mask):
     return selected.astype(np.int64)
 
 
-def att_svm_problem(keys, selected, relaxed=None, *, mask=None, against=None):
+def att_svm_problem(keys, selected, relaxed=None, *, mask=None, against=None, norm="fro"):
     """Build (ATT-SVM) for selected token indices (Sec. 2), or its relaxation (10).
 
     Parameters
@@ -109,6 +113,9 @@ def att_svm_problem(keys, selected, relaxed=None, *, mask=None, against=None):
     against : array-like of bool, shape (n, T), or None
         Tokens to separate ``alpha_i`` from (default: every other real
         token).  ATT-SVM' (App. D) separates from the non-optimal tokens only.
+    norm : {"fro", "max", "l1"}, default="fro"
+        The norm of the program (:class:`~skntp.svm.MaxMarginProblem`):
+        Frobenius, entrywise max or l1.
 
     Returns
     -------
@@ -135,6 +142,7 @@ def att_svm_problem(keys, selected, relaxed=None, *, mask=None, against=None):
             "inputs by a common attention weight p (no p^mm(alpha) exists)"
         ),
         info={"selected": selected, "mask": mask},
+        norm=norm,
     )
 
 
@@ -192,13 +200,13 @@ def att_svm_w_problem(tokens, queries, selected, *, mask=None, norm="fro"):
     selected : array-like of int, shape (n,)
         ``alpha_i``.
     mask : array-like of bool, shape (n, T), or None
-    norm : {"fro", "nuclear"}, default="fro"
+    norm : {"fro", "nuclear", "max", "l1"}, default="fro"
 
     Returns
     -------
     MaxMarginProblem
         With parameter shape ``(k, d)`` for ``"nuclear"`` and ``(k * d,)``
-        (``W`` flattened row-major) for ``"fro"``.
+        (``W`` flattened row-major) for the others.
 
     Raises
     ------
@@ -206,8 +214,8 @@ def att_svm_w_problem(tokens, queries, selected, *, mask=None, norm="fro"):
         When a query is zero or a selected token equals a token it must be
         separated from.
     """
-    if norm not in ("fro", "nuclear"):
-        raise ValueError(f"norm must be 'fro' or 'nuclear', got {norm!r}.")
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, got {norm!r}.")
     tokens, mask = _check_keys(tokens, mask)
     queries = real_array(queries, "queries")
     n = tokens.shape[0]
@@ -246,9 +254,9 @@ def att_svm_w(tokens, queries, selected, *, mask=None, norm="fro", method="auto"
     queries : array-like of shape (n, k)
     selected : array-like of int, shape (n,)
     mask : array-like of bool, shape (n, T), or None
-    norm : {"fro", "nuclear"}, default="fro"
+    norm : {"fro", "nuclear", "max", "l1"}, default="fro"
         ``"fro"``: the limit of gradient descent on ``W``; ``"nuclear"``: on the
-        factors of ``W = Q K^T`` (low rank).
+        factors of ``W = Q K^T`` (low rank); ``"max"``, ``"l1"``: entrywise.
     method : str, default="auto"
         Method of the max-margin core: for ``"nuclear"``, ``"nuclear-ipm"`` (the
         default, :mod:`skntp.svm._nuclear`) or ``"cvxpy"`` (the reference).
@@ -279,7 +287,7 @@ def att_svm_w(tokens, queries, selected, *, mask=None, norm="fro", method="auto"
 
 
 def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=1e-8,
-            max_iter=100_000, return_result=False, callback=None):
+            max_iter=100_000, return_result=False, callback=None, norm="fro"):
     """Solve (ATT-SVM) (Sec. 2) or the relaxed program (10) (Sec. 3).
 
     Parameters
@@ -298,6 +306,9 @@ def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=1e-8,
     callback : callable, optional
         ``callback(n_iter, gap, violation)``, passed to
         :func:`~skntp.svm.solve_max_margin` (progress of the solve).
+    norm : {"fro", "max", "l1"}, default="fro"
+        The norm of the program (:class:`~skntp.svm.MaxMarginProblem`):
+        Frobenius, entrywise max or l1.
 
     Returns
     -------
@@ -311,7 +322,7 @@ def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=1e-8,
     NotSeparableError
         If the program is infeasible.
     """
-    problem = att_svm_problem(keys, selected, relaxed, mask=mask)
+    problem = att_svm_problem(keys, selected, relaxed, mask=mask, norm=norm)
     res = solve_max_margin(problem, method=method, tol=tol, max_iter=max_iter,
                            callback=callback)
     return (res.primal, res) if return_result else res.primal

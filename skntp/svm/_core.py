@@ -458,13 +458,15 @@ class MaxMarginProblem:
         (e.g. "data are not NTP-separable").
     info : dict
         What the builder knows about the program (selected tokens, masks, ...).
-    norm : {"fro", "nuclear"}, default="fro"
+    norm : {"fro", "nuclear", "max", "l1"}, default="fro"
         The norm minimized: ``"fro"``, ``1/2 ||w||^2`` (every program of the
         papers); ``"nuclear"``, ``||W||_*`` (the limit of gradient descent on the
         factors ``W = Q K^T`` of attention, "Transformers as Support Vector
-        Machines", Thm. 2), for a matrix parameter.  Its dual is
-        ``max r^T lam`` subject to ``||S^*(C(lam))||_2 <= 1`` (spectral norm),
-        ``lam >= 0``.
+        Machines", Thm. 2), for a matrix parameter; ``"max"``, ``max_i |w_i|``
+        (the limit of sign descent and of Adam without epsilon-dominance) and
+        ``"l1"``, ``sum_i |w_i|`` (linear programs).  The dual of a norm other
+        than Frobenius is ``max r^T lam`` subject to ``||S^*(C(lam))||_* <= 1``
+        (the dual norm: spectral, l1 or max), ``lam >= 0`` on inequalities.
     """
 
     scores: object
@@ -628,8 +630,12 @@ _METHODS = {}
 #: the norms each method minimizes
 _METHOD_NORMS = {}
 _AUTO_MAX_VIOLATION = 1e-3
-#: the norms a program may minimize (:class:`MaxMarginProblem`'s ``norm``)
-NORMS = ("fro", "nuclear")
+#: the norms a program may minimize (:class:`MaxMarginProblem`'s ``norm``): the
+#: Frobenius (Euclidean) norm, the nuclear norm of a matrix parameter, and the
+#: entrywise max (l-infinity) and l1 norms
+NORMS = ("fro", "nuclear", "max", "l1")
+#: the dual norm of each norm (the dual's constraint ``||S^*(C(lam))||_* <= 1``)
+_DUAL_NORM = {"nuclear": "spectral", "max": "l1", "l1": "max"}
 
 
 def register_method(name, func, norms=("fro",)):
@@ -661,20 +667,25 @@ def register_method(name, func, norms=("fro",)):
 #: * ``"bilinear"`` (bilinear scores with output embeddings: Graph-SVM): the
 #:   exact null-space NNLS when small, else the accelerated dual method.
 #: * ``"nuclear"`` (``norm="nuclear"``: the key-query ATT-SVM of factored
-#:   attention): the primal-dual interior-point method on its semidefinite form.
+#:   attention): the primal-dual interior-point method on its semidefinite form;
+#: * ``"lp"`` (``norm="max"`` or ``"l1"``, any program): the linear program, by
+#:   HiGHS (``scipy.optimize.linprog``).
 AUTO_ORDER = {
     "decoder": ("dcd", "fast", "cvxpy"),
     "keys": ("dual-active-set", "nnls", "fast", "cvxpy"),
     "bilinear": ("graph-ldp", "fast", "cvxpy"),
     "nuclear": ("nuclear-ipm", "cvxpy"),
+    "lp": ("highs", "cvxpy"),
 }
 
 
 def program_class(problem):
-    """The class of a program for ``method="auto"``: "decoder", "keys", "bilinear" or
-    "nuclear"."""
+    """The class of a program for ``method="auto"``: "decoder", "keys", "bilinear",
+    "nuclear" or "lp"."""
     if problem.norm == "nuclear":
         return "nuclear"
+    if problem.norm in ("max", "l1"):
+        return "lp"
     scores = problem.scores
     while hasattr(scores, "base"):  # GatheredScores
         scores = scores.base
@@ -698,7 +709,8 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
         objective = cp.normNuc(W)
     else:
         w = cp.Variable(n_var)
-        objective = 0.5 * cp.sum_squares(w)
+        objective = {"fro": 0.5 * cp.sum_squares(w), "max": cp.norm(w, "inf"),
+                     "l1": cp.norm1(w)}[problem.norm]
     cons = []
     ineq, eq = ~c.equality, c.equality
     if ineq.any():
@@ -735,7 +747,8 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
         dual[eq] = -np.asarray(cons[-1].dual_value, dtype=float).ravel()
     if nuclear:
         wv = np.asarray(W.value, dtype=float).ravel()
-        gap, dual = nuclear_gap(problem, wv.reshape(problem.shape), dual, A)
+    if problem.norm != "fro":
+        gap, dual = norm_gap(problem, wv.reshape(problem.shape), dual, A)
     else:
         sq = float(wv @ wv)
         gap = (sq - float(c.rhs @ dual)) / sq if sq > 0 else 0.0
@@ -756,13 +769,29 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
 register_method("cvxpy", _solve_cvxpy, norms=NORMS)
 
 
-def nuclear_gap(problem, W, dual, A=None):
-    """Relative duality gap of ``min ||W||_*`` at a primal ``W`` and multipliers ``dual``.
+def norm_value(W, norm):
+    """``||W||`` in one of :data:`NORMS` (``"fro"``: the Frobenius norm)."""
+    W = np.asarray(W, dtype=float)
+    if norm == "nuclear":
+        return float(np.linalg.svd(W, compute_uv=False).sum())
+    if norm == "spectral":
+        return float(np.linalg.norm(W, 2)) if W.size else 0.0
+    if norm == "max":
+        return float(np.abs(W).max(initial=0.0))
+    if norm == "l1":
+        return float(np.abs(W).sum())
+    return float(np.linalg.norm(W))
+
+
+def norm_gap(problem, W, dual, A=None):
+    """Relative duality gap of ``min ||W||`` (a norm other than Frobenius) at a primal
+    ``W`` and multipliers ``dual``.
 
     The multipliers are clipped to the sign constraints and scaled into the
-    dual's feasible set ``||S^*(C(lam))||_2 <= 1``; the dual value
-    ``r^T lam / ||S^*(C(lam))||_2`` is then a lower bound on the optimum and
-    ``(||W||_* - r^T lam / ||.||_2) / ||W||_*`` the gap (with the violation of
+    dual's feasible set ``||S^*(C(lam))||_* <= 1`` (the dual norm: spectral for
+    the nuclear norm, l1 for max, max for l1); the dual value
+    ``r^T lam / ||S^*(C(lam))||_*`` is then a lower bound on the optimum and
+    ``(||W|| - r^T lam / ||.||_*) / ||W||`` the gap (with the violation of
     ``W``, the certificate).
 
     Returns
@@ -775,12 +804,68 @@ def nuclear_gap(problem, W, dual, A=None):
     A = problem.constraint_matrix() if A is None else A
     lam = np.where(c.equality, dual, np.maximum(dual, 0.0))
     M = np.asarray(A.T @ lam).reshape(problem.shape)
-    spec = float(np.linalg.norm(M, 2)) if M.size else 0.0
-    nuc = float(np.linalg.svd(W, compute_uv=False).sum())
-    if spec == 0.0 or nuc == 0.0:
-        return (0.0 if nuc == 0.0 else 1.0), lam
-    lam = lam / spec
-    return float((nuc - c.rhs @ lam) / nuc), lam
+    dual_size = norm_value(M, _DUAL_NORM[problem.norm])
+    size = norm_value(W, problem.norm)
+    if dual_size == 0.0 or size == 0.0:
+        return (0.0 if size == 0.0 else 1.0), lam
+    lam = lam / dual_size
+    return float((size - c.rhs @ lam) / size), lam
+
+
+def _solve_highs(problem, tol, max_iter, be, verbose, callback=None):
+    """``min ||w||_max`` or ``min ||w||_1`` under the constraints: a linear program (HiGHS).
+
+    ``max``: variables ``(w, t)``, ``min t`` s.t. ``-t <= w_i <= t``; ``l1``:
+    ``w = u - v`` with ``u, v >= 0``, ``min sum(u + v)``.  The multipliers of the
+    score constraints give the certificate of :func:`norm_gap`.
+    """
+    from scipy.optimize import linprog
+
+    if problem.norm not in ("max", "l1"):
+        return None
+    c = problem.constraints
+    A = problem.constraint_matrix().tocsr()
+    n = A.shape[1]
+    ineq, eq = ~c.equality, c.equality
+    if problem.norm == "max":
+        cost = np.r_[np.zeros(n), 1.0]
+        bound = sp.hstack([sp.vstack([sp.eye(n), -sp.eye(n)]),
+                           -sp.csr_matrix(np.ones((2 * n, 1)))])
+        rows = sp.hstack([-A[ineq], sp.csr_matrix((int(ineq.sum()), 1))])
+        A_ub = sp.vstack([rows, bound]).tocsr()
+        b_ub = np.r_[-c.rhs[ineq], np.zeros(2 * n)]
+        A_eq = sp.hstack([A[eq], sp.csr_matrix((int(eq.sum()), 1))]).tocsr()
+        bounds = [(None, None)] * n + [(0, None)]
+    else:
+        cost = np.ones(2 * n)
+        A_ub = sp.hstack([-A[ineq], A[ineq]]).tocsr()
+        b_ub = -c.rhs[ineq]
+        A_eq = sp.hstack([A[eq], -A[eq]]).tocsr()
+        bounds = [(0, None)] * (2 * n)
+    res = linprog(cost, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq if eq.any() else None,
+                  b_eq=c.rhs[eq] if eq.any() else None, bounds=bounds, method="highs",
+                  options={"primal_feasibility_tolerance": 1e-10,
+                           "dual_feasibility_tolerance": 1e-10, "disp": bool(verbose)})
+    if res.status == 2:
+        raise NotSeparableError(f"{problem.name} is infeasible (HiGHS): "
+                                f"{problem.infeasible_message}.")
+    if res.status != 0:
+        raise RuntimeError(f"{problem.name}: HiGHS stopped with status {res.status} "
+                           f"({res.message}).")
+    x = res.x[:n] if problem.norm == "max" else res.x[:n] - res.x[n:]
+    dual = np.zeros(len(c))
+    dual[ineq] = -res.ineqlin.marginals[: int(ineq.sum())]
+    if eq.any():
+        dual[eq] = res.eqlin.marginals
+    gap, dual = norm_gap(problem, x.reshape(problem.shape), dual, A)
+    vals = A @ x - c.rhs
+    viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
+    return MaxMarginResult(primal=x.reshape(problem.shape), dual=dual, method="highs",
+                           status="optimal", n_iter=int(getattr(res, "nit", 0) or 0),
+                           gap=float(gap), max_violation=float(viol.max(initial=0.0)))
+
+
+register_method("highs", _solve_highs, norms=("max", "l1"))
 
 
 def solve_max_margin(
@@ -935,7 +1020,7 @@ def _scale_back(problem, result, alpha):
     """The original program's answer from the one with the map scaled by ``alpha``."""
     with np.errstate(over="ignore"):
         result.primal = result.primal * alpha
-        # multipliers scale as 1/alpha^2 for 1/2 ||w||^2, as 1/alpha for ||W||_*
+        # multipliers scale as 1/alpha^2 for 1/2 ||w||^2, as 1/alpha for the other norms
         result.dual = result.dual * alpha
         if problem.norm == "fro":
             result.dual = result.dual * alpha

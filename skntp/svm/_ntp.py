@@ -56,7 +56,7 @@ _TOO_LARGE_ADVICE = (
 )
 
 
-def ntp_svm_problem(contexts, support):
+def ntp_svm_problem(contexts, support, *, norm="fro"):
     """Build the NTP-SVM (Thrampoulidis 2024, Sec. 4, constraints (4a)-(4b)).
 
     With one anchor ``z_j in S_j`` per context: equalities
@@ -69,6 +69,9 @@ def ntp_svm_problem(contexts, support):
         Distinct context embeddings ``h_j``.
     support : array-like of shape (m, V), bool
         ``support[j, z]`` is True when ``z`` is in ``S_j``.
+    norm : {"fro", "max", "l1"}, default="fro"
+        The norm of the program (:class:`~skntp.svm.MaxMarginProblem`):
+        Frobenius, entrywise max or l1.
 
     Returns
     -------
@@ -107,6 +110,7 @@ def ntp_svm_problem(contexts, support):
         infeasible_message="data are not NTP-separable (no W in F-perp separates "
         "in-support from out-of-support tokens with a positive margin, "
         "Def. 3.2)",
+        norm=norm,
     )
 
 
@@ -238,7 +242,7 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
 
 
 def ntp_svm(contexts, support, *, method="auto", tol=1e-8, max_iter=100_000,
-            return_result=False, **backend):
+            return_result=False, norm="fro", **backend):
     """Solve the NTP-SVM: ``W^mm = argmin ||W||_F`` s.t. (4a) and (4b).
 
     Parameters
@@ -251,6 +255,9 @@ def ntp_svm(contexts, support, *, method="auto", tol=1e-8, max_iter=100_000,
         Tolerance and iteration cap of iterative methods.
     return_result : bool, default=False
         Also return the :class:`MaxMarginResult` (duals, gap, iterations).
+    norm : {"fro", "max", "l1"}, default="fro"
+        The norm minimized under the same constraints (``"max"``: the limit of
+        sign descent; ``"l1"``): a linear program, solved by HiGHS.
     **backend :
         ``backend``, ``device``, ``dtype`` for iterative methods.
 
@@ -265,6 +272,10 @@ def ntp_svm(contexts, support, *, method="auto", tol=1e-8, max_iter=100_000,
     NotSeparableError
         If the data are not NTP-separable.
     """
+    if norm != "fro":
+        result = solve_max_margin(ntp_svm_problem(contexts, support, norm=norm), method=method,
+                                  tol=tol, max_iter=max_iter, **backend)
+        return (result.primal, result) if return_result else result.primal
     _, result = solve_ntp_svm(contexts, support, method=method, tol=tol, max_iter=max_iter,
                               **backend)
     return (result.primal, result) if return_result else result.primal

@@ -31,7 +31,7 @@ form, against ``O(m N^4)`` for a generic SDP solver; one iteration costs one
 
 Every iterate is certified as the fast methods are: ``W`` is scaled to exact
 feasibility, the multipliers ``y`` into the dual's feasible set, and the
-relative gap of the two values is reported (:func:`~skntp.svm._core.nuclear_gap`).
+relative gap of the two values is reported (:func:`~skntp.svm._core.norm_gap`).
 """
 
 from __future__ import annotations
