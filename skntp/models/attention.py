@@ -167,6 +167,13 @@ def _anchored_forward(xp, X, K, v, p, mask):
     """
     s = attention_weights(xp, K, p, mask)                      # (..., n, T)
     h = (X @ v[..., None, :, None])[..., 0]                    # (..., n, T)
+    dh, df, h_ref, k_ref = _anchor(xp, s, h, K, mask)
+    return s, dh, df, (h_ref + df)[..., 0], k_ref
+
+
+def _anchor(xp, s, h, K, mask):
+    """``(dh, df, h_ref, k_ref)``: ``h`` and ``f - h_ref = s^T dh`` relative to the mean
+    ``h`` and key of the most attended tokens."""
     top = xp.astype(s >= xp.max(s, axis=-1, keepdims=True), s.dtype)
     count = xp.sum(top, axis=-1, keepdims=True)
     h_ref = xp.sum(h * top, axis=-1, keepdims=True) / count
@@ -174,8 +181,7 @@ def _anchored_forward(xp, X, K, v, p, mask):
     dh = h - h_ref
     if mask is not None:
         dh = xp.where(mask, dh, xp.zeros_like(dh))
-    df = xp.sum(s * dh, axis=-1, keepdims=True)                # f - h_ref
-    return s, dh, df, (h_ref + df)[..., 0], k_ref
+    return dh, xp.sum(s * dh, axis=-1, keepdims=True), h_ref, k_ref
 
 
 #: elementwise activations of the head: ``(sigma, sigma')``
@@ -209,14 +215,8 @@ def _value_head_forward(xp, X, K, v, p, mask, value, activation):
     if value is not None:
         w = w @ value                                          # (n, d)
     h = (X @ w[..., None])[..., 0]                             # (n, T)
-    top = xp.astype(s >= xp.max(s, axis=-1, keepdims=True), s.dtype)
-    count = xp.sum(top, axis=-1, keepdims=True)
-    h_ref = xp.sum(h * top, axis=-1, keepdims=True) / count
-    k_ref = (top[..., None, :] @ K)[..., 0, :] / count
-    dh = h - h_ref
-    if mask is not None:
-        dh = xp.where(mask, dh, xp.zeros_like(dh))
-    return s, dh, xp.sum(s * dh, axis=-1, keepdims=True), f, k_ref
+    dh, df, _, k_ref = _anchor(xp, s, h, K, mask)
+    return s, dh, df, f, k_ref
 
 
 def attention_decision(xp, X, K, v, p, mask=None, value=None, activation="identity"):
