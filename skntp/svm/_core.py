@@ -444,7 +444,7 @@ class Constraints:
 
 @dataclass
 class MaxMarginProblem:
-    """``min 1/2 ||w||^2`` (or ``min ||W||_*``) under score-difference constraints.
+    """``min 1/2 ||w||^2`` (or another norm, ``norm=``) under score-difference constraints.
 
     Parameters
     ----------
@@ -880,7 +880,8 @@ def solve_max_margin(
     verbose=0,
     callback=None,
 ):
-    """Solve ``min 1/2 ||w||^2`` under the problem's constraints.
+    """Solve ``min 1/2 ||w||^2`` (or ``min ||w||`` in ``problem.norm``) under the
+    problem's constraints.
 
     Parameters
     ----------
@@ -888,8 +889,10 @@ def solve_max_margin(
     method : str, default="auto"
         ``"cvxpy"`` (Clarabel, the reference path), a registered method
         (``"dcd"``, ``"fast"``, ``"dual-active-set"``, ``"nnls"``,
-        ``"graph-ldp"``), or ``"auto"``: the methods of :data:`AUTO_ORDER`
-        for the program's class, in order.
+        ``"graph-ldp"``; ``"nuclear-ipm"`` and ``"highs"`` for the nuclear, max
+        and l1 norms), or ``"auto"``: the methods of :data:`AUTO_ORDER` for the
+        program's class, in order.  A method is never given a program in a norm
+        it does not minimize (``ValueError``).
     tol : float, default=1e-8
         Relative duality-gap / feasibility tolerance of iterative methods.
     max_iter : int, default=100_000
