@@ -49,6 +49,7 @@ __all__ = [
     "plot_fig9_bars",
     "plot_metric_over_trials",
     "plot_next_token_matrix",
+    "plot_optimizer_norms",
     "plot_token_priority_graphs",
     "plot_training_curves",
     "plot_word_embeddings",
@@ -1073,6 +1074,46 @@ def plot_fig9_bars(dims, not_saturated, lmm, gmm, *, gaps=None, ax=None):
         a.set_xlabel("minimal score gap")
         a.set_ylabel("trials")
         a.set_title("(b) score gap to the SVM-neighbors", fontsize=10)
+    if new:
+        fig.tight_layout()
+    return np.asarray(axes, dtype=object)
+
+
+def plot_optimizer_norms(comparison, *, ax=None):
+    """The optimizer x norm matrix of :func:`skntp.diagnostics.compare_optimizers`.
+
+    Two panels: the cosine of ``W - W*`` with each norm's max-margin solution,
+    and the normalized margin in each norm as a fraction of its optimum (1
+    at that norm's limit).  One row per optimizer, one column per norm.
+
+    Parameters
+    ----------
+    comparison : dict
+        The output of :func:`~skntp.diagnostics.compare_optimizers`.
+    ax : sequence of 2 matplotlib Axes, optional
+
+    Returns
+    -------
+    ndarray of matplotlib Axes
+    """
+    solvers, norms = list(comparison["solvers"]), list(comparison["norms"])
+    panels = (("alignment", "cosine of W - W* with W^mm"),
+              ("margin_fraction", "normalized margin / optimum"))
+    axes, fig, new = _panel_axes(ax, 2, panel_size=(4.2, 3.4))
+    for a, (key, title) in zip(axes, panels):
+        values = np.asarray(comparison[key], dtype=float)
+        if values.shape != (len(solvers), len(norms)):
+            raise ValueError(f"{key} must have shape ({len(solvers)}, {len(norms)}).")
+        image = a.imshow(values, vmin=min(0.0, float(np.nanmin(values))), vmax=1.0,
+                         cmap="viridis")
+        for (i, j), v in np.ndenumerate(values):
+            a.text(j, i, f"{v:.2f}", ha="center", va="center",
+                   color="white" if v < 0.6 else "black", fontsize=9)
+        a.set_xticks(range(len(norms)), norms)
+        a.set_yticks(range(len(solvers)), solvers)
+        a.set_xlabel("norm of the limit")
+        a.set_title(title, fontsize=10)
+        a.figure.colorbar(image, ax=a, shrink=0.8)
     if new:
         fig.tight_layout()
     return np.asarray(axes, dtype=object)

@@ -25,7 +25,7 @@ DOCS = ROOT / "docs"
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 PAGES = ["getting_started", "user_guide/decoder", "user_guide/attention",
          "user_guide/key_query", "user_guide/joint",
-         "user_guide/self_attention", "user_guide/machinery"]
+         "user_guide/self_attention", "user_guide/optimizers", "user_guide/machinery"]
 
 
 def _build(tmp_path, *extra, timeout=900):
