@@ -1,0 +1,361 @@
+"""Tests added for the mutation run of ``skntp/models/attention.py`` and ``skntp/_base.py``.
+
+Each test checks a value against an independent reference (a closed form, the
+plain-domain risk, a hand computation, a direct fit) and kills the survivors of
+the run named in its comment; see ``docs/mutation.md``, "Run 2".
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from skntp import AttentionSelector, NTPDecoderClassifier
+from skntp._backend import get_backend, to_numpy
+from skntp._base import _exp_loss, atomic_fit, default_radii, saturation_radius, unit
+from skntp.datasets import make_ntp_data
+from skntp.models.attention import (
+    AttentionObjective,
+    attention_loss_grad,
+    loss_and_derivative,
+)
+from skntp.sweeps import fit_ntp_trials
+
+
+def _softmax_rows(a):
+    e = np.exp(a - a.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _problem(seed, n=5, T=3, d=2, batch=()):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal(batch + (n, T, d))
+    y = rng.choice([-1.0, 1.0], size=batch + (n,))
+    v = rng.standard_normal(batch + (d,))
+    p = rng.standard_normal(batch + (d,))
+    return X, y, v, p
+
+
+def _reference_risk(X, y, v, p, w, loss):
+    """``sum_i w_i l(y_i f_i) / sum_i w_i`` by hand (keys = tokens)."""
+    s = _softmax_rows(X @ p)
+    f = np.einsum("nt,ntd,d->n", s, X, v)
+    w = np.broadcast_to(np.asarray(w, dtype=float), y.shape)
+    values = {"exponential": np.exp(-y * f), "logistic": np.log1p(np.exp(-y * f))}[loss]
+    return float(np.sum(w * values) / np.sum(w))
+
+
+# ------------------------------------------------------- models/attention.py
+
+
+def test_correlation_loss_derivative_is_shaped_like_the_margins():
+    # loss_and_derivative_47: the derivative must be an array shaped like ``u``
+    u = np.array([[-2.0, 0.5], [3.0, 0.0]])
+    value, deriv = loss_and_derivative(np, "correlation", u)
+    np.testing.assert_array_equal(value, -u)
+    assert deriv.shape == u.shape and deriv.dtype == u.dtype
+    np.testing.assert_array_equal(deriv, -np.ones_like(u))
+
+
+def test_saturated_query_gradient_with_tied_top_tokens():
+    # _anchored_forward_50, attention_loss_grad_125: the keys relative to the mean
+    # key of the most attended tokens.  W = [[1, 0]]: tokens 1 and 2 share the top
+    # key 1 (tied attention, different values h = 0, 1); token 3 has key 1/2.
+    # With e = exp(-P/2): s1 = s2 = 1/(2+e), s3 = e/(2+e), f = s1 and
+    # dL/dp = c * sum_t s_t (h_t - f) k_t = c * s1 * s3 / 2, c = -sigmoid(-f).
+    X = np.array([[[1.0, 0.0], [1.0, 1.0], [0.5, 0.0]]])
+    W = np.array([[1.0, 0.0]])
+    v, y = np.array([0.0, 1.0]), np.array([1.0])
+    for P in (4.0, 100.0):  # mild and saturated beyond float64 (e ~ 2e-22)
+        e = np.exp(-P / 2)
+        s1, s3 = 1 / (2 + e), e / (2 + e)
+        c = -expit(-s1)
+        risk, (gp,) = attention_loss_grad(np, X, X @ W.T, y, v, np.array([P]))
+        assert risk == pytest.approx(np.log1p(np.exp(-s1)), rel=1e-14)
+        np.testing.assert_allclose(gp, [c * s1 * s3 / 2], rtol=1e-9)
+
+
+def test_saturated_key_query_gradient_with_duplicate_top_tokens():
+    # _anchored_forward_38: ``h`` relative to the mean ``h`` of the top tokens.
+    # Tokens 1 and 2 are equal (tied top, h = 1), token 3 = (1/2, 0) (h = 0);
+    # W = I, p = (P, 0), v = (0, 1).  f = 2 s1, h_top - f = s3, h_3 - f = -2 s1, so
+    # g = sum_t s_t (h_t - f) x_t = 2 s1 s3 (x_1 - x_3), dL/dp = c g, dL/dW = c p g^T.
+    X = np.array([[[1.0, 1.0], [1.0, 1.0], [0.5, 0.0]]])
+    v, y = np.array([0.0, 1.0]), np.array([1.0])
+    for P in (4.0, 100.0):
+        e = np.exp(-P / 2)
+        s1, s3 = 1 / (2 + e), e / (2 + e)
+        c = -expit(-2 * s1)
+        g = 2 * s1 * s3 * np.array([0.5, 1.0])
+        p = np.array([P, 0.0])
+        _, (gp, gW) = attention_loss_grad(np, X, X, y, v, p, wrt=("p", "W"))
+        np.testing.assert_allclose(gp, c * g, rtol=1e-9)
+        np.testing.assert_allclose(gW, c * np.outer(p, g), rtol=1e-9)
+
+
+def test_log_logistic_risk_follows_its_asymptotic_series():
+    # _log_loss_terms_38, _41: for u > 30, log l(u) = log log1p(e^-u) = -u - e^-u / 2 + ...
+    # log1p(exp(-u)) is still a normal number at u ~ 30, so the plain formula is an
+    # accurate reference (the two differ by e^-2u / 8).
+    for u in (30.0625, 31.5):
+        X, v, p, y = np.ones((1, 1, 1)), np.array([u]), np.zeros(1), np.array([1.0])
+        log_risk, _ = attention_loss_grad(np, X, X, y, v, p, log=True)
+        assert abs(float(log_risk) - np.log(np.log1p(np.exp(-u)))) < 3e-14
+
+
+def _plain_and_log(xp, X, y, v, p, loss, sw=None):
+    plain = attention_loss_grad(xp, X, X, y, v, p, loss=loss, sample_weight=sw,
+                                wrt=("p", "v"))
+    logd = attention_loss_grad(xp, X, X, y, v, p, loss=loss, sample_weight=sw,
+                               wrt=("p", "v"), log=True)
+    return plain, logd
+
+
+def test_log_domain_exponential_risk():
+    # _log_loss_terms_58 to _63: log=True with the exponential loss is log L, grad L / L
+    X, y, v, p = _problem(0)
+    (risk, grads), (log_risk, log_grads) = _plain_and_log(np, X, y, v, p, "exponential")
+    assert float(risk) == pytest.approx(_reference_risk(X, y, v, p, 1.0, "exponential"),
+                                        rel=1e-12)
+    assert float(log_risk) == pytest.approx(np.log(float(risk)), rel=1e-12)
+    for g, lg in zip(grads, log_grads):
+        assert lg.dtype == np.float64 and lg.shape == g.shape
+        np.testing.assert_allclose(lg, g / risk, rtol=1e-10)
+
+
+def test_log_domain_exponential_risk_on_torch():
+    pytest.importorskip("torch")
+    be = get_backend("torch")
+    X, y, v, p = (be.asarray(a) for a in _problem(0))
+    (risk, grads), (log_risk, log_grads) = _plain_and_log(be.xp, X, y, v, p, "exponential")
+    assert float(log_risk) == pytest.approx(np.log(float(risk)), rel=1e-12)
+    for g, lg in zip(grads, log_grads):
+        np.testing.assert_allclose(to_numpy(lg), to_numpy(g / risk), rtol=1e-10)
+
+
+def test_log_domain_risk_with_weights_below_one_and_zero():
+    # attention_loss_grad_50, _52, _60, _61, _67: log sum_i w_i l_i with weights in
+    # (0, 1), above 1 and 0 (a zero weight drops the input, without a log(0) warning)
+    X, y, v, p = _problem(1, n=4)
+    sw = np.array([0.5, 2.0, 0.0, 1.5])
+    for loss in ("logistic", "exponential"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            (risk, grads), (log_risk, log_grads) = _plain_and_log(np, X, y, v, p, loss, sw)
+        assert float(risk) == pytest.approx(_reference_risk(X, y, v, p, sw, loss), rel=1e-12)
+        assert float(log_risk) == pytest.approx(np.log(float(risk)), rel=1e-12)
+        for g, lg in zip(grads, log_grads):
+            np.testing.assert_allclose(lg, g / risk, rtol=1e-10)
+
+
+def test_log_domain_risk_of_a_batch_is_per_problem():
+    # attention_loss_grad_74: the log-sum-exp runs over the inputs of each problem
+    X, y, v, p = _problem(2, batch=(3,))
+    risks, (g,) = attention_loss_grad(np, X, X, y, v, p, log=True)
+    assert risks.shape == (3,) and g.shape == (3, 2)
+    for b in range(3):
+        rb, (gb,) = attention_loss_grad(np, X[b], X[b], y[b], v[b], p[b], log=True)
+        assert float(risks[b]) == pytest.approx(float(rb), rel=1e-12)
+        np.testing.assert_allclose(g[b], gb, rtol=1e-10)
+        assert float(rb) == pytest.approx(
+            np.log(_reference_risk(X[b], y[b], v[b], p[b], 1.0, "logistic")), rel=1e-12)
+
+
+def test_objective_batched_sums_the_risks_and_keeps_each_gradient():
+    # AttentionObjective.__init___4, _16; __call___76, _77, _78
+    X, y, v, p = _problem(3, batch=(2,))
+    per = AttentionObjective(np, X, y, v=v)
+    risks, (g,) = per((p,))
+    ref = [attention_loss_grad(np, X[b], X[b], y[b], v[b], p[b]) for b in range(2)]
+    assert np.shape(risks) == (2,)
+    np.testing.assert_allclose(risks, [float(r) for r, _ in ref], rtol=1e-12)
+    total, (gt,) = AttentionObjective(np, X, y, v=v, batched=True)((p,))
+    assert np.ndim(total) == 0
+    assert float(total) == pytest.approx(sum(float(r) for r, _ in ref), rel=1e-12)
+    np.testing.assert_allclose(gt, np.stack([gb for _, (gb,) in ref]), rtol=1e-12)
+    np.testing.assert_allclose(g, gt, rtol=1e-12)
+
+
+def test_objective_scales_gradients_and_refuses_mismatched_blocks():
+    # AttentionObjective.__call___68 (a scale of 2), _6, _9, _10, _71, _74, _75 (zip strict)
+    X, y, v, p = _problem(4)
+    _, (g,) = AttentionObjective(np, X, y, v=v)((p,))
+    for scale in (2.0, 0.5):
+        _, (gs,) = AttentionObjective(np, X, y, v=v, grad_scale=scale)((p,))
+        np.testing.assert_allclose(gs, scale * g, rtol=1e-15)
+    with pytest.raises(ValueError):
+        AttentionObjective(np, X, y, v=v)((p, p))
+    with pytest.raises(ValueError):
+        AttentionObjective(np, X, y, v=v, grad_scale=(1.0, 2.0))((p,))
+
+
+def test_selector_saturation_history_ignores_padding():
+    # QueryProblem.__init___33: the recorded saturation uses the padding mask
+    X = [np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]),
+         np.array([[0.0, 1.0], [1.0, 1.0]]),
+         np.array([[1.0, 1.0]]),
+         np.array([[-1.0, 0.0], [0.5, -1.0], [0.0, 0.0]])]
+    y = [1, -1, 1, -1]
+    est = AttentionSelector(head=np.array([1.0, -1.0]), solver="gd", lr=0.5, max_iter=4,
+                            record_every=1, compute_limits=False, init="random",
+                            random_state=0).fit(X, y)
+    q = est.query_
+    ref = np.mean([_softmax_rows(x @ q).max() for x in X])
+    assert est.history_["saturation"][-1] == pytest.approx(ref, rel=1e-12)
+
+
+# ------------------------------------------------------------------ _base.py
+
+
+def test_default_radii_grid_and_validation():
+    # default_radii_1, _2, _3, _10 (the documented grid), _18, _20, _22, _27, _34
+    np.testing.assert_allclose(default_radii(None), np.geomspace(0.5, 200.0, 24))
+    np.testing.assert_array_equal(default_radii(2.0), [2.0])
+    np.testing.assert_array_equal(default_radii([3.0]), [3.0])
+    np.testing.assert_array_equal(default_radii([1.0, 1.0, 4.0]), [1.0, 1.0, 4.0])
+    for bad in ([], [1.0, np.inf], [1.0, np.nan], [0.0, 1.0], [-1.0, 2.0], [2.0, 1.0]):
+        with pytest.raises(ValueError, match="path_radii"):
+            default_radii(bad)
+
+
+def test_saturation_radius_ignores_gaps_the_direction_does_not_separate():
+    # saturation_radius_17, _18, _19: zero and negative direction gaps are ignored
+    assert saturation_radius([2.0, 0.0]) == pytest.approx(10.0)
+    assert saturation_radius([2.0, -1.0], [0.0, 40.0]) == pytest.approx(10.0)
+    assert saturation_radius([4.0, 1.0], [0.0, 10.0]) == pytest.approx(10.0)
+    assert saturation_radius([0.0, -2.0]) == 0.0
+
+
+def test_unit_of_an_empty_array():
+    # unit_8
+    direction, norm = unit(np.array([]))
+    assert direction.shape == (0,) and norm == 0.0
+
+
+def test_exp_loss_shows_the_risk_and_closes_the_bar():
+    # _exp_loss_4, _7, _9, _10, _15, _16
+    calls = []
+
+    class Bar:
+        def __call__(self, k, loss, row=None):
+            calls.append((k, loss, row))
+
+        def close(self):
+            calls.append("closed")
+
+    assert _exp_loss(None) is None
+    shown = _exp_loss(Bar())
+    shown(3, np.log(2.5), {"norm": 1.0})
+    shown.close()
+    assert calls[0][0] == 3 and calls[0][1] == pytest.approx(2.5)
+    assert calls[0][2] == {"norm": 1.0} and calls[1] == "closed"
+
+
+def test_atomic_fit_keeps_dunder_attributes():
+    # _is_fitted_name_7: like scikit-learn, names ``__x__`` are not fitted attributes
+    est = AttentionSelector()
+    est.coef_ = 1.0
+    est.__note__ = "kept"
+    with atomic_fit(est):
+        assert not hasattr(est, "coef_")
+        assert vars(est)["__note__"] == "kept"
+
+
+def _selector_data():
+    X = np.array([[[1.0, 0.0], [0.0, 1.0], [0.3, 0.2]],
+                  [[0.0, 1.0], [1.0, 0.0], [0.1, 0.1]],
+                  [[1.0, 0.5], [0.2, 1.0], [0.0, 0.0]]])
+    return X, np.array([1, -1, 1])
+
+
+def test_fit_honours_tol_and_returns_float64():
+    # _train_32 (tol reaches the loop), _fit_37, _39 (fitted parameters are float64)
+    X, y = _selector_data()
+    kw = {"head": np.array([1.0, -1.0]), "solver": "gd", "max_iter": 50,
+          "compute_limits": False}
+    assert AttentionSelector(**kw).fit(X, y).n_iter_ == 50
+    assert AttentionSelector(tol=1e3, **kw).fit(X, y).n_iter_ == 0
+    est = AttentionSelector(dtype="float32", **kw).fit(X, y)
+    assert est.query_.dtype == np.float64
+
+
+def test_unavailable_device_fails_the_fit():
+    # backend_of_2: the estimator's device reaches the backend
+    X, y = _selector_data()
+    est = AttentionSelector(head=np.array([1.0, -1.0]), solver="gd", max_iter=2,
+                            compute_limits=False, device="cuda")
+    with pytest.raises(ValueError, match="device"):
+        est.fit(X, y)
+
+
+def test_complex_init_is_refused():
+    # _initial_18
+    X, y = _selector_data()
+    est = AttentionSelector(head=np.array([1.0, -1.0]), solver="gd", max_iter=2,
+                            compute_limits=False, init=np.array([1.0 + 1.0j, 0.0]))
+    with pytest.raises(ValueError, match="real"):
+        est.fit(X, y)
+
+
+def _ntp_datasets(k):
+    return [make_ntp_data(n_samples=60, n_contexts=4, n_features=5, n_tokens=3,
+                          support_size=2, random_state=s) for s in range(k)]
+
+
+def test_batched_trials_match_single_fits():
+    # _fit_trials_2 (one trial), _21 (compute_limits=False), _54 (tol), _63, _65
+    # (float64 parameters), _81 (n_iter_)
+    for tol, max_iter in ((0.0, 30), (1e3, 30)):
+        template = NTPDecoderClassifier(solver="gd", lr=0.5, max_iter=max_iter, tol=tol,
+                                        compute_limits=False, random_state=0)
+        for datasets in (_ntp_datasets(1), _ntp_datasets(2)):
+            trials = fit_ntp_trials(template, datasets, random_state=[0] * len(datasets))
+            for est, (X, y) in zip(trials, datasets):
+                single = NTPDecoderClassifier(**template.get_params()).fit(X, y)
+                assert est.n_iter_ == single.n_iter_ == (0 if tol else max_iter)
+                assert est.mm_direction_ is None and single.mm_direction_ is None
+                np.testing.assert_allclose(est.coef_, single.coef_, rtol=1e-10, atol=1e-12)
+    template = NTPDecoderClassifier(solver="gd", max_iter=3, compute_limits=False,
+                                    dtype="float32", random_state=0)
+    (est,) = fit_ntp_trials(template, _ntp_datasets(1))
+    assert est.coef_.dtype == np.float64
+
+
+def test_progress_bar_shows_the_solver_and_the_risk(capsys):
+    # _train_48, _52, _55, _56, _57, _58, _61, Training.__init___2: the bar of the descent
+    # is named after the solver, counts to max_iter and shows the risk L, also when the
+    # loop runs on log L (JointAttentionSVM with "ngd")
+    from skntp import JointAttentionSVM
+    from skntp.datasets import make_joint_fig3
+
+    X, y = _selector_data()
+    est = AttentionSelector(head=np.array([1.0, -1.0]), solver="gd", max_iter=20,
+                            compute_limits=False, verbose=1).fit(X, y)
+    err = capsys.readouterr().err
+    assert "gd [" in err and "20/20" in err
+    assert f"loss {est.history_['loss'][-1]:.4g}" in err
+    Xj, yj, P = make_joint_fig3("b", return_params=True)
+    joint = JointAttentionSVM(max_iter=20, init=(P.head_init, P.query_init),
+                              compute_limits=False, verbose=1).fit(Xj, yj)
+    err = capsys.readouterr().err
+    assert "ngd [" in err and "20/20" in err
+    assert f"loss {joint.history_['loss'][-1]:.4g}" in err
+
+
+def test_converged_trial_of_non_separable_data_does_not_warn():
+    # _fit_trials_82: a trial that reached tol is converged (no ConvergenceWarning)
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = make_ntp_data(n_samples=80, n_contexts=8, n_features=1, n_tokens=4,
+                         support_size=2, random_state=0)
+    template = NTPDecoderClassifier(solver="gd", lr=0.5, max_iter=3000, tol=1e-3,
+                                    random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # NTP-SVM is infeasible
+        warnings.simplefilter("error", ConvergenceWarning)
+        single = NTPDecoderClassifier(**template.get_params()).fit(X, y)
+        (trial,) = fit_ntp_trials(template, [(X, y)], random_state=[0])
+    assert single.is_ntp_separable_ is False and trial.is_ntp_separable_ is False
+    assert trial.n_iter_ == single.n_iter_ < 3000
+    assert trial.history_["grad_norm"][-1] <= 1e-3
