@@ -359,3 +359,20 @@ def test_converged_trial_of_non_separable_data_does_not_warn():
     assert single.is_ntp_separable_ is False and trial.is_ntp_separable_ is False
     assert trial.n_iter_ == single.n_iter_ < 3000
     assert trial.history_["grad_norm"][-1] <= 1e-3
+
+
+def test_saturated_key_query_gradient_with_distinct_tied_top_tokens():
+    # the finding of run 2: tied top tokens that differ (equal keys, different
+    # tokens).  dL/dW = p g^T with g = sum_t r_t x_t, r_t = c s_t (h_t - f): by hand,
+    # g = (c s1 s3 / 2, c s1 (1 - s1)); its first component is of the order of the
+    # non-selected attention s3 and must keep its sign when s3 ~ 1e-22.
+    X = np.array([[[1.0, 0.0], [1.0, 1.0], [0.5, 0.0]]])
+    W = np.array([[1.0, 0.0]])
+    v, y = np.array([0.0, 1.0]), np.array([1.0])
+    for P in (4.0, 100.0):
+        e = np.exp(-P / 2)
+        s1, s3 = 1 / (2 + e), e / (2 + e)
+        c = -expit(-s1)
+        _, (gW,) = attention_loss_grad(np, X, X @ W.T, y, v, np.array([P]), wrt=("W",))
+        expected = P * np.array([[c * s1 * s3 / 2, c * s1 * (1 - s1)]])
+        np.testing.assert_allclose(gW, expected, rtol=1e-9)

@@ -33,7 +33,8 @@ Gradients are closed-form.  With ``s_i = S(K_i p)``, ``h_i = X_i v``
   accurate when the softmax saturates (no cancellation against ``1``);
 * ``dL/dv = sum_i c_i X_i^T s_i``;
 * ``dL/dW = p g^T`` with ``g = sum_i c_i X_i^T (s_i * (h_i - f_i))``
-  (keys ``K = X W^T``, the parameterization of Lemma 1).
+  (keys ``K = X W^T``, the parameterization of Lemma 1), with the tokens
+  taken relative to the most attended ones as the keys are below.
 
 Both the model of Sec. 2 (``p`` or ``W`` trained, :class:`~skntp.AttentionSelector`)
 and the joint model of Sec. 3 (``v`` and ``p`` trained together,
@@ -361,7 +362,12 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
             cs = c[..., None] * s
             grads.append(xp.sum((cs[..., None, :] @ X)[..., 0, :], axis=-2))
         elif name == "W":
-            g = xp.sum((r[..., None, :] @ X)[..., 0, :], axis=-2)   # (..., d)
+            # tokens relative to the most attended ones (sum_t r_t = 0), as the keys
+            # of "p": exact when the softmax saturates with tied top tokens
+            top = xp.astype(s >= xp.max(s, axis=-1, keepdims=True), s.dtype)
+            x_ref = (top[..., None, :] @ X)[..., 0, :] / xp.sum(top, axis=-1, keepdims=True)
+            rel = X - x_ref[..., None, :]
+            g = xp.sum((r[..., None, :] @ rel)[..., 0, :], axis=-2)   # (..., d)
             grads.append(p[..., :, None] * g[..., None, :])
         else:
             raise ValueError(f"unknown gradient {name!r}; choose from 'p', 'v', 'W'.")
