@@ -34,16 +34,12 @@ import numpy as np
 
 
 def make_data(seed, n, T, d):
-    """The authors' data generator (NumPy instead of torch): unit tokens and queries."""
-    rng = np.random.default_rng(seed)
-    v = rng.standard_normal(d)
-    v /= np.linalg.norm(v)
-    y = np.where(rng.standard_normal(n) > 0, 1.0, -1.0)
-    X = rng.standard_normal((n, T, d))
-    X /= np.linalg.norm(X, axis=-1, keepdims=True)
-    Z = rng.standard_normal((n, d))
-    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
-    return X, Z, np.argmax(y[:, None] * (X @ v), axis=1)
+    """The authors' setup (:func:`skntp.datasets.make_key_query_data`): tokens, queries
+    and the optimal tokens."""
+    from skntp.datasets import make_key_query_data
+
+    data = make_key_query_data(n, T, d, random_state=seed)
+    return data.tokens, data.queries, data.optimal
 
 
 def cvxpy_as_in_the_public_code(X, Z, selected, solver, norm="nuc"):

@@ -190,13 +190,24 @@ def key_query_matrix(key_query, d):
     """The key-query matrix ``W`` (k, d): the identity for ``None``."""
     if key_query is None:
         return np.eye(d)
-    W = _real(key_query, "key_query")
-    if W.ndim != 2 or W.shape[1] != d:
-        raise ValueError(f"key_query must have shape (k, {d}) (d the token dimension), "
-                         f"got {W.shape}.")
-    if not np.all(np.isfinite(W)):
-        raise ValueError("key_query contains NaN or infinity.")
-    return W
+    return checked_parameter(key_query, "key_query", (None, d),
+                             f"(k, {d}) (d the token dimension)")
+
+
+def checked_parameter(a, name, shape, expected, ravel=False):
+    """``a`` as a finite real float array of ``shape`` (``None``: any size there).
+
+    ``expected`` is the shape as the error message names it; ``ravel`` flattens
+    a vector given as a row or column first.
+    """
+    arr = _real(a, name)
+    arr = arr.ravel() if ravel else arr
+    if arr.ndim != len(shape) or any(n is not None and n != m
+                                     for n, m in zip(shape, arr.shape)):
+        raise ValueError(f"{name} must have shape {expected}, got {np.shape(a)}.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or infinity.")
+    return arr
 
 
 def _real(a, name):

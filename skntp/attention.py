@@ -43,7 +43,12 @@ from ._base import (
     unit,
     warn_renamed_parameter,
 )
-from ._sequences import _real, binary_labels, check_attention_input, key_query_matrix
+from ._sequences import (
+    binary_labels,
+    check_attention_input,
+    checked_parameter,
+    key_query_matrix,
+)
 from .metrics import alignment, numerical_rank
 from .models.attention import (
     ACTIVATIONS,
@@ -123,13 +128,8 @@ def _head_vector(head, X, mask, Y):
     mean-pooled tokens (``e_1`` if that is zero)."""
     d = X.shape[2]
     if head is not None:
-        v = _real(head, "head").ravel()
-        if v.shape != (d,):
-            raise ValueError(f"head must have shape ({d},) (the token dimension), "
-                             f"got {np.shape(head)}.")
-        if not np.all(np.isfinite(v)):
-            raise ValueError("head contains NaN or infinity.")
-        return v
+        return checked_parameter(head, "head", (d,), f"({d},) (the token dimension)",
+                                 ravel=True)
     pooled = (X * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
     v, nv = unit(pooled[Y > 0].mean(0) - pooled[Y < 0].mean(0)) if (Y > 0).any() and (
         Y < 0).any() else (np.zeros(d), 0.0)
@@ -147,11 +147,7 @@ def _fixed_query(fixed, k, rng):
         if fixed == "random":
             return rng.standard_normal(k) / np.sqrt(k)
         raise ValueError("train='W' needs a non-zero fixed query: it cannot be 'zeros'.")
-    u = _real(fixed, "fixed_query").ravel()
-    if u.shape != (k,):
-        raise ValueError(f"fixed_query must have shape ({k},), got {np.shape(fixed)}.")
-    if not np.all(np.isfinite(u)):
-        raise ValueError("fixed_query contains NaN or infinity.")
+    u = checked_parameter(fixed, "fixed_query", (k,), f"({k},)", ravel=True)
     if not np.any(u):
         raise ValueError("train='W' needs a non-zero fixed query u.")
     return u
@@ -276,26 +272,15 @@ def _value_matrix(value, d):
     """The value matrix ``V`` of shape ``(d_v, d)``, or ``None``."""
     if value is None:
         return None
-    V = _real(value, "value")
-    if V.ndim != 2 or V.shape[1] != d:
-        raise ValueError(f"value must have shape (d_v, {d}) (d the token dimension), got "
-                         f"{np.shape(value)}.")
-    if not np.all(np.isfinite(V)):
-        raise ValueError("value contains NaN or infinity.")
-    return V
+    return checked_parameter(value, "value", (None, d), f"(d_v, {d}) (d the token dimension)")
 
 
 def _value_head_vector(head, d_v):
     """The head ``v`` of a value head: given (shape ``(d_v,)``), or ``1 / sqrt(d_v)``."""
     if head is None:
         return np.full(d_v, 1.0 / np.sqrt(d_v))
-    v = _real(head, "head").ravel()
-    if v.shape != (d_v,):
-        raise ValueError(f"head must have shape ({d_v},) (the rows of value), got "
-                         f"{np.shape(head)}.")
-    if not np.all(np.isfinite(v)):
-        raise ValueError("head contains NaN or infinity.")
-    return v
+    return checked_parameter(head, "head", (d_v,), f"({d_v},) (the rows of value)",
+                             ravel=True)
 
 
 def _kept_token_limit(data, q, kept, method, norm):

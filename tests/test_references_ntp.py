@@ -62,9 +62,10 @@ def data(seed, m=10, d=14, V=6, s=(1, 4), n=300):
     return X, y, *empirical(X, y, V)
 
 
-def ntp_svm_all_pairs(H, S):
+def ntp_svm_all_pairs(H, S, objective=cp.sum_squares):
     """Eq. (4) with every pair: ``(e_z - e_z')^T W h_j = 0`` for ``z, z'`` in ``S_j``,
-    ``(e_z - e_v)^T W h_j >= 1`` for ``z`` in ``S_j``, ``v`` not in ``S_j``."""
+    ``(e_z - e_v)^T W h_j >= 1`` for ``z`` in ``S_j``, ``v`` not in ``S_j``; the
+    solution minimizing ``objective(W)`` (``||W||_F^2``, or another norm)."""
     m, V = S.shape
     W = cp.Variable((V, H.shape[1]))
     L = W @ H.T  # L[v, j] = e_v^T W h_j
@@ -74,7 +75,7 @@ def ntp_svm_all_pairs(H, S):
         for a in ins:
             cons += [L[a, j] - L[b, j] == 0 for b in ins if b > a]
             cons += [L[a, j] - L[v, j] >= 1 for v in outs]
-    cp.Problem(cp.Minimize(cp.sum_squares(W)), cons).solve(solver=cp.CLARABEL)
+    cp.Problem(cp.Minimize(objective(W)), cons).solve(solver=cp.CLARABEL)
     return W.value
 
 

@@ -467,6 +467,14 @@ class AttentionObjective:
         return (xp.sum(risk) if self.batched else risk), grads
 
 
+def _risk_options(be, v, mask, sample_weight, loss):
+    """The fixed options of :class:`AttentionObjective` on backend ``be``: ``None`` for
+    an all-true mask and for uniform weights (the cheaper paths, the same risk)."""
+    uniform = sample_weight is None or bool(np.all(sample_weight == sample_weight[0]))
+    return {"mask": None if mask is None or mask.all() else be.asbool(mask), "loss": loss,
+            "v": be.asarray(v), "sample_weight": None if uniform else be.asarray(sample_weight)}
+
+
 class QueryProblem:
     """The risk of Sec. 2 in the query ``p`` or, by Lemma 1, in ``W`` with a fixed ``u``.
 
@@ -503,12 +511,9 @@ class QueryProblem:
     def __init__(self, be, X, Y, v, W, u, *, mask=None, sample_weight=None, loss="logistic"):
         xp = be.xp
         self.be, self.u = be, u
-        mask = None if mask is None or mask.all() else be.asbool(mask)
-        uniform = sample_weight is None or bool(np.all(sample_weight == sample_weight[0]))
-        common = {"mask": mask, "loss": loss, "v": be.asarray(v),
-                  "sample_weight": None if uniform else be.asarray(sample_weight)}
+        common = _risk_options(be, v, mask, sample_weight, loss)
         Xb = be.asarray(X)
-        self.mask = mask
+        self.mask = common["mask"]
         if u is None:
             Wb = None if W is None else be.asarray(W)
             self.objective = AttentionObjective(xp, Xb, be.asarray(Y), train=("p",), W=Wb,
@@ -587,16 +592,15 @@ class KeyQueryProblem:
         xp = be.xp
         self.be, self.parameterization = be, parameterization
         self.shape = (Z.shape[1], X.shape[2])
-        mask = None if mask is None or mask.all() else be.asbool(mask)
-        uniform = sample_weight is None or bool(np.all(sample_weight == sample_weight[0]))
+        common = _risk_options(be, v, mask, sample_weight, loss)
         Xb = be.asarray(X)
         self.keys = lifted_keys(xp, Xb, be.asarray(Z))
-        self.mask = mask
+        self.mask = common["mask"]
         self.inner = AttentionObjective(
-            xp, Xb, be.asarray(Y), train=("p",), keys=self.keys, mask=mask, loss=loss,
-            v=be.asarray(v), sample_weight=None if uniform else be.asarray(sample_weight),
+            xp, Xb, be.asarray(Y), train=("p",), keys=self.keys,
             saturation_scale=saturation_scale,
-            value=None if value is None else be.asarray(value), activation=activation)
+            value=None if value is None else be.asarray(value), activation=activation,
+            **common)
         self.work_size = self.inner.work_size * self.shape[0]
 
     @property

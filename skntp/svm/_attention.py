@@ -230,9 +230,9 @@ def att_svm_w_problem(tokens, queries, selected, *, mask=None, norm="fro"):
             "tokens are not separable.")
     cons = _selection_constraints(tokens, selected, mask, None, None, "token",
                                   "key-query matrix W")
-    scores = (QueryKeyScores(tokens, queries) if norm == "nuclear" else
-              KeyScores((queries[:, None, :, None] * tokens[:, :, None, :]).reshape(
-                  n, tokens.shape[1], -1)))
+    scores = QueryKeyScores(tokens, queries)
+    if norm != "nuclear":
+        scores = KeyScores(scores.lifted())
     return MaxMarginProblem(
         scores, cons, name=f"ATT-SVM ({'nuclear' if norm == 'nuclear' else 'Frobenius'} "
         "norm, key-query W)",

@@ -43,6 +43,7 @@ from .._backend import (
     sparse_rows_matmul,
     to_numpy,
 )
+from ..models.attention import lifted_keys
 
 __all__ = [
     "BilinearScores",
@@ -146,6 +147,14 @@ def real_array(a, name):
     return arr
 
 
+def _with(obj, **arrays):
+    """A shallow copy of a score map with some arrays replaced."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(arrays)
+    return new
+
+
 def _max_abs(a):
     return float(np.max(np.abs(a))) if np.size(a) else 0.0
 
@@ -212,20 +221,14 @@ class BilinearScores:
 
     def rescaled(self, alpha):
         """The map times ``alpha`` (the queries scaled)."""
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.queries = self.queries * alpha
-        return new
+        return _with(self, queries=self.queries * alpha)
 
     def to_backend(self, be):
         """Return a copy whose arrays live on backend ``be``."""
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.queries = be.asarray(self.queries)
-        new.outputs = None if self.outputs is None else be.asarray(self.outputs)
-        if self.output_scale is not None:
-            new.output_scale = be.asarray(self.output_scale)
-        return new
+        return _with(self, queries=be.asarray(self.queries),
+                     outputs=None if self.outputs is None else be.asarray(self.outputs),
+                     output_scale=(None if self.output_scale is None
+                                   else be.asarray(self.output_scale)))
 
     def forward(self, xp, w):
         """Scores ``(n_blocks, n_positions)`` of the parameter ``w``."""
@@ -317,16 +320,10 @@ class KeyScores:
 
     def rescaled(self, alpha):
         """The map times ``alpha``."""
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.keys = self.keys * alpha
-        return new
+        return _with(self, keys=self.keys * alpha)
 
     def to_backend(self, be):
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.keys = be.asarray(self.keys)
-        return new
+        return _with(self, keys=be.asarray(self.keys))
 
     def forward(self, xp, w):
         return self.keys @ w
@@ -375,16 +372,10 @@ class QueryKeyScores:
 
     def rescaled(self, alpha):
         """The map times ``alpha``."""
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.tokens = self.tokens * alpha
-        return new
+        return _with(self, tokens=self.tokens * alpha)
 
     def to_backend(self, be):
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.tokens, new.queries = be.asarray(self.tokens), be.asarray(self.queries)
-        return new
+        return _with(self, tokens=be.asarray(self.tokens), queries=be.asarray(self.queries))
 
     def forward(self, xp, w):
         return (self.tokens @ (self.queries @ w)[..., None])[..., 0]
@@ -393,9 +384,12 @@ class QueryKeyScores:
         # sum_bt c_bt z_b x_bt^T
         return self.queries.T @ (c[..., None] * self.tokens).sum(axis=1)
 
+    def lifted(self):
+        """The key map: the lifted keys ``vec(z_b x_bt^T)``, shape ``(B, T, k d)``."""
+        return lifted_keys(np, self.tokens, self.queries)
+
     def matrix(self):
-        lifted = self.queries[:, None, :, None] * self.tokens[:, :, None, :]
-        return sp.csr_matrix(lifted.reshape(self.n_blocks * self.n_positions, -1))
+        return sp.csr_matrix(self.lifted().reshape(self.n_blocks * self.n_positions, -1))
 
 
 # --------------------------------------------------------------------------

@@ -118,10 +118,7 @@ def _raise_if_infeasible(problem):
     certify it; the constraints do not depend on the norm, and the exact
     methods of the Frobenius program certify infeasibility (a Farkas ray).
     """
-    sc = problem.scores
-    lifted = (sc.queries[:, None, :, None] * sc.tokens[:, :, None, :]).reshape(
-        sc.n_blocks, sc.n_positions, -1)
-    solve_max_margin(replace(problem, scores=KeyScores(lifted), norm="fro"))
+    solve_max_margin(replace(problem, scores=KeyScores(problem.scores.lifted()), norm="fro"))
 
 
 def _max_step(L, D):
