@@ -43,6 +43,8 @@ __all__ = [
     "Limits",
     "Training",
     "backend_of",
+    "norm_name",
+    "other_limit_directions",
     "saturation_radius",
 ]
 
@@ -60,8 +62,13 @@ BACKEND_CONSTRAINTS = {
 }
 
 TRAINING_CONSTRAINTS = {
-    "solver": [StrOptions({"gd", "ngd", "adam", "regpath", "svm"})],
+    "solver": [StrOptions({"gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror",
+                           "regpath", "svm"})],
     "lr": [Interval(Real, 0, None, closed="neither")],
+    "power_t": [Interval(Real, 0, None, closed="left")],
+    "eps": [Interval(Real, 0, None, closed="left")],
+    "descent_norm": [StrOptions({"fro", "max", "l1", "spectral"}), tuple, list],
+    "mirror_p": [Interval(Real, 1, None, closed="neither")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
     "tol": [Interval(Real, 0, None, closed="left")],
     "record_every": [Interval(Integral, 1, None, closed="left")],
@@ -135,6 +142,11 @@ def unit(w):
         return v / r, top * r
 
 
+def norm_name(norm):
+    """``"max"``, ``"spectral"``, ``"l3"`` (for ``("lp", 3)``), ... in messages."""
+    return norm if isinstance(norm, str) else f"l{norm[1]:g}"
+
+
 def cosine(w, direction):
     """Cosine of ``w`` with ``direction`` (0 for a zero argument, nan without direction)."""
     if direction is None:
@@ -142,6 +154,15 @@ def cosine(w, direction):
     from .metrics import alignment
 
     return alignment(w, direction)
+
+
+def other_limit_directions(limits):
+    """``{"fro": W^fro}`` (``{}`` without it): the history's ``alignment_fro``, the
+    alignment with the Frobenius limit whatever ``limit_norm_`` is
+    (:func:`skntp.metrics.history_metrics`)."""
+    directions = limits.attributes.get("limit_directions_") or {}
+    fro = directions.get("fro")
+    return {} if fro is None else {"fro": fro}
 
 
 class Limits:
@@ -274,6 +295,60 @@ class ImplicitBiasEstimator(BaseEstimator):
                                                 else weights)}
         return self
 
+    def _descent_options(self):
+        """The options of the descent solvers (:func:`skntp._optim.minimize`)."""
+        from ._optim import check_descent_norm
+
+        return {"eps": self.eps, "power_t": self.power_t, "mirror_p": self.mirror_p,
+                "descent_norm": check_descent_norm(self.descent_norm)}
+
+    def _parameter_norm(self):
+        """The norm of gradient descent's limit on this model's parameterization."""
+        return "fro"
+
+    def _limit_norm(self):
+        """The norm of the max-margin limit of the estimator's solver
+        (:func:`skntp._optim.limit_norm`): ``limit_norm_``."""
+        from ._optim import limit_norm
+
+        return limit_norm(self.solver, self.descent_norm, self.mirror_p,
+                          self._parameter_norm(), self.eps)
+
+    def _limits_in_norms(self, program, solve, consequence, norms=None):
+        """The unit directions of one program's solutions in the limit norm and in Frobenius.
+
+        Parameters
+        ----------
+        program, consequence : str
+            As for :meth:`_solve_limit`.
+        solve : callable
+            ``solve(norm, callback) -> result`` with a ``primal`` (a
+            :class:`~skntp.svm.MaxMarginResult`).
+        norms : sequence, default=None
+            The norms; ``None``: ``limit_norm_`` and ``"fro"``.
+
+        Returns
+        -------
+        directions : dict
+            Norm -> unit-Frobenius direction, ``None`` when infeasible or too
+            large (decided once: the constraints are the same in every norm).
+        results : dict
+            Norm -> the result.
+        failure : Exception or None
+            As for :meth:`_solve_limit`.
+        """
+        norms = list(dict.fromkeys([self._limit_norm(), "fro"] if norms is None else norms))
+        directions, results, failure = {}, {}, None
+        for norm in norms:
+            name = program if norm == "fro" else f"{program} ({norm_name(norm)} norm)"
+            res = None
+            if failure is None:
+                res, failure = self._solve_limit(
+                    name, lambda cb, norm=norm: solve(norm, cb), consequence)
+            results[norm] = res
+            directions[norm] = None if res is None else unit(res.primal)[0]
+        return directions, results, failure
+
     def _record_weights(self, training):
         """Add the trained weights to every record of the history (``record_weights``).
 
@@ -355,6 +430,7 @@ class ImplicitBiasEstimator(BaseEstimator):
             lr=self.lr if training.lr is None else training.lr,
             max_iter=self.max_iter,
             tol=self.tol,
+            **self._descent_options(),
             metrics=training.metrics,
             record_every=self.record_every,
             radii=radii,
@@ -378,12 +454,12 @@ class ImplicitBiasEstimator(BaseEstimator):
         follows its own iterates), and each estimator is published from its
         trial's slice of the run (atomically, as in ``fit``).
         """
-        from ._optim import OptimResult, minimize
+        from ._optim import DESCENT_SOLVERS, OptimResult, minimize
 
         template = estimators[0]
-        if template.solver not in ("gd", "ngd", "adam"):
+        if template.solver not in DESCENT_SOLVERS:
             raise ValueError(
-                f"batched trials run the gradient solvers 'gd', 'ngd' and 'adam'; got "
+                f"batched trials run the descent solvers {DESCENT_SOLVERS}; got "
                 f"solver={template.solver!r} (fit those trials one by one).")
         be = backend_of(template)
         with contextlib.ExitStack() as stack:
@@ -396,7 +472,7 @@ class ImplicitBiasEstimator(BaseEstimator):
             result = minimize(
                 training.objective, tuple(be.asarray(p) for p in training.params0),
                 xp=be.xp, solver=template.solver, lr=template.lr, max_iter=template.max_iter,
-                tol=template.tol, metrics=training.metrics,
+                tol=template.tol, metrics=training.metrics, **template._descent_options(),
                 record_every=template.record_every, batched=True)
             params = [np.asarray(to_numpy(p), dtype=np.float64) for p in result.params]
             for b, (est, data, lim) in enumerate(zip(estimators, datas, limits)):
@@ -446,10 +522,12 @@ class ImplicitBiasEstimator(BaseEstimator):
 
     def _set_limit_attributes(self, limits, coef, names=()):
         """Publish a matrix model's limits and ``coef_``: ``mm_direction_``,
-        ``finite_component_``, ``mm_margin_``, ``svm_result_``, the model's own
-        ``names`` from ``limits.attributes``, and ``alignment_`` (of ``coef_`` minus
-        the finite part, with ``mm_direction_``)."""
+        ``finite_component_``, ``mm_margin_``, ``svm_result_``, ``limit_norm_``,
+        ``limit_directions_``, the model's own ``names`` from ``limits.attributes``,
+        and ``alignment_`` (of ``coef_`` minus the finite part, with ``mm_direction_``)."""
         self.mm_direction_, self.finite_component_ = limits.direction, limits.finite
+        self.limit_norm_ = self._limit_norm()
+        self.limit_directions_ = limits.attributes.get("limit_directions_", {})
         self.mm_margin_ = limits.attributes.get("mm_margin_", float("nan"))
         self.svm_result_ = limits.attributes.get("svm_result_")
         for name in names:

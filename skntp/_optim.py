@@ -1,10 +1,17 @@
 """The training loop shared by every estimator.
 
 One loop runs full-batch gradient descent (``"gd"``), normalized GD
-(``"ngd"``), Adam (``"adam"``) and the regularization path (``"regpath"``)
-over an *objective*: a function of a tuple of parameter blocks that returns
-``(loss, gradients)``.  Every estimator records the same history through a
-``metrics`` callback.
+(``"ngd"``), Adam (``"adam"``), sign descent (``"signgd"``), normalized
+steepest descent in a chosen norm (``"nsd"``), lp mirror descent
+(``"mirror"`` and its normalized variant ``"nmirror"``) and the
+regularization path (``"regpath"``) over an *objective*: a function of a
+tuple of parameter blocks that returns ``(loss, gradients)``.  Every
+estimator records the same history through a ``metrics`` callback.
+
+Each optimizer names the norm of its implicit bias (:func:`limit_norm`): on
+separable data steepest descent in a norm converges in direction to the
+max-margin solution in that norm, and lp mirror descent to the lp max-margin
+solution (see :func:`limit_norm` for the statements and their assumptions).
 
 The arrays are those of the estimator's backend (NumPy or torch); the loop
 only uses operators and Array-API functions, so it runs unchanged on both.
@@ -15,15 +22,96 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from numbers import Real
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import blas_threads, norm, to_numpy
 
-__all__ = ["SOLVERS", "OptimResult", "minimize"]
+__all__ = ["DESCENT_NORMS", "SCALE_FREE", "SOLVERS", "OptimResult", "check_descent_norm",
+           "limit_norm", "minimize", "steepest_direction"]
 
-SOLVERS = ("gd", "ngd", "adam", "regpath")
+SOLVERS = ("gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror", "regpath")
+#: the descent solvers: those that :func:`minimize` runs step by step
+DESCENT_SOLVERS = ("gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror")
+#: solvers whose step depends on the gradient only through its direction: they
+#: may run on any positive multiple of the loss (e.g. ``log L``, or a gradient
+#: scaled out of float64 underflow) and take exactly the same steps
+SCALE_FREE = ("ngd", "signgd", "nsd", "nmirror")
+#: the norms of ``solver="nsd"`` (``("lp", p)`` too, for ``1 < p < inf``)
+DESCENT_NORMS = ("fro", "max", "l1", "spectral")
+
+
+def check_descent_norm(descent_norm):
+    """The canonical form of a descent norm: one of :data:`DESCENT_NORMS` or ``("lp", p)``.
+
+    ``("lp", 2)`` is ``"fro"``; ``("lp", p)`` needs a finite real ``p > 1``
+    (``"max"`` and ``"l1"`` are the limits ``p = inf`` and ``p = 1``).
+    """
+    if isinstance(descent_norm, str):
+        if descent_norm in DESCENT_NORMS:
+            return descent_norm
+    elif (isinstance(descent_norm, (tuple, list)) and len(descent_norm) == 2
+          and descent_norm[0] == "lp"):
+        p = descent_norm[1]
+        if (isinstance(p, Real) and not isinstance(p, bool) and math.isfinite(p)
+                and p > 1):
+            return "fro" if p == 2 else ("lp", float(p))
+        raise ValueError(
+            f"descent_norm=('lp', p) needs a finite real p > 1, got p={p!r} (use 'max' for "
+            "p = inf and 'l1' for p = 1).")
+    raise ValueError(f"descent_norm must be one of {DESCENT_NORMS} or ('lp', p) with p > 1, got "
+                     f"{descent_norm!r}.")
+
+
+def _check_real(value, name, above, closed=False):
+    """A finite real ``> above`` (``>= above`` when ``closed``), else a ValueError."""
+    ok = (isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+          and (value >= above if closed else value > above))
+    if not ok:
+        raise ValueError(f"{name} must be a finite real {'>=' if closed else '>'} {above:g}, "
+                         f"got {value!r}.")
+    return float(value)
+
+
+def limit_norm(solver, descent_norm="fro", mirror_p=2.0, parameter_norm="fro", eps=1e-8):
+    """The norm of the max-margin limit that theory names for ``solver``.
+
+    * ``"gd"``, ``"ngd"``, ``"regpath"`` and ``"svm"``: the Frobenius norm
+      (``parameter_norm``, e.g. ``"nuclear"`` for factored attention ``Q K^T``);
+    * ``"signgd"``: the entrywise max norm;
+    * ``"adam"`` with ``eps = 0``: the entrywise max norm too (Adam without a
+      stability constant, Zhang, Zou, Cao 2024; Fan, Schmidt, Thrampoulidis
+      2025, for separable multiclass data); with ``eps > 0`` the Frobenius
+      norm: on separable data the gradient vanishes, ``eps`` comes to dominate
+      the root of the second moment and Adam becomes GD with a constant
+      preconditioner (Wang et al. 2021).  Before that, while the gradient's
+      entries are large against ``eps``, Adam moves like sign descent, so on a
+      finite horizon it can be closer to the max-norm limit;
+    * ``"nsd"``: ``descent_norm`` (normalized steepest descent in a norm goes to
+      the max-margin solution in that norm; ``"spectral"``: Muon-style
+      orthogonalized updates);
+    * ``"mirror"`` and ``"nmirror"``: ``("lp", mirror_p)`` (mirror descent with
+      the potential ``(1/p) ||w||_p^p``; Julistiono, Tarzanagh, Azizan,
+      "Optimizing Attention with Mirror Descent", 2024).
+
+    The theorems assume separable data and small or decaying steps; for NTP
+    data with several tokens in a support, and for the joint and
+    self-attention models, the norm is the conjecture the package measures
+    against, not a theorem.
+    """
+    if solver in ("gd", "ngd", "regpath", "svm"):
+        return parameter_norm
+    if solver == "signgd" or (solver == "adam" and eps == 0):
+        return "max"
+    if solver == "adam":
+        return parameter_norm
+    if solver == "nsd":
+        return check_descent_norm(descent_norm)
+    if solver in ("mirror", "nmirror"):
+        return check_descent_norm(("lp", _check_real(mirror_p, "mirror_p", above=1.0)))
+    raise ValueError(f"solver must be one of {SOLVERS + ('svm',)}, got {solver!r}.")
 
 
 class OptimResult:
@@ -106,22 +194,118 @@ def _close_progress(progress):
         close()
 
 
-def _step(xp, solver, params, grads, lr, ngd_scales, m1, m2, k, betas, eps):
-    """One update of every block: GD, normalized GD (``ngd_scales`` = lr/||g||,
-    per block or per trial) or Adam (moments ``m1``, ``m2`` updated in place)."""
+def _flat(xp, a, batched):
+    """``a`` as rows of one problem each: ``(1, size)``, or ``(n_trials, size)``."""
+    return xp.reshape(a, (a.shape[0] if batched else 1, -1))
+
+
+def _row_scale(xp, values, like, batched):
+    """Per-problem values of shape ``(rows, 1)`` broadcast over the block ``like``."""
+    return xp.reshape(values, ((like.shape[0],) if batched else ()) + (1,) * (
+        like.ndim - (1 if batched else 0)))
+
+
+def steepest_direction(xp, g, descent_norm, batched=False):
+    """The unit step of steepest descent in ``descent_norm``: ``argmax_{||s|| <= 1} <g, s>``.
+
+    Every problem's block (each trial's, with ``batched``) gets its own:
+
+    * ``"fro"``: ``g / ||g||_F``; ``"max"``: ``sign(g)`` (sign descent);
+    * ``"l1"``: ``sign(g_i)`` on the entries of largest ``|g_i|`` (shared
+      equally between ties), 0 elsewhere (greedy coordinate descent);
+    * ``("lp", p)``: ``sign(g) |g|^(q-1) / ||g||_q^(q-1)`` with ``1/p + 1/q = 1``;
+    * ``"spectral"``: ``U V^T`` of the thin SVD ``g = U S V^T`` over the
+      singular values above ``1e-12 s_max`` (the polar factor, Muon's
+      orthogonalized update); a vector block, whose spectral norm is its
+      Euclidean norm, gets ``g / ||g||``.
+
+    ``<g, s>`` is then the dual norm of ``g``.  A zero block gets a zero step.
+    The lp and fro directions are computed from ``g / max|g|``, so they are
+    exact for gradients of any magnitude (also near underflow).
+    """
+    vector = g.ndim == (2 if batched else 1)
+    if descent_norm == "spectral" and not vector:
+        U, S, Vh = xp.linalg.svd(g, full_matrices=False)
+        top = xp.max(S, axis=-1, keepdims=True)
+        keep = xp.astype(S > 1e-12 * top, g.dtype)
+        return xp.matmul(U * keep[..., None, :], Vh)
+    if descent_norm == "spectral":
+        descent_norm = "fro"
+    if descent_norm == "max":
+        return xp.sign(g)
+    flat = _flat(xp, xp.abs(g), batched)
+    top = xp.max(flat, axis=1, keepdims=True)
+    safe = xp.where(top > 0, top, xp.ones_like(top))
+    if descent_norm == "l1":
+        at_top = xp.astype((flat == top) & (top > 0), g.dtype)
+        share = at_top / xp.maximum(xp.sum(at_top, axis=1, keepdims=True), 1.0)
+        return xp.sign(g) * xp.reshape(share, g.shape)
+    q = 2.0 if descent_norm == "fro" else descent_norm[1] / (descent_norm[1] - 1.0)
+    a = flat / safe  # in [0, 1]: no overflow or underflow of the powers below
+    size = xp.sum(a**q, axis=1, keepdims=True) ** (1.0 / q)
+    size = xp.where(size > 0, size, xp.ones_like(size))
+    return xp.sign(g) * xp.reshape((a / size) ** (q - 1.0), g.shape)
+
+
+def _dual_norm_rows(xp, g, p, batched):
+    """``||g||_q`` (``1/p + 1/q = 1``) of each problem's block, shaped to broadcast on it."""
+    q = p / (p - 1.0)
+    flat = _flat(xp, xp.abs(g), batched)
+    top = xp.max(flat, axis=1, keepdims=True)
+    safe = xp.where(top > 0, top, xp.ones_like(top))
+    size = top * xp.sum((flat / safe) ** q, axis=1, keepdims=True) ** (1.0 / q)
+    return _row_scale(xp, size, g, batched)
+
+
+def _mirror_map(xp, w, power):
+    """``sign(w) |w|^power``: the gradient of the lp potential (``power = p - 1``) and
+    its inverse (``power = 1 / (p - 1)``)."""
+    return xp.sign(w) * xp.abs(w) ** power
+
+
+def _step(xp, solver, params, grads, lr, ngd_scales, state, k, options, batched):
+    """One update of every block, with the step ``lr`` of iteration ``k``.
+
+    ``"gd"``; ``"ngd"`` (``ngd_scales`` = lr/||g||, per block or per trial);
+    ``"adam"`` (moments in ``state`` updated in place); ``"signgd"`` and
+    ``"nsd"``, ``w <- w - lr s`` with ``s`` the unit steepest direction of
+    :func:`steepest_direction`; ``"mirror"``, ``grad psi(w) <- grad psi(w) -
+    lr g`` with ``psi = (1/p) ||w||_p^p`` entrywise, and ``"nmirror"``, the same
+    with ``g / ||g||_q`` (normalized, as in AttentionMD).
+    """
     if solver == "gd":
         return tuple(p - lr * g for p, g in zip(params, grads))
     if solver == "ngd":
         return tuple(p - s * g for p, g, s in zip(params, grads, ngd_scales))
-    b1, b2 = betas
+    if solver in ("signgd", "nsd"):
+        dn = "max" if solver == "signgd" else options["descent_norm"]
+        return tuple(p - lr * steepest_direction(xp, g, dn, batched)
+                     for p, g in zip(params, grads))
+    if solver in ("mirror", "nmirror"):
+        p_ = options["mirror_p"]
+        new = []
+        for w, g in zip(params, grads):
+            if solver == "nmirror":
+                size = _dual_norm_rows(xp, g, p_, batched)
+                g = g / xp.where(size > 0, size, xp.ones_like(size))
+            theta = _mirror_map(xp, w, p_ - 1.0) - lr * g
+            new.append(_mirror_map(xp, theta, 1.0 / (p_ - 1.0)))
+        return tuple(new)
+    b1, b2 = options["betas"]
+    eps = options["eps"]
+    m1, m2 = state
     new = []
     for i, (p, g) in enumerate(zip(params, grads)):
         m1[i] = b1 * m1[i] + (1 - b1) * g
         m2[i] = b2 * m2[i] + (1 - b2) * g * g
         mhat = m1[i] / (1 - b1**k)
         vhat = m2[i] / (1 - b2**k)
-        new.append(p - lr * mhat / (xp.sqrt(vhat) + eps))
+        denom = xp.sqrt(vhat) + eps
+        # eps = 0: an entry whose gradient was always 0 has mhat = vhat = 0 and stays
+        new.append(p - lr * (mhat / denom if eps > 0 else
+                             xp.where(denom > 0, mhat, 0.0) / xp.where(denom > 0, denom, 1.0)))
     return tuple(new)
+
 
 def minimize(
     objective,
@@ -136,6 +320,9 @@ def minimize(
     record_every=1,
     betas=(0.9, 0.99),
     eps=1e-8,
+    descent_norm="fro",
+    mirror_p=2.0,
+    power_t=0.0,
     radii=None,
     inner_max_iter=200,
     project=None,
@@ -162,15 +349,23 @@ def minimize(
         Initial parameter blocks.
     xp : namespace
         Array namespace of the blocks.
-    solver : {"gd", "ngd", "adam", "regpath"}
+    solver : {"gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror", "regpath"}
         ``"gd"``: ``w <- w - lr g``. ``"ngd"``: each block moves by
         ``lr g_b / ||g_b||`` (normalized GD as in both papers).
-        ``"adam"``: Adam with ``betas`` and ``eps``. ``"regpath"``:
+        ``"adam"``: Adam with ``betas`` and ``eps``. ``"signgd"``:
+        ``w <- w - lr sign(g)``. ``"nsd"``: each block moves by ``lr`` times
+        its unit steepest direction in ``descent_norm``
+        (:func:`steepest_direction`; ``"spectral"`` is Muon's orthogonalized
+        step). ``"mirror"``: lp mirror descent, ``grad psi(w_+) = grad psi(w)
+        - lr g`` with ``psi(w) = (1/p) ||w||_p^p`` entrywise (``p = mirror_p``);
+        ``"nmirror"``: the same with ``g / ||g||_q`` per block (the normalized
+        variant of Julistiono, Tarzanagh, Azizan 2024). ``"regpath"``:
         ``argmin_{||w_b|| <= r_b} loss`` for each row of ``radii`` (the
         regularization path, Thm. A.3 of the NTP paper, Thm. 1 of the
         max-margin paper), solved by accelerated projected gradient with
         backtracking, each point warm-started from the last.
     lr : float
+        The step; at iteration ``k`` (from 1) the step is ``lr / k**power_t``.
     max_iter : int
         Iterations (ignored by ``"regpath"``, which runs ``inner_max_iter``
         per radius).
@@ -181,6 +376,18 @@ def minimize(
         arrays (per-trial values, or an iterate to keep its trajectory).
     record_every : int
         Record every that many iterations (and always the first and last).
+    betas, eps : tuple of float, float
+        Adam's moment decays and the constant added to the root of the second
+        moment.
+    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
+        The norm of ``"nsd"``.
+    mirror_p : float, default=2.0
+        ``p > 1`` of the mirror map of ``"mirror"`` and ``"nmirror"`` (2 is GD
+        and normalized GD).
+    power_t : float, default=0.0
+        Decay of the step of the descent solvers, ``lr / k**power_t`` (0:
+        constant; 0.5: ``1/sqrt(k)``, the schedule of sign and spectral descent
+        in Fan et al. 2025).
     radii : array of shape (n_radii,) or (n_radii, n_blocks)
         The path's radii (``"regpath"`` only).
     project : callable, optional
@@ -228,9 +435,16 @@ def minimize(
                             rescale=rescale)
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
+        _check_real(mirror_p, "mirror_p", above=1.0)
+        _check_real(power_t, "power_t", above=0.0, closed=True)
+        _check_real(eps, "eps", above=0.0, closed=True)
         return _descend(objective, params0, xp=xp, solver=solver, lr=lr, max_iter=max_iter,
-                        tol=tol, metrics=metrics, record_every=record_every, betas=betas,
-                        eps=eps, project=project, progress=progress, batched=batched)
+                        tol=tol, metrics=metrics, record_every=record_every,
+                        options={"betas": betas, "eps": eps,
+                                 "descent_norm": check_descent_norm(descent_norm),
+                                 "mirror_p": float(mirror_p)},
+                        power_t=power_t, project=project, progress=progress,
+                        batched=batched)
 
 
 def _finite(a):
@@ -240,8 +454,8 @@ def _finite(a):
 
 
 def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, record_every,
-             betas, eps, project, progress, batched):
-    """GD, normalized GD and Adam, for one problem or a batch of trials.
+             options, power_t, project, progress, batched):
+    """The descent solvers (:data:`DESCENT_SOLVERS`), for one problem or a batch of trials.
 
     Without a batch every per-trial quantity (gradient norms, the active
     flag) is a scalar, and the loop is the plain one.
@@ -261,8 +475,8 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
     gn = _block_norms(xp, grads, batched)
     rec.record(0, params, scalar(loss), total_norm(gn), t0, force=True)
     loss0 = np.asarray(to_numpy(loss), dtype=float).copy()
-    m1 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
-    m2 = [xp.zeros_like(p) for p in params] if solver == "adam" else None
+    state = (([xp.zeros_like(p) for p in params], [xp.zeros_like(p) for p in params])
+             if solver == "adam" else None)
     stop_reason, k = "max_iter", 0
     for k in range(1, max_iter + 1):
         total = np.asarray(total_norm(gn))
@@ -270,16 +484,17 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
         if not active.any():  # all zero first: tol=0 must not hide a saturation
             stop_reason, k = ("zero-gradient" if np.all(total == 0.0) else "tol"), k - 1
             break
+        lr_k = lr / k**power_t if power_t else lr
         if solver != "ngd":
             scales = None
         elif batched:
-            scales = [_per_trial(xp, np.divide(lr, n, out=np.zeros_like(n), where=n > 0), g)
+            scales = [_per_trial(xp, np.divide(lr_k, n, out=np.zeros_like(n), where=n > 0), g)
                       for g, n in zip(grads, gn)]
         else:
-            scales = [lr / n if n > 0 else 0.0 for n in gn]
+            scales = [lr_k / n if n > 0 else 0.0 for n in gn]
         # overflow is caught below and reported once, as one ConvergenceWarning
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            new = _step(xp, solver, params, grads, lr, scales, m1, m2, k, betas, eps)
+            new = _step(xp, solver, params, grads, lr_k, scales, state, k, options, batched)
         if not active.all():  # trials that reached tol stay where they are
             new = tuple(xp.where(_per_trial(xp, active, p) > 0, q, p)
                         for q, p in zip(new, params))

@@ -39,10 +39,12 @@ from ._base import (
     cosine,
     default_radii,
     moved_attribute,
+    norm_name,
     saturation_radius,
     unit,
     warn_renamed_parameter,
 )
+from ._optim import SCALE_FREE
 from ._sequences import (
     binary_labels,
     check_attention_input,
@@ -74,6 +76,7 @@ from .svm import (
     support_vectors,
     svm_neighbors,
 )
+from .svm._core import norm_value
 
 __all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "JointAttentionSVM",
            "diagnose_selection"]
@@ -474,7 +477,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         ``l(u) = log(1 + e^{-u})`` (the logistic loss; ``"logistic"``, its
         former name, is kept for one release), ``e^{-u}`` or ``-u``
         (Assumption A).
-    solver : {"gd", "ngd", "adam", "regpath", "svm"}, default="ngd"
+    solver : str, default="ngd"
+        One of "gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror",
+        "regpath", "svm".
         ``"gd"``: gradient descent (3); ``"ngd"``: normalized GD (App. E);
         ``"adam"``: Adam;
         ``"regpath"``: the regularization path (2), ``argmin_{||p|| <= R}``
@@ -482,6 +487,10 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         from two starts (the previous solution and ``R`` times the GMM
         direction) keeping the lower risk, since (2) is non-convex; ``"svm"``: the explicit limit
         ``p = svm_radius * gmm_direction_`` (Thm. 1/2).
+        ``"signgd"``: sign descent; ``"nsd"``: normalized steepest descent in
+        ``descent_norm``; ``"mirror"``, ``"nmirror"``: lp mirror descent with
+        ``p = mirror_p``, plain or normalized.  Each fit records the norm that
+        theory names for its solver's limit, ``limit_norm_``.
     init : None, "zeros", "random" or array-like, default=None
         The start of the gradient solvers.  ``train="p"``: ``p(0)`` of shape
         (k,) (``None``/"zeros": ``0``; "random": ``N(0, I/k)`` from
@@ -537,6 +546,22 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     lr : float, default=0.1
         Step size (the paper's normalized GD uses 0.1 in Fig. 1-4 and 1 in
         Fig. 9).
+    power_t : float, default=0.0
+        Decay of the step of the descent solvers: ``lr / k**power_t`` at
+        iteration ``k`` (0: constant; 0.5: ``lr / sqrt(k)``, the schedule of
+        sign and spectral descent in Fan, Schmidt, Thrampoulidis 2025).
+    eps : float, default=1e-8
+        Adam's constant added to the root of the second moment.  ``eps = 0``
+        is Adam without it, whose limit is the max-norm solution; with
+        ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
+        is the Frobenius one (:func:`skntp._optim.limit_norm`).
+    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
+        The norm of ``solver="nsd"`` (normalized steepest descent):
+        ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
+        sign descent, ``("lp", p)`` for ``1 < p < inf``.
+    mirror_p : float, default=2.0
+        ``p > 1`` of ``solver="mirror"`` and ``"nmirror"``: mirror descent with
+        the potential ``(1/p) ||w||_p^p`` (2: GD and normalized GD).
     max_iter : int, default=1000
         Iterations (inner iterations per radius for ``"regpath"``).
     tol : float, default=0.0
@@ -597,11 +622,22 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     query_factor_, key_factor_ : ndarray of shape (k, rank) and (d, rank)
         ``parameterization="KQ"``: the trained factors, ``key_query_ =
         query_factor_ @ key_factor_.T``.
+    limit_norm_ : str or tuple
+        The norm of the max-margin limit that theory names for the solver
+        (:func:`skntp._optim.limit_norm`): the parameterization's (``"fro"``,
+        ``"nuclear"`` for ``"KQ"``) for GD, normalized GD, the path, ``"svm"``
+        and Adam with ``eps > 0``; ``"max"`` for sign descent and Adam with
+        ``eps = 0``; ``descent_norm`` for ``"nsd"``; ``("lp", mirror_p)`` for
+        mirror descent.  ``mm_direction_`` and ``gmm_direction_`` are the ATT-SVM
+        solutions in this norm; the SVM-neighbors, local optimality and
+        ``convergence_`` are those of the Frobenius ATT-SVM (Def. 2).
     limit_directions_ : dict
-        With per-input queries or ``"KQ"``: the unit key-query ATT-SVM
-        solutions of the selected tokens in both norms, ``{"fro": W^fro,
-        "nuclear": W^nuc}`` (``None`` where infeasible); ``mm_direction_`` is the
-        one of the parameterization.
+        The unit ATT-SVM solutions of the selected tokens in ``limit_norm_``
+        and in the Frobenius norm (with per-input queries or ``"KQ"`` also the
+        nuclear norm: ``{"fro": W^fro, "nuclear": W^nuc, ...}``), ``None``
+        where infeasible; ``mm_direction_`` is the one of ``limit_norm_``.
+        ``history_["alignment_<norm>"]`` is the cosine of the iterates with
+        each (``alignment_l3`` for ``("lp", 3)``).
     limit_alignments_ : dict
         The cosine of ``key_query_`` with each of ``limit_directions_``.
     limit_ranks_ : dict
@@ -711,7 +747,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     def __init__(self, head=None, key_query=None, *, train="p", loss="log_loss", solver="ngd",
                  init=None, fixed_query=None, query_index=None, parameterization="W",
                  rank=None, value=None, activation="identity", selection_threshold=1e-3,
-                 lr=0.1, max_iter=1000, tol=0.0,
+                 lr=0.1, power_t=0.0, eps=1e-8, descent_norm="fro", mirror_p=2.0,
+                 max_iter=1000, tol=0.0,
                  svm_radius="auto", path_radii=None, max_enumeration=4096, classes=None,
                  compute_limits=True, svm_method="auto", record_every=10, backend="numpy",
                  device=None, dtype="float64", random_state=None, verbose=0,
@@ -730,6 +767,10 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.init = init
         self.fixed_query = fixed_query
         self.lr = lr
+        self.power_t = power_t
+        self.eps = eps
+        self.descent_norm = descent_norm
+        self.mirror_p = mirror_p
         self.max_iter = max_iter
         self.tol = tol
         self.svm_radius = svm_radius
@@ -852,19 +893,26 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         data["Z"], data["keys"] = Z, lifted_keys(np, Xp, Z)
         data["rank"] = min(k, d) if self.rank is None else int(self.rank)
 
+    def _parameter_norm(self):
+        return "nuclear" if self.train == "W" and self.parameterization == "KQ" else "fro"
+
     def _explicit_limits(self, data):
+        own = self._limit_norm()
         program = lambda cb: _gmm_program(data, self.svm_method, cb)  # noqa: E731
-        if data["matrix"] and self.parameterization == "KQ":
+        if own != "fro":
             def program(cb):
                 optimal = data["optimal"]
                 if (optimal.sum(axis=1) > 1).any():
                     raise ValueError(
-                        "some inputs have several optimal tokens (tied scores); the "
-                        "nuclear-norm GMM of parameterization='KQ' is only computed "
-                        "without ties.")
-                return att_svm_w(data["X"], data["Z"], np.argmax(data["scores"], axis=1),
-                                 mask=data["mask"], norm="nuclear", method=self.svm_method,
-                                 callback=cb).ravel()
+                        "some inputs have several optimal tokens (tied scores); the GMM "
+                        f"in the {norm_name(own)} norm is only computed without ties "
+                        "(ATT-SVM' of App. D is enumerated in the Frobenius norm).")
+                selected = np.argmax(data["scores"], axis=1)
+                if data["matrix"]:
+                    return att_svm_w(data["X"], data["Z"], selected, mask=data["mask"],
+                                     norm=own, method=self.svm_method, callback=cb).ravel()
+                return att_svm(data["keys"], selected, mask=data["mask"], norm=own,
+                               method=self.svm_method, callback=cb)
         try:
             p, _ = self._solve_limit("ATT-SVM (GMM)", program, "gmm_direction_ is None.")
         except ValueError as exc:  # too many tied choices to enumerate
@@ -970,7 +1018,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         problem = KeyQueryProblem(be, data["X"], data["Y"], data["v"], data["Z"],
                                   self.parameterization, mask=data["mask"],
                                   sample_weight=data["sw"], loss=_LOSS[self.loss],
-                                  saturation_scale=self.solver == "ngd",
+                                  saturation_scale=self.solver in SCALE_FREE,
                                   value=data["value"], activation=self.activation)
         xp = be.xp
         gmm = None if limits.direction is None else be.asarray(limits.direction)
@@ -1015,9 +1063,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             self.query_factor_, self.key_factor_ = params
         self.query_ = data["u"] if self.query_index is None else None
         self.key_query_, q = W, W.ravel()
-        own = "fro" if self.parameterization == "W" else "nuclear"
+        own = self._limit_norm()
         keys, scores = data["keys"], np.where(mask, data["scores"], 0.0)
-        solutions = {"fro": None, "nuclear": None}
+        solutions = dict.fromkeys([own, "fro", "nuclear"])
         if self.compute_limits or self.solver == "svm":
             selected = _selection(keys, q, mask)["selected"]
             for norm in solutions:
@@ -1031,8 +1079,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         directions = {n: None if w is None else w / np.linalg.norm(w)
                       for n, w in solutions.items()}
         mm = solutions[own]
-        margin = float("nan") if mm is None else 1.0 / (
-            np.linalg.norm(mm) if own == "fro" else np.linalg.svd(mm, compute_uv=False).sum())
+        margin = float("nan") if mm is None else 1.0 / norm_value(mm, own)
         self.limit_directions_ = directions
         self.limit_alignments_ = {n: cosine(W, w) for n, w in directions.items()}
         self.limit_ranks_ = {n: (None if w is None else numerical_rank(w))
@@ -1082,6 +1129,17 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                    _selection(data["keys"], q, mask))
             self.mm_direction_, norm = (None, 0.0) if rep.get("mm") is None else unit(
                 rep["mm"])
+            self.limit_directions_ = {"fro": self.mm_direction_}
+            own = self._limit_norm()
+            if own != "fro":
+                mm = None
+                if rep.get("mm") is not None:
+                    mm = att_svm(data["keys"], rep["selected"], mask=mask, norm=own,
+                                 method=self.svm_method)
+                self.mm_direction_, _ = (None, 0.0) if mm is None else unit(mm)
+                norm = 0.0 if mm is None else norm_value(mm, own)
+                self.limit_directions_ = {own: self.mm_direction_,
+                                          "fro": self.limit_directions_["fro"]}
             self.mm_margin_ = 1.0 / norm if norm > 0 else float("nan")
         self.selected_tokens_ = rep["selected"]
         self.attention_saturation_ = rep["saturation"]
@@ -1110,14 +1168,16 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             trajectory = self.history_.pop("query")
             self.history_["alignment"] = np.array([cosine(it - finite, self.mm_direction_)
                                                    for it in trajectory])
+        self.limit_norm_ = self._limit_norm()
         if matrix:
             trajectory = trajectory.reshape(-1, *self.key_query_.shape)
             self.trajectory_ = {"key_query": trajectory}
-            for norm, w in self.limit_directions_.items():
-                self.history_[f"alignment_{norm}"] = np.array([cosine(it, w)
-                                                               for it in trajectory])
         else:
             self.trajectory_ = {"query": trajectory}
+        for norm, w in self.limit_directions_.items():
+            if w is not None:
+                self.history_[f"alignment_{norm_name(norm)}"] = np.array(
+                    [cosine(it, w) for it in trajectory.reshape(len(trajectory), -1)])
 
     # ---------------------------------------------------------------- predict
     def _forward(self, X):
@@ -1193,7 +1253,9 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
     Parameters
     ----------
-    solver : {"gd", "ngd", "adam", "regpath", "svm"}, default="ngd"
+    solver : str, default="ngd"
+        One of "gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror",
+        "regpath", "svm".
         ``"gd"``: gradient descent with step ``lr``; ``"adam"``: Adam;
         ``"ngd"``: normalized
         GD, each block ``v``, ``p`` moved by ``lr`` along its own normalized
@@ -1205,6 +1267,10 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         ``"svm"``: the explicit limit, ``head_ = svm_radius * head_mm_direction_``
         and ``query_ = svm_radius * mm_direction_``, with the selected tokens
         chosen by :func:`skntp.svm.joint_svm` (largest label margin).
+        ``"signgd"``: sign descent; ``"nsd"``: normalized steepest descent in
+        ``descent_norm``; ``"mirror"``, ``"nmirror"``: lp mirror descent with
+        ``p = mirror_p``, plain or normalized.  Each fit records the norm that
+        theory names for its solver's limit, ``limit_norm_``.
     key_query : array-like of shape (k, d), default=None
         The fixed key-query matrix ``W`` (keys ``K_i = X_i W^T``); ``None`` is
         the identity.
@@ -1219,6 +1285,22 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         from ``y``, which must then hold both.
     lr : float, default=0.1
         Step size (the paper's Fig. 3 uses normalized GD with 0.1).
+    power_t : float, default=0.0
+        Decay of the step of the descent solvers: ``lr / k**power_t`` at
+        iteration ``k`` (0: constant; 0.5: ``lr / sqrt(k)``, the schedule of
+        sign and spectral descent in Fan, Schmidt, Thrampoulidis 2025).
+    eps : float, default=1e-8
+        Adam's constant added to the root of the second moment.  ``eps = 0``
+        is Adam without it, whose limit is the max-norm solution; with
+        ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
+        is the Frobenius one (:func:`skntp._optim.limit_norm`).
+    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
+        The norm of ``solver="nsd"`` (normalized steepest descent):
+        ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
+        sign descent, ``("lp", p)`` for ``1 < p < inf``.
+    mirror_p : float, default=2.0
+        ``p > 1`` of ``solver="mirror"`` and ``"nmirror"``: mirror descent with
+        the potential ``(1/p) ||w||_p^p`` (2: GD and normalized GD).
     max_iter : int, default=1000
         Iterations of the gradient solvers; inner iterations per radius for
         ``"regpath"``.
@@ -1337,7 +1419,8 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         **BACKEND_CONSTRAINTS,
     }
 
-    def __init__(self, solver="ngd", *, key_query=None, init=None, lr=0.1, max_iter=1000,
+    def __init__(self, solver="ngd", *, key_query=None, init=None, lr=0.1, power_t=0.0,
+                 eps=1e-8, descent_norm="fro", mirror_p=2.0, max_iter=1000,
                  tol=0.0, path_radii=None, svm_radius="auto", max_enumeration=256,
                  classes=None, compute_limits=True, svm_method="auto", record_every=10,
                  backend="numpy", device=None, dtype="float64", random_state=None, verbose=0,
@@ -1346,6 +1429,10 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.key_query = key_query
         self.init = init
         self.lr = lr
+        self.power_t = power_t
+        self.eps = eps
+        self.descent_norm = descent_norm
+        self.mirror_p = mirror_p
         self.max_iter = max_iter
         self.tol = tol
         self.path_radii = path_radii
@@ -1435,9 +1522,11 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                            name="init[0] (the head)")
         p0 = self._initial(parts[1], (k,), data["rng"], default="random", divisor=np.sqrt(k),
                            name="init[1] (the query)")
-        # log L has the same minimizers on every ball (regpath) and the same normalized
-        # gradient in every block (ngd), and does not underflow
-        objective = self._objective(be, data, log=self.solver in ("regpath", "ngd"))
+        # log L has the same minimizers on every ball (regpath) and the same gradient
+        # direction in every block (the scale-free solvers: ngd, signgd, nsd, nmirror),
+        # and does not underflow
+        on_log = self.solver == "regpath" or self.solver in SCALE_FREE
+        objective = self._objective(be, data, log=on_log)
         xp, Xb, Kb, maskb, Yb = be.xp, objective.X, objective.K, objective.mask, objective.y
 
         def metrics(params):
@@ -1457,7 +1546,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                 raise ValueError(f"path_radii must have shape (n_radii,) or (n_radii, 2), "
                                  f"got {radii.shape}.")
         return Training(objective, (v0, p0), metrics, radii=radii,
-                        log_loss=self.solver == "ngd")
+                        log_loss=self.solver in SCALE_FREE)
 
     def _objective(self, be, data, *, log):
         """The attention risk (ERM) in ``(v, p)`` with the logistic loss (Sec. 3)."""
@@ -1505,7 +1594,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             return
         self.n_iter_ = result.n_iter
         hist = dict(result.history)
-        if self.solver in ("regpath", "ngd"):
+        if self.solver == "regpath" or self.solver in SCALE_FREE:
             hist["log_loss"] = hist["loss"]
             hist["loss"] = np.exp(hist["log_loss"])
         if self.solver == "regpath" and "radius_0" not in hist:

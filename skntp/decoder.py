@@ -27,8 +27,8 @@ from ._base import (
     Training,
     backend_kwargs,
     cosine,
+    other_limit_directions,
     saturation_radius,
-    unit,
 )
 from .metrics import SubspaceProjector, history_metrics
 from .models.decoder import (
@@ -39,7 +39,7 @@ from .models.decoder import (
     ntp_logit_gaps,
 )
 from .svm import NotSeparableError, log_odds_problem, solve_ntp_svm
-from .svm._core import solve_min_norm
+from .svm._core import norm_value, solve_min_norm
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
@@ -58,13 +58,35 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
 
     Parameters
     ----------
-    solver : {"gd", "ngd", "adam", "regpath", "svm"}, default="gd"
+    solver : str, default="gd"
+        One of "gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror",
+        "regpath", "svm".
         ``"gd"``: constant-step gradient descent; ``"ngd"``: normalized GD;
         ``"adam"``: Adam; ``"regpath"``: the regularization path
         ``argmin_{||W|| <= B} CE(W)`` over ``path_radii``; ``"svm"``: the
         explicit limit ``coef_ = finite_component_ + svm_radius * mm_direction_``.
+        ``"signgd"``: sign descent; ``"nsd"``: normalized steepest descent in
+        ``descent_norm``; ``"mirror"``, ``"nmirror"``: lp mirror descent with
+        ``p = mirror_p``, plain or normalized.  Each fit records the norm that
+        theory names for its solver's limit, ``limit_norm_``.
     lr : float, default=0.5
         Step size (the paper uses 0.5 for GD and 0.01 for NGD and Adam).
+    power_t : float, default=0.0
+        Decay of the step of the descent solvers: ``lr / k**power_t`` at
+        iteration ``k`` (0: constant; 0.5: ``lr / sqrt(k)``, the schedule of
+        sign and spectral descent in Fan, Schmidt, Thrampoulidis 2025).
+    eps : float, default=1e-8
+        Adam's constant added to the root of the second moment.  ``eps = 0``
+        is Adam without it, whose limit is the max-norm solution; with
+        ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
+        is the Frobenius one (:func:`skntp._optim.limit_norm`).
+    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
+        The norm of ``solver="nsd"`` (normalized steepest descent):
+        ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
+        sign descent, ``("lp", p)`` for ``1 < p < inf``.
+    mirror_p : float, default=2.0
+        ``p > 1`` of ``solver="mirror"`` and ``"nmirror"``: mirror descent with
+        the potential ``(1/p) ||w||_p^p`` (2: GD and normalized GD).
     max_iter : int, default=1000
         Iterations of the gradient solvers; inner iterations per radius for
         ``"regpath"``.
@@ -124,11 +146,22 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
     finite_component_ : ndarray of shape (V, d)
         ``W*``, the minimum-norm solution of eq. (3); lies in ``F`` (eq. (5)).
     mm_direction_ : ndarray of shape (V, d) or None
-        ``W^mm/||W^mm||`` (unit Frobenius norm); ``None`` when the data are
-        not NTP-separable.
+        ``W^mm/||W^mm||_F`` (unit Frobenius norm), the NTP-SVM solution in
+        ``limit_norm_``; ``None`` when the data are not NTP-separable.
     mm_margin_ : float
-        ``1/||W^mm||``, the NTP-margin (0 when not separable, nan when not
+        ``1/||W^mm||`` (in ``limit_norm_``), the NTP-margin (0 when not separable, nan when not
         computed).
+    limit_norm_ : str or tuple
+        The norm of the max-margin limit that theory names for the solver
+        (:func:`skntp._optim.limit_norm`): ``"fro"`` for GD, normalized GD, the
+        path, ``"svm"`` and Adam with ``eps > 0``; ``"max"`` for sign descent
+        and Adam with ``eps = 0``;
+        ``descent_norm`` for ``"nsd"``; ``("lp", mirror_p)`` for mirror descent.
+        ``mm_direction_`` is the solution in this norm.
+    limit_directions_ : dict
+        Norm -> unit-Frobenius direction of the max-margin solution in that
+        norm, for ``limit_norm_`` and ``"fro"`` (``None`` where infeasible); the
+        history's ``alignment_fro`` is the cosine with the Frobenius one.
     is_ntp_compatible_ : bool
         Eq. (3) has a solution (Def. 3.1).
     is_ntp_separable_ : bool
@@ -168,12 +201,17 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         **BACKEND_CONSTRAINTS,
     }
 
-    def __init__(self, solver="gd", *, lr=0.5, max_iter=1000, tol=0.0, vocabulary=None,
+    def __init__(self, solver="gd", *, lr=0.5, power_t=0.0, eps=1e-8, descent_norm="fro",
+                 mirror_p=2.0, max_iter=1000, tol=0.0, vocabulary=None,
                  init=None, svm_radius="auto", path_radii=None, compute_limits=True,
                  svm_method="auto", record_every=10, backend="numpy", device=None,
                  dtype="float64", random_state=None, verbose=0):
         self.solver = solver
         self.lr = lr
+        self.power_t = power_t
+        self.eps = eps
+        self.descent_norm = descent_norm
+        self.mirror_p = mirror_p
         self.max_iter = max_iter
         self.tol = tol
         self.vocabulary = vocabulary
@@ -232,14 +270,17 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         contexts, probs = data["contexts"], data["probs"]
         equations = log_odds_problem(contexts, probs)
         finite, residual = solve_min_norm(equations)
-        res, failure = self._solve_limit(
+        directions, results, failure = self._limits_in_norms(
             "NTP-SVM",
             # (astype copies: a comparison would sort probs' indices in place)
-            lambda cb: solve_ntp_svm(contexts, probs.astype(bool), method=self.svm_method,
-                                     callback=cb, **backend_kwargs(self))[1],
+            lambda norm, cb: solve_ntp_svm(contexts, probs.astype(bool), norm=norm,
+                                           method=self.svm_method, callback=cb,
+                                           **backend_kwargs(self))[1],
             "Gradient solvers still fit, but there is no max-margin direction: "
             "mm_direction_ is None.")
-        direction, norm = (None, 0.0) if res is None else unit(res.primal)
+        limit = self._limit_norm()
+        res, direction = results[limit], directions[limit]
+        norm = 0.0 if res is None else norm_value(res.primal, limit)
         if failure is None:  # (W^mm = 0 when every context has full support)
             separable, margin = True, 1.0 / norm if norm > 0 else float("inf")
         elif isinstance(failure, NotSeparableError):
@@ -248,7 +289,8 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
             separable, margin = None, float("nan")
         return Limits(direction, finite, SubspaceProjector.from_problem(equations),
                       is_ntp_compatible_=bool(residual <= 1e-8), is_ntp_separable_=separable,
-                      mm_margin_=margin, svm_result_=res)
+                      mm_margin_=margin, svm_result_=res, limit_norm_=limit,
+                      limit_directions_=directions)
 
     def _limit_parameters(self, data, limits):
         if self.svm_radius == "auto":
@@ -265,7 +307,8 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         rng = check_random_state(self.random_state)
         W0 = self._initial(self.init, (V, d), rng, default="random", divisor=np.sqrt(d))
         objective = CrossEntropy(be, data["contexts"], data["weights"], data["probs"])
-        metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector)
+        metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector,
+                                  other_directions=other_limit_directions(limits))
         return Training(objective, (W0,), metrics)
 
     @classmethod

@@ -177,7 +177,7 @@ class SubspaceProjector:
 
 
 def history_metrics(be, param_index=0, direction=None, finite=None, projector=None,
-                    prefix="", trials=False):
+                    prefix="", trials=False, other_directions=None):
     """Build the metrics callback of the training loop.
 
     Records, for the parameter block ``param_index``: ``norm``; ``alignment``,
@@ -187,7 +187,9 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
     ``alignment_corrected`` (the former name of ``alignment``, kept for one
     release) and ``finite_distance`` (``||P(w) - finite||`` with ``P`` the
     projector onto the finite subspace).  Keys are prefixed with ``prefix``
-    (e.g. ``"head_"``).
+    (e.g. ``"head_"``).  ``other_directions`` maps a name to another direction
+    (e.g. ``{"fro": W^mm_fro}`` when ``direction`` is the limit in another
+    norm): each is recorded as ``alignment_<name>``, computed as ``alignment``.
 
     With ``trials=True`` the block has a leading trial axis (batched runs,
     :mod:`skntp.sweeps`), ``direction``, ``finite`` and ``projector`` are
@@ -206,6 +208,10 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
     if has_dir.any():
         D = be.asarray(np.stack([d if d is not None else np.zeros(shape) for d in dirs]))
     no_dir = np.where(has_dir, 0.0, np.nan)
+    others = {}
+    for name, other in (other_directions or {}).items():
+        if other is not None:
+            others[name] = be.asarray(np.stack(list(other)) if trials else other[None])
     if has_fin:
         F = be.asarray(np.stack(fins))
     with_basis = has_fin and all(p is not None and (p.is_zero or p.basis is not None)
@@ -238,6 +244,10 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
                                           xp.sqrt(_trial_dot(xp, R, R))) + no_dir
                 out["alignment_uncorrected"] = raw
                 out["alignment_corrected"] = out["alignment"]
+        R = W if F is None else W - F
+        for name, O in others.items():
+            out[f"alignment_{name}"] = _ratio(xp, _trial_dot(xp, R, O),
+                                              xp.sqrt(_trial_dot(xp, R, R)))
         if F is not None and all(p is not None for p in projs):
             if with_basis:
                 c = (xp.asarray(projs[0].coordinates(W[0]))[None] if sparse_coords

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from numbers import Integral, Real
 
@@ -20,8 +21,8 @@ from ._base import (
     Training,
     backend_kwargs,
     cosine,
+    other_limit_directions,
     saturation_radius,
-    unit,
     warn_renamed_parameter,
 )
 from .graphs import (
@@ -42,7 +43,7 @@ from .models.self_attention import (
     realizable_samples,
     saturation_gaps,
 )
-from .svm._core import solve_max_margin
+from .svm._core import norm_value, solve_max_margin
 from .svm._graph import cyclic_correction, graph_svm_problem, pseudo_limits
 
 __all__ = ["NTPAttentionClassifier"]
@@ -95,12 +96,34 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         Assumption 4, convex in ``W`` (Lemma 3, Sec. 5); ``"ce"``: the
         cross-entropy of ``y_hat`` (Fig. 6); ``"squared"``:
         ``(1 - c_y^T f(X))^2`` (Fig. 5).
-    solver : {"gd", "ngd", "adam", "regpath", "svm"}, default="gd"
+    solver : str, default="gd"
+        One of "gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror",
+        "regpath", "svm".
         ``"gd"``: Algo-GD; ``"ngd"``: normalized GD (App. D, the paper's
         figures); ``"adam"``; ``"regpath"``: Algo-RP over ``path_radii``;
         ``"svm"``: ``coef_ = finite_component_ + svm_radius * mm_direction_``.
+        ``"signgd"``: sign descent; ``"nsd"``: normalized steepest descent in
+        ``descent_norm``; ``"mirror"``, ``"nmirror"``: lp mirror descent with
+        ``p = mirror_p``, plain or normalized.  Each fit records the norm that
+        theory names for its solver's limit, ``limit_norm_``.
     lr : float, default=0.5
         Step size (the paper's figures use normalized GD with 0.01 or 0.1).
+    power_t : float, default=0.0
+        Decay of the step of the descent solvers: ``lr / k**power_t`` at
+        iteration ``k`` (0: constant; 0.5: ``lr / sqrt(k)``, the schedule of
+        sign and spectral descent in Fan, Schmidt, Thrampoulidis 2025).
+    eps : float, default=1e-8
+        Adam's constant added to the root of the second moment.  ``eps = 0``
+        is Adam without it, whose limit is the max-norm solution; with
+        ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
+        is the Frobenius one (:func:`skntp._optim.limit_norm`).
+    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
+        The norm of ``solver="nsd"`` (normalized steepest descent):
+        ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
+        sign descent, ``("lp", p)`` for ``1 < p < inf``.
+    mirror_p : float, default=2.0
+        ``p > 1`` of ``solver="mirror"`` and ``"nmirror"``: mirror descent with
+        the potential ``(1/p) ||w||_p^p`` (2: GD and normalized GD).
     max_iter : int, default=1000
         Iterations (inner iterations per radius for ``"regpath"``).
     tol : float, default=0.0
@@ -166,7 +189,16 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         ``W^mm / ||W^mm||`` (zero when no graph has an ``i => j`` pair; None
         when (Graph-SVM) is infeasible or ``compute_limits=False``).
     mm_margin_ : float
-        ``1 / ||W^mm||``.
+        ``1 / ||W^mm||`` (in ``limit_norm_``).
+    limit_norm_ : str or tuple
+        The norm of the max-margin limit that theory names for the solver
+        (:func:`skntp._optim.limit_norm`); ``mm_direction_`` is the Graph-SVM
+        solution in it (the same constraints in every norm).  For a norm other
+        than Frobenius this is the package's conjecture, measured, not a theorem
+        of the paper.
+    limit_directions_ : dict
+        Norm -> unit-Frobenius Graph-SVM direction, for ``limit_norm_`` and
+        ``"fro"``; ``history_["alignment_fro"]`` is the cosine with the latter.
     finite_component_ : ndarray of shape (d, d) or None
         ``W^cyc`` (Def. 3), in ``S_cyc`` and orthogonal to ``W^mm`` (Lemma 2).
     cyclic_basis_ : ndarray of shape (d * d, r)
@@ -221,7 +253,8 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
     }
 
     def __init__(self, embeddings=None, *, n_tokens=None, embedding_dim=None,
-                 head="identity", loss="log_loss", solver="gd", lr=0.5, max_iter=1000,
+                 head="identity", loss="log_loss", solver="gd", lr=0.5, power_t=0.0,
+                 eps=1e-8, descent_norm="fro", mirror_p=2.0, max_iter=1000,
                  tol=0.0, init=None, svm_radius="auto", path_radii=None, compute_limits=True,
                  selection_threshold=1e-3, svm_method="auto", record_every=10,
                  record_weights=False, backend="numpy", device=None, dtype="float64",
@@ -233,6 +266,10 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         self.loss = loss
         self.solver = solver
         self.lr = lr
+        self.power_t = power_t
+        self.eps = eps
+        self.descent_norm = descent_norm
+        self.mirror_p = mirror_p
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
@@ -310,11 +347,14 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
                                      sample_weight=data["weights"], return_info=True)
         rows = cyclic_subspace_basis(E, sccs)
         problem = graph_svm_problem(E, data["graphs"], sccs)
-        res, _ = self._solve_limit(
-            "Graph-SVM", lambda cb: solve_max_margin(problem, method=self.svm_method,
-                                                     callback=cb, **backend_kwargs(self)),
+        directions, results, _ = self._limits_in_norms(
+            "Graph-SVM", lambda norm, cb: solve_max_margin(
+                dataclasses.replace(problem, norm=norm), method=self.svm_method, callback=cb,
+                **backend_kwargs(self)),
             "mm_direction_ is None.")
-        direction, norm = (None, 0.0) if res is None else unit(res.primal)
+        limit = self._limit_norm()
+        res, direction = results[limit], directions[limit]
+        norm = 0.0 if res is None else norm_value(res.primal, limit)
         if direction is not None and norm > 0 and abs(cosine(wc, direction)) > _ORTHOGONALITY_TOL:
             warnings.warn(
                 f"W^cyc and W^mm are not orthogonal (cosine {cosine(wc, direction):.2e}), "
@@ -322,6 +362,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
                 stacklevel=4)
         return Limits(direction, wc, SubspaceProjector(rows if rows.shape[0] else None, (d, d)),
                       svm_result_=res, cyclic_basis_=info["basis"],
+                      limit_directions_=directions,
                       mm_margin_=(float("nan") if res is None else
                                   1.0 / norm if norm > 0 else float("inf")))
 
@@ -343,7 +384,8 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
             init = "random"
         d = data["E"].shape[1]
         W0 = self._initial(init, (d, d), data["rng"], default="zeros", divisor=d)
-        metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector)
+        metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector,
+                                  other_directions=other_limit_directions(limits))
         return Training(self._risk(data, be), (W0,), metrics)
 
     def _fitted(self, data, limits, params, result):

@@ -255,7 +255,7 @@ def test_unknown_solver_is_refused():
         with pytest.raises(ValueError, match="solver must be one of"):
             minimize(quadratic([1.0], [0.0]), (np.ones(1),), xp=np, solver="sgd",
                      batched=batched)
-    assert SOLVERS == ("gd", "ngd", "adam", "regpath")
+    assert SOLVERS == ("gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror", "regpath")
 
 
 # --------------------------------------------------------------------------

@@ -181,7 +181,8 @@ def _identical_columns_sparse(csc):
     return np.asarray(first, dtype=np.int64), inverse
 
 
-def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, **kwargs):
+def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, norm="fro",
+                  **kwargs):
     """Solve the NTP-SVM through the max-margin core, merging exchangeable tokens.
 
     Tokens with identical support columns share their row of ``W^mm`` (see
@@ -201,7 +202,10 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
     method : str, default="auto"
         Max-margin core method.
     merge_exchangeable : bool, default=True
-        Solve the reduced program when some tokens are exchangeable.
+        Solve the reduced program when some tokens are exchangeable (Frobenius
+        norm only: the reduction's row scaling is that norm's).
+    norm : str or tuple, default="fro"
+        The norm minimized (:class:`~skntp.svm.MaxMarginProblem`).
     **kwargs :
         ``tol``, ``max_iter``, ``verbose``, ``backend``, ``device``, ``dtype``
         of :func:`~skntp.svm.solve_max_margin`.
@@ -213,7 +217,9 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
     result : MaxMarginResult
         Its solution: ``primal`` of shape (V, d), ``dual`` per constraint.
     """
-    problem = ntp_svm_problem(contexts, support)
+    problem = ntp_svm_problem(contexts, support, norm=norm)
+    if norm != "fro":
+        return problem, solve_max_margin(problem, method=method, **kwargs)
     support = (sp.csr_matrix(support, dtype=bool) if sp.issparse(support)
                else np.asarray(support, dtype=bool))
     if merge_exchangeable:
