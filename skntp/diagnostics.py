@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import clone
 
-from .svm import ntp_svm_problem, solve_max_margin
+from .svm import finite_component, ntp_svm_problem, solve_max_margin
 from .svm._core import constraint_operator, norm_value
 
 __all__ = ["compare_optimizers", "normalized_margin"]
@@ -69,16 +69,21 @@ def compare_optimizers(estimator, X, y, *, solvers=None, norms=("fro", "max", "l
     ----------
     estimator : NTPDecoderClassifier
         The configuration to fit (``lr``, ``max_iter``, ...); ``solvers`` replaces
-        its ``solver`` and ``lr``.  It is cloned, never fitted in place.
+        its ``solver`` and ``lr``.  It is cloned, never fitted in place.  With
+        ``compute_limits=False`` the fits skip their own limits (faster); the
+        limits of ``norms`` are solved here once either way.
     X, y, sample_weight :
         As for ``estimator.fit``.
     solvers : dict, default=None
         ``{name: params}``, the parameters set on each clone, e.g.
-        ``{"GD": {"solver": "gd", "lr": 0.5}, "Adam": {"solver": "adam", "lr": 0.01}}``.
+        ``{"GD": {"solver": "gd", "lr": 0.5}, "Adam": {"solver": "adam", "lr": 0.01},
+        "Muon": {"solver": "nsd", "descent_norm": "spectral", "power_t": 1/3}}``.
         ``None``: GD (0.5), normalized GD (0.01) and Adam (0.01), the NTP
         paper's App. B.2 settings.
-    norms : tuple of {"fro", "max", "l1"}, default=("fro", "max", "l1")
-        The norms of the NTP-SVM solutions to compare with.
+    norms : tuple, default=("fro", "max", "l1")
+        The norms of the NTP-SVM solutions to compare with: any of
+        :class:`~skntp.svm.MaxMarginProblem`'s (``"fro"``, ``"max"``,
+        ``"l1"``, ``"spectral"``, ``"nuclear"``, ``("lp", p)``).
 
     Returns
     -------
@@ -113,8 +118,11 @@ def compare_optimizers(estimator, X, y, *, solvers=None, norms=("fro", "max", "l
     alignment = np.zeros((len(fitted), len(norms)))
     fraction = np.zeros_like(alignment)
     dense = support.toarray() if sp.issparse(support) else np.asarray(support)
+    finite = None
     for i, est in enumerate(fitted.values()):
-        W = est.coef_ - est.finite_component_
+        if est.finite_component_ is None and finite is None:  # compute_limits=False
+            finite = finite_component(contexts, probs)
+        W = est.coef_ - (finite if est.finite_component_ is None else est.finite_component_)
         margin = _ntp_margin(contexts, dense, W)
         for j, norm in enumerate(norms):
             L = limits[norm]

@@ -28,7 +28,7 @@ from sklearn.model_selection import ParameterGrid
 from sklearn.utils.validation import check_random_state
 
 from ._backend import to_numpy
-from ._optim import minimize
+from ._optim import DESCENT_SOLVERS, minimize
 
 __all__ = ["attention_trials", "fit_ntp_trials", "run_sweep", "trial_seeds"]
 
@@ -105,7 +105,8 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
     Parameters
     ----------
     estimator : NTPDecoderClassifier
-        The template (solver ``"gd"``, ``"ngd"`` or ``"adam"``; its backend,
+        The template (a descent solver: ``"gd"``, ``"ngd"``, ``"adam"``,
+        ``"signgd"``, ``"nsd"``, ``"mirror"`` or ``"nmirror"``; its backend,
         device and dtype are used for the batched run).
     datasets : sequence of (X, y) or (X, y, sample_weight)
         One dataset per trial; all must have the same number of features
@@ -141,9 +142,9 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
 
     if not isinstance(estimator, NTPDecoderClassifier):
         raise TypeError("fit_ntp_trials takes an NTPDecoderClassifier template.")
-    if estimator.solver not in ("gd", "ngd", "adam"):
+    if estimator.solver not in DESCENT_SOLVERS:
         raise ValueError(
-            f"batched trials run the gradient solvers 'gd', 'ngd' and 'adam'; got "
+            f"batched trials run the descent solvers {DESCENT_SOLVERS}; got "
             f"solver={estimator.solver!r} (fit those trials one by one)."
         )
     datasets = list(datasets)

@@ -427,7 +427,7 @@ def test_batched_trials_reject_bad_input():
     with pytest.raises(ValueError, match="same vocabulary size"):
         fit_ntp_trials(NTPDecoderClassifier(max_iter=2),
                        data + [make_ntp_data(300, 8, 12, 5, (1, 4), random_state=0)])
-    with pytest.raises(ValueError, match="gradient solvers"):
+    with pytest.raises(ValueError, match="descent solvers"):
         fit_ntp_trials(NTPDecoderClassifier(solver="svm"), data)
     with pytest.raises(ValueError, match="seeds for"):
         fit_ntp_trials(NTPDecoderClassifier(max_iter=2, vocabulary=6), data, random_state=[1])
