@@ -139,7 +139,7 @@ def test_bad_input():
         X1[0, 1 if sel[0] != 1 else 0] = X1[0, sel[0]]
         att_svm_w(X1, Z, sel)
     with pytest.raises(ValueError, match="norm must be"):
-        att_svm_w(X, Z, sel, norm="spectral")
+        att_svm_w(X, Z, sel, norm="operator")
     with pytest.raises(ValueError, match="queries must have shape"):
         att_svm_w(X, Z[:3], sel)
     with pytest.raises(ValueError, match="queries must be finite"):

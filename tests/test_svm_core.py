@@ -320,7 +320,8 @@ def test_auto_order_covers_every_class_and_ends_with_the_reference():
     from skntp.svm._core import AUTO_ORDER, program_class
     from skntp.svm._fast import GatheredScores
 
-    assert set(AUTO_ORDER) == {"decoder", "keys", "bilinear", "nuclear", "lp"}
+    assert set(AUTO_ORDER) == {"decoder", "keys", "bilinear", "nuclear", "lp", "spectral",
+                               "lp-norm"}
     for names in AUTO_ORDER.values():
         assert names[-1] == "cvxpy" and set(names) <= set(_core._METHODS)
     H = np.eye(3, 4)
@@ -339,10 +340,17 @@ def test_auto_order_covers_every_class_and_ends_with_the_reference():
     assert program_class(lp) == "lp"
     # every method of a class minimizes that class's norm
     for cls, names in AUTO_ORDER.items():
-        norm = {"nuclear": "nuclear", "lp": "max"}.get(cls, "fro")
+        norm = {"nuclear": "nuclear", "lp": "max", "spectral": "spectral",
+                "lp-norm": "lp"}.get(cls, "fro")
         assert all(norm in _core._METHOD_NORMS[name] for name in names)
+    assert program_class(MaxMarginProblem(graph.scores, ntp.constraints,
+                                          norm="spectral")) == "spectral"
+    assert program_class(MaxMarginProblem(graph.scores, ntp.constraints,
+                                          norm=["lp", 3])) == "lp-norm"
     with pytest.raises(ValueError, match="norm must be one of"):
-        MaxMarginProblem(graph.scores, ntp.constraints, norm="spectral")
+        MaxMarginProblem(graph.scores, ntp.constraints, norm="operator")
+    with pytest.raises(ValueError, match="needs a matrix parameter"):
+        MaxMarginProblem(KeyScores(np.ones((3, 2, 2))), ntp.constraints, norm="spectral")
     with pytest.raises(ValueError, match="needs a matrix parameter"):
         MaxMarginProblem(KeyScores(np.ones((3, 2, 2))), ntp.constraints, norm="nuclear")
 

@@ -4,7 +4,7 @@ All programs go through one core, :func:`solve_max_margin`, which solves
 ``min 1/2 ||w||^2`` under linear score-difference constraints.
 """
 
-from . import _dcd, _fast, _nuclear  # noqa: F401  (register their methods)
+from . import _barrier, _dcd, _fast, _nuclear  # noqa: F401  (register their methods)
 from ._attention import (
     att_svm,
     att_svm_prime,
@@ -24,6 +24,8 @@ from ._core import (
     NotSeparableError,
     ProgramTooLargeError,
     QueryKeyScores,
+    check_norm,
+    dual_norm,
     solve_max_margin,
     solve_min_norm,
 )
@@ -54,6 +56,8 @@ __all__ = [
     "NotSeparableError",
     "ProgramTooLargeError",
     "QueryKeyScores",
+    "check_norm",
+    "dual_norm",
     "att_svm",
     "att_svm_prime",
     "att_svm_problem",

@@ -33,13 +33,15 @@ from scipy.linalg import solve_triangular
 from scipy.linalg.blas import daxpy, dger
 
 from ._core import (
-    NORMS,
+    MATRIX_NORMS,
     Constraints,
     KeyScores,
     MaxMarginProblem,
     MaxMarginResult,
     NotSeparableError,
     QueryKeyScores,
+    check_norm,
+    norm_label,
     real_array,
     register_method,
     solve_max_margin,
@@ -113,9 +115,9 @@ def att_svm_problem(keys, selected, relaxed=None, *, mask=None, against=None, no
     against : array-like of bool, shape (n, T), or None
         Tokens to separate ``alpha_i`` from (default: every other real
         token).  ATT-SVM' (App. D) separates from the non-optimal tokens only.
-    norm : {"fro", "max", "l1"}, default="fro"
+    norm : {"fro", "max", "l1"} or ("lp", p), default="fro"
         The norm of the program (:class:`~skntp.svm.MaxMarginProblem`):
-        Frobenius, entrywise max or l1.
+        Frobenius, entrywise max, l1 or lp.
 
     Returns
     -------
@@ -200,7 +202,7 @@ def att_svm_w_problem(tokens, queries, selected, *, mask=None, norm="fro"):
     selected : array-like of int, shape (n,)
         ``alpha_i``.
     mask : array-like of bool, shape (n, T), or None
-    norm : {"fro", "nuclear", "max", "l1"}, default="fro"
+    norm : {"fro", "nuclear", "spectral", "max", "l1"} or ("lp", p), default="fro"
 
     Returns
     -------
@@ -214,8 +216,7 @@ def att_svm_w_problem(tokens, queries, selected, *, mask=None, norm="fro"):
         When a query is zero or a selected token equals a token it must be
         separated from.
     """
-    if norm not in NORMS:
-        raise ValueError(f"norm must be one of {NORMS}, got {norm!r}.")
+    norm = check_norm(norm)
     tokens, mask = _check_keys(tokens, mask)
     queries = real_array(queries, "queries")
     n = tokens.shape[0]
@@ -231,11 +232,11 @@ def att_svm_w_problem(tokens, queries, selected, *, mask=None, norm="fro"):
     cons = _selection_constraints(tokens, selected, mask, None, None, "token",
                                   "key-query matrix W")
     scores = QueryKeyScores(tokens, queries)
-    if norm != "nuclear":
+    if norm not in MATRIX_NORMS:
         scores = KeyScores(scores.lifted())
+    label = {"fro": "Frobenius"}.get(norm, norm_label(norm))
     return MaxMarginProblem(
-        scores, cons, name=f"ATT-SVM ({'nuclear' if norm == 'nuclear' else 'Frobenius'} "
-        "norm, key-query W)",
+        scores, cons, name=f"ATT-SVM ({label} norm, key-query W)",
         infeasible_message=(
             "the selected tokens are not separable from the other tokens of their "
             "inputs by a common key-query matrix W (no W^mm exists)"),
@@ -254,9 +255,10 @@ def att_svm_w(tokens, queries, selected, *, mask=None, norm="fro", method="auto"
     queries : array-like of shape (n, k)
     selected : array-like of int, shape (n,)
     mask : array-like of bool, shape (n, T), or None
-    norm : {"fro", "nuclear", "max", "l1"}, default="fro"
+    norm : {"fro", "nuclear", "spectral", "max", "l1"} or ("lp", p), default="fro"
         ``"fro"``: the limit of gradient descent on ``W``; ``"nuclear"``: on the
-        factors of ``W = Q K^T`` (low rank); ``"max"``, ``"l1"``: entrywise.
+        factors of ``W = Q K^T`` (low rank); ``"spectral"``: the operator
+        2-norm; ``"max"``, ``"l1"``, ``("lp", p)``: entrywise.
     method : str, default="auto"
         Method of the max-margin core: for ``"nuclear"``, ``"nuclear-ipm"`` (the
         default, :mod:`skntp.svm._nuclear`) or ``"cvxpy"`` (the reference).
@@ -306,9 +308,9 @@ def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=1e-8,
     callback : callable, optional
         ``callback(n_iter, gap, violation)``, passed to
         :func:`~skntp.svm.solve_max_margin` (progress of the solve).
-    norm : {"fro", "max", "l1"}, default="fro"
+    norm : {"fro", "max", "l1"} or ("lp", p), default="fro"
         The norm of the program (:class:`~skntp.svm.MaxMarginProblem`):
-        Frobenius, entrywise max or l1.
+        Frobenius, entrywise max, l1 or lp.
 
     Returns
     -------

@@ -56,6 +56,9 @@ __all__ = [
     "NotSeparableError",
     "ProgramTooLargeError",
     "AUTO_ORDER",
+    "check_norm",
+    "dual_norm",
+    "norm_label",
     "program_class",
     "register_method",
     "solve_max_margin",
@@ -452,15 +455,19 @@ class MaxMarginProblem:
         (e.g. "data are not NTP-separable").
     info : dict
         What the builder knows about the program (selected tokens, masks, ...).
-    norm : {"fro", "nuclear", "max", "l1"}, default="fro"
-        The norm minimized: ``"fro"``, ``1/2 ||w||^2`` (every program of the
-        papers); ``"nuclear"``, ``||W||_*`` (the limit of gradient descent on the
-        factors ``W = Q K^T`` of attention, "Transformers as Support Vector
-        Machines", Thm. 2), for a matrix parameter; ``"max"``, ``max_i |w_i|``
-        (the limit of sign descent and of Adam without epsilon-dominance) and
-        ``"l1"``, ``sum_i |w_i|`` (linear programs).  The dual of a norm other
-        than Frobenius is ``max r^T lam`` subject to ``||S^*(C(lam))||_* <= 1``
-        (the dual norm: spectral, l1 or max), ``lam >= 0`` on inequalities.
+    norm : {"fro", "nuclear", "spectral", "max", "l1"} or ("lp", p), default="fro"
+        The norm minimized (see :func:`check_norm`): ``"fro"``, ``1/2 ||w||^2``
+        (every program of the papers); ``"nuclear"``, ``||W||_*`` (the limit of
+        gradient descent on the factors ``W = Q K^T`` of attention,
+        "Transformers as Support Vector Machines", Thm. 2) and ``"spectral"``,
+        the operator 2-norm ``||W||_2`` (the limit of spectral descent / Muon),
+        for a matrix parameter; ``"max"``, ``max_i |w_i|`` (the limit of sign
+        descent and of Adam without epsilon-dominance) and ``"l1"``,
+        ``sum_i |w_i|`` (linear programs); ``("lp", p)``, ``1 < p < inf``, the
+        entrywise ``(sum_i |w_i|^p)^(1/p)`` of the flattened parameter (the
+        limit of lp mirror / steepest descent).  The dual of a norm other than
+        Frobenius is ``max r^T lam`` subject to ``||S^*(C(lam))||_* <= 1`` (the
+        dual norm, :func:`dual_norm`), ``lam >= 0`` on inequalities.
     """
 
     scores: object
@@ -468,14 +475,13 @@ class MaxMarginProblem:
     name: str = "max-margin program"
     infeasible_message: str = "data are not separable"
     info: dict = field(default_factory=dict)
-    norm: str = "fro"
+    norm: object = "fro"
 
     def __post_init__(self):
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {sorted(NORMS)}, got {self.norm!r}.")
-        if self.norm == "nuclear" and len(self.scores.shape) != 2:
-            raise ValueError("norm='nuclear' needs a matrix parameter (a score map whose "
-                             f"parameter is 2-D), got shape {self.scores.shape}.")
+        self.norm = check_norm(self.norm)
+        if self.norm in MATRIX_NORMS and len(self.scores.shape) != 2:
+            raise ValueError(f"norm={self.norm!r} needs a matrix parameter (a score map "
+                             f"whose parameter is 2-D), got shape {self.scores.shape}.")
 
     @property
     def shape(self):
@@ -624,12 +630,83 @@ _METHODS = {}
 #: the norms each method minimizes
 _METHOD_NORMS = {}
 _AUTO_MAX_VIOLATION = 1e-3
-#: the norms a program may minimize (:class:`MaxMarginProblem`'s ``norm``): the
-#: Frobenius (Euclidean) norm, the nuclear norm of a matrix parameter, and the
-#: entrywise max (l-infinity) and l1 norms
-NORMS = ("fro", "nuclear", "max", "l1")
-#: the dual norm of each norm (the dual's constraint ``||S^*(C(lam))||_* <= 1``)
-_DUAL_NORM = {"nuclear": "spectral", "max": "l1", "l1": "max"}
+#: the named norms a program may minimize (:class:`MaxMarginProblem`'s ``norm``):
+#: the Frobenius (Euclidean) norm, the nuclear and spectral norms of a matrix
+#: parameter, and the entrywise max (l-infinity) and l1 norms; besides these,
+#: the entrywise lp norms ``("lp", p)``, ``1 < p < inf`` (kind ``"lp"``)
+NORMS = ("fro", "nuclear", "spectral", "max", "l1")
+#: the norms of a matrix parameter only
+MATRIX_NORMS = ("nuclear", "spectral")
+#: the dual norm of each named norm (the dual's constraint ``||S^*(C(lam))||_* <= 1``)
+_DUAL_NORM = {"fro": "fro", "nuclear": "spectral", "spectral": "nuclear", "max": "l1",
+              "l1": "max"}
+
+
+def check_norm(norm):
+    """Validate a norm and return its canonical form.
+
+    Parameters
+    ----------
+    norm : str or tuple
+        One of :data:`NORMS` (``"fro"``, ``"nuclear"``, ``"spectral"``,
+        ``"max"``, ``"l1"``), or ``("lp", p)`` (a tuple or a list) for the
+        entrywise lp norm with a finite real ``p > 1``.
+
+    Returns
+    -------
+    str or tuple
+        The name, or ``("lp", float(p))``.  ``("lp", 2)`` stays an lp norm
+        (its programs have the Frobenius solution).
+
+    Raises
+    ------
+    ValueError
+        For anything else, with the accepted values; ``("lp", 1)`` and
+        ``("lp", inf)`` point to ``"l1"`` and ``"max"``.
+    """
+    if isinstance(norm, str):
+        if norm in NORMS:
+            return norm
+        raise ValueError(f"norm must be one of {list(NORMS)} or ('lp', p) with 1 < p < inf, "
+                         f"got {norm!r}.")
+    if isinstance(norm, (tuple, list)) and len(norm) == 2 and norm[0] == "lp":
+        p = norm[1]
+        if isinstance(p, (bool, np.bool_)) or not isinstance(
+                p, (int, float, np.integer, np.floating)):
+            raise ValueError(f"the p of norm=('lp', p) must be a real number, got {p!r}.")
+        p = float(p)
+        if p == 1.0:
+            raise ValueError("norm=('lp', 1) is the l1 norm: use norm='l1' (a linear "
+                             "program).")
+        if p == math.inf:
+            raise ValueError("norm=('lp', inf) is the entrywise max norm: use norm='max' "
+                             "(a linear program).")
+        if not (math.isfinite(p) and p > 1.0):
+            raise ValueError(f"the p of norm=('lp', p) must be a finite number > 1, got "
+                             f"{norm[1]!r}.")
+        return ("lp", p)
+    raise ValueError(f"norm must be one of {list(NORMS)} or ('lp', p) with 1 < p < inf, "
+                     f"got {norm!r}.")
+
+
+def norm_kind(norm):
+    """``"lp"`` for ``("lp", p)``, the name for the named norms (the registry's key)."""
+    return "lp" if isinstance(norm, tuple) else norm
+
+
+def norm_label(norm):
+    """A short name of a canonical norm for messages (``("lp", 1.5)``: ``"l1.5"``)."""
+    return f"l{norm[1]:g}" if isinstance(norm, tuple) else norm
+
+
+def dual_norm(norm):
+    """The dual norm: ``fro``, ``nuclear <-> spectral``, ``max <-> l1``, ``lp <-> lq``
+    with ``1/p + 1/q = 1``."""
+    norm = check_norm(norm)
+    if isinstance(norm, tuple):
+        p = norm[1]
+        return ("lp", p / (p - 1.0))
+    return _DUAL_NORM[norm]
 
 
 def register_method(name, func, norms=("fro",)):
@@ -639,7 +716,8 @@ def register_method(name, func, norms=("fro",)):
     that an iterative method calls at each certificate check (progress bars).
     A function may decline a problem by returning ``None``.  ``method="auto"``
     tries the methods of :data:`AUTO_ORDER`.  ``norms`` are the norms of
-    :data:`NORMS` the method minimizes; it is never given a program in another.
+    :data:`NORMS` the method minimizes, and ``"lp"`` for every ``("lp", p)``
+    (:func:`norm_kind`); it is never given a program in another.
     """
     _METHODS[name] = func
     _METHOD_NORMS[name] = tuple(norms)
@@ -663,23 +741,30 @@ def register_method(name, func, norms=("fro",)):
 #: * ``"nuclear"`` (``norm="nuclear"``: the key-query ATT-SVM of factored
 #:   attention): the primal-dual interior-point method on its semidefinite form;
 #: * ``"lp"`` (``norm="max"`` or ``"l1"``, any program): the linear program, by
-#:   HiGHS (``scipy.optimize.linprog``).
+#:   HiGHS (``scipy.optimize.linprog``);
+#: * ``"spectral"`` (``norm="spectral"``, a matrix parameter) and ``"lp-norm"``
+#:   (``norm=("lp", p)``): the barrier methods of :mod:`skntp.svm._barrier`
+#:   (a parameter of at most a few thousand entries; larger ones go to cvxpy).
 AUTO_ORDER = {
     "decoder": ("dcd", "fast", "cvxpy"),
     "keys": ("dual-active-set", "nnls", "fast", "cvxpy"),
     "bilinear": ("graph-ldp", "fast", "cvxpy"),
     "nuclear": ("nuclear-ipm", "cvxpy"),
     "lp": ("highs", "cvxpy"),
+    "spectral": ("spectral-barrier", "cvxpy"),
+    "lp-norm": ("pnorm-barrier", "cvxpy"),
 }
 
 
 def program_class(problem):
     """The class of a program for ``method="auto"``: "decoder", "keys", "bilinear",
-    "nuclear" or "lp"."""
-    if problem.norm == "nuclear":
-        return "nuclear"
+    "nuclear", "lp", "spectral" or "lp-norm"."""
+    if problem.norm in ("nuclear", "spectral"):
+        return problem.norm
     if problem.norm in ("max", "l1"):
         return "lp"
+    if norm_kind(problem.norm) == "lp":
+        return "lp-norm"
     scores = problem.scores
     while hasattr(scores, "base"):  # GatheredScores
         scores = scores.base
@@ -696,11 +781,15 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
     c = problem.constraints
     A = problem.constraint_matrix()
     n_var = int(np.prod(problem.shape))
-    nuclear = problem.norm == "nuclear"
+    nuclear = problem.norm in MATRIX_NORMS
     if nuclear:
         W = cp.Variable(problem.shape)
         w = cp.vec(W, order="C")
-        objective = cp.normNuc(W)
+        objective = cp.normNuc(W) if problem.norm == "nuclear" else cp.sigma_max(W)
+    elif norm_kind(problem.norm) == "lp":
+        w = cp.Variable(n_var)
+        # cvxpy writes pnorm with a rational p (exact for the p of the tests)
+        objective = cp.pnorm(w, problem.norm[1])
     else:
         w = cp.Variable(n_var)
         objective = {"fro": 0.5 * cp.sum_squares(w), "max": cp.norm(w, "inf"),
@@ -760,12 +849,21 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
     )
 
 
-register_method("cvxpy", _solve_cvxpy, norms=NORMS)
+register_method("cvxpy", _solve_cvxpy, norms=NORMS + ("lp",))
 
 
 def norm_value(W, norm):
-    """``||W||`` in one of :data:`NORMS` (``"fro"``: the Frobenius norm)."""
+    """``||W||`` in a norm of :func:`check_norm` (``"fro"``: the Frobenius norm;
+    ``("lp", p)``: entrywise, of the flattened ``W``)."""
     W = np.asarray(W, dtype=float)
+    norm = check_norm(norm)
+    if isinstance(norm, tuple):
+        a = np.abs(W).ravel()
+        top = float(a.max(initial=0.0))
+        if top == 0.0:
+            return 0.0
+        # scaled by the largest entry: |w_i|^p neither overflows nor underflows
+        return top * float(np.sum((a / top) ** norm[1])) ** (1.0 / norm[1])
     if norm == "nuclear":
         return float(np.linalg.svd(W, compute_uv=False).sum())
     if norm == "spectral":
@@ -782,8 +880,9 @@ def norm_gap(problem, W, dual, A=None):
     ``W`` and multipliers ``dual``.
 
     The multipliers are clipped to the sign constraints and scaled into the
-    dual's feasible set ``||S^*(C(lam))||_* <= 1`` (the dual norm: spectral for
-    the nuclear norm, l1 for max, max for l1); the dual value
+    dual's feasible set ``||S^*(C(lam))||_* <= 1`` (the dual norm,
+    :func:`dual_norm`: spectral for the nuclear norm and nuclear for the
+    spectral norm, l1 for max, max for l1, lq for lp); the dual value
     ``r^T lam / ||S^*(C(lam))||_*`` is then a lower bound on the optimum and
     ``(||W|| - r^T lam / ||.||_*) / ||W||`` the gap (with the violation of
     ``W``, the certificate).
@@ -798,7 +897,7 @@ def norm_gap(problem, W, dual, A=None):
     A = problem.constraint_matrix() if A is None else A
     lam = np.where(c.equality, dual, np.maximum(dual, 0.0))
     M = np.asarray(A.T @ lam).reshape(problem.shape)
-    dual_size = norm_value(M, _DUAL_NORM[problem.norm])
+    dual_size = norm_value(M, dual_norm(problem.norm))
     size = norm_value(W, problem.norm)
     if dual_size == 0.0 or size == 0.0:
         return (0.0 if size == 0.0 else 1.0), lam
@@ -884,7 +983,8 @@ def solve_max_margin(
         ``"cvxpy"`` (Clarabel, the reference path), a registered method
         (``"dcd"``, ``"fast"``, ``"dual-active-set"``, ``"nnls"``,
         ``"graph-ldp"``; ``"nuclear-ipm"`` and ``"highs"`` for the nuclear, max
-        and l1 norms), or ``"auto"``: the methods of :data:`AUTO_ORDER` for the
+        and l1 norms; ``"spectral-barrier"`` and ``"pnorm-barrier"`` for the
+        spectral and lp norms), or ``"auto"``: the methods of :data:`AUTO_ORDER` for the
         program's class, in order.  A method is never given a program in a norm
         it does not minimize (``ValueError``).
     tol : float, default=1e-8
@@ -954,12 +1054,13 @@ def solve_max_margin(
                 f"unknown max-margin method {method!r}; choose from "
                 f"{sorted(_METHODS) + ['auto']}."
             )
-        if problem.norm not in _METHOD_NORMS[method]:
-            able = sorted(n for n, norms in _METHOD_NORMS.items() if problem.norm in norms)
+        kind = norm_kind(problem.norm)
+        if kind not in _METHOD_NORMS[method]:
+            able = sorted(n for n, norms in _METHOD_NORMS.items() if kind in norms)
             raise ValueError(
                 f"method {method!r} minimizes the {' or '.join(_METHOD_NORMS[method])} "
-                f"norm, not the {problem.norm} norm of {problem.name}; use one of "
-                f"{able + ['auto']}.")
+                f"norm, not the {norm_label(problem.norm)} norm of {problem.name}; use "
+                f"one of {able + ['auto']}.")
         names = [method]
     for name in names:
         func = _METHODS[name]

@@ -57,7 +57,7 @@ def _check_embeddings(embeddings):
 # --------------------------------------------------------------------------
 # Graph-SVM
 # --------------------------------------------------------------------------
-def graph_svm_problem(embeddings, graphs, sccs=None):
+def graph_svm_problem(embeddings, graphs, sccs=None, *, norm="fro"):
     """Build (Graph-SVM) on the shared max-margin core.
 
     Blocks are the last tokens ``k`` that have a graph, positions the ``K``
@@ -75,6 +75,8 @@ def graph_svm_problem(embeddings, graphs, sccs=None):
         Token-priority graphs (:func:`skntp.graphs.token_priority_graphs`).
     sccs : dict of int to list of set, optional
         Their SCCs (computed when omitted).
+    norm : {"fro", "nuclear", "spectral", "max", "l1"} or ("lp", p), default="fro"
+        The norm of ``W`` minimized (:class:`~skntp.svm.MaxMarginProblem`).
 
     Returns
     -------
@@ -113,6 +115,7 @@ def graph_svm_problem(embeddings, graphs, sccs=None):
             "tokens of each strongly connected component tied (the embeddings are "
             "too dependent, e.g. K > d)"
         ),
+        norm=norm,
     )
     problem.info["query_tokens"] = query
     problem.info["graph_svm"] = True
@@ -178,7 +181,7 @@ register_method("graph-ldp", _solve_graph_ldp)
 
 
 def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=1e-8,
-              max_iter=100_000, return_result=False, **backend):
+              max_iter=100_000, return_result=False, norm="fro", **backend):
     """Solve (Graph-SVM): the max-margin attention weight ``W^mm``.
 
     Parameters
@@ -192,6 +195,8 @@ def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=1e-8,
         Tolerance and iteration cap of iterative methods.
     return_result : bool, default=False
         Also return the :class:`MaxMarginResult`.
+    norm : {"fro", "nuclear", "spectral", "max", "l1"} or ("lp", p), default="fro"
+        The norm of ``W`` minimized under the same constraints.
     **backend :
         ``backend``, ``device``, ``dtype``.
 
@@ -206,7 +211,7 @@ def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=1e-8,
     NotSeparableError
         If the program is infeasible.
     """
-    problem = graph_svm_problem(embeddings, graphs, sccs)
+    problem = graph_svm_problem(embeddings, graphs, sccs, norm=norm)
     result = solve_max_margin(problem, method=method, tol=tol, max_iter=max_iter, **backend)
     return (result.primal, result) if return_result else result.primal
 

@@ -69,7 +69,7 @@ def _check_tokens(tokens, y):
     return tokens, y
 
 
-def head_svm_problem(tokens, y):
+def head_svm_problem(tokens, y, *, norm="fro"):
     """Build the head SVM (Sec. 3, program (SVM)).
 
     ``min 1/2 ||v||^2`` s.t. ``Y_i v^T r_i >= 1``: the :class:`KeyScores` map
@@ -82,6 +82,8 @@ def head_svm_problem(tokens, y):
         The selected tokens ``r_i = x_{i alpha_i}``.
     y : array-like of shape (n,)
         Labels in {-1, +1}.
+    norm : {"fro", "max", "l1"} or ("lp", p), default="fro"
+        The norm of ``v`` minimized (:class:`~skntp.svm.MaxMarginProblem`).
 
     Returns
     -------
@@ -98,11 +100,12 @@ def head_svm_problem(tokens, y):
         name="head SVM",
         infeasible_message="the selected tokens are not linearly separable by a head "
         "through the origin (no v with Y_i v^T r_i >= 1)",
+        norm=norm,
     )
 
 
 def head_svm(tokens, y, *, method="auto", tol=1e-8, max_iter=100_000,
-             return_result=False, **backend):
+             return_result=False, norm="fro", **backend):
     """Solve the head SVM: ``v^mm = argmin ||v||`` s.t. ``Y_i v^T r_i >= 1``.
 
     The binary hard-margin SVM without bias of Sec. 3 (program (SVM)); its
@@ -119,6 +122,8 @@ def head_svm(tokens, y, *, method="auto", tol=1e-8, max_iter=100_000,
         Tolerance and iteration cap of iterative methods.
     return_result : bool, default=False
         Also return the :class:`~skntp.svm.MaxMarginResult`.
+    norm : {"fro", "max", "l1"} or ("lp", p), default="fro"
+        The norm of ``v`` minimized under the same constraints.
     **backend :
         ``backend``, ``device``, ``dtype`` of iterative methods.
 
@@ -132,7 +137,7 @@ def head_svm(tokens, y, *, method="auto", tol=1e-8, max_iter=100_000,
     NotSeparableError
         If no head through the origin separates the tokens.
     """
-    problem = head_svm_problem(tokens, y)
+    problem = head_svm_problem(tokens, y, norm=norm)
     res = solve_max_margin(problem, method=method, tol=tol, max_iter=max_iter, **backend)
     return (res.primal, res) if return_result else res.primal
 
@@ -159,7 +164,7 @@ def support_vectors(tokens, y, v_mm, *, tol=1e-6):
     return margins <= 1.0 + tol
 
 
-def relaxed_att_svm_problem(keys, selected, support=None, *, mask=None):
+def relaxed_att_svm_problem(keys, selected, support=None, *, mask=None, norm="fro"):
     """Build the relaxed ATT-SVM (eq. (10)); ``support=None`` gives the ATT-SVM.
 
     Constraints ``p^T (k_{i alpha_i} - k_it) >= 1`` for ``i`` in ``support``
@@ -177,6 +182,8 @@ def relaxed_att_svm_problem(keys, selected, support=None, *, mask=None):
         (the ATT-SVM of Sec. 2, whose solution is ``p^mm(alpha)``).
     mask : array-like of shape (n, T), bool, optional
         Real tokens (all by default).
+    norm : {"fro", "max", "l1"} or ("lp", p), default="fro"
+        The norm of ``p`` minimized (:class:`~skntp.svm.MaxMarginProblem`).
 
     Returns
     -------
@@ -187,15 +194,17 @@ def relaxed_att_svm_problem(keys, selected, support=None, *, mask=None):
         support = np.asarray(support, dtype=bool)
         relaxed = ~support
     return att_svm_problem(keys, np.asarray(selected).astype(np.int64), relaxed,
-                           mask=mask)
+                           mask=mask, norm=norm)
 
 
 def relaxed_att_svm(keys, selected, support=None, *, mask=None, method="auto",
-                    tol=1e-8, max_iter=100_000, return_result=False, **backend):
+                    tol=1e-8, max_iter=100_000, return_result=False, norm="fro",
+                    **backend):
     """Solve the relaxed ATT-SVM (eq. (10)): ``p^relax``.
 
     With ``support=None`` (or every input a support vector) this is the
-    ATT-SVM ``p^mm(alpha)`` of Sec. 2.  See :func:`relaxed_att_svm_problem`.
+    ATT-SVM ``p^mm(alpha)`` of Sec. 2.  See :func:`relaxed_att_svm_problem`
+    (``norm=``: the norm of ``p`` minimized, ``"fro"`` by default).
 
     Returns
     -------
@@ -207,7 +216,7 @@ def relaxed_att_svm(keys, selected, support=None, *, mask=None, method="auto",
     NotSeparableError
         If the program is infeasible.
     """
-    problem = relaxed_att_svm_problem(keys, selected, support, mask=mask)
+    problem = relaxed_att_svm_problem(keys, selected, support, mask=mask, norm=norm)
     res = solve_max_margin(problem, method=method, tol=tol, max_iter=max_iter, **backend)
     return (res.primal, res) if return_result else res.primal
 

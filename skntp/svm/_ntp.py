@@ -69,9 +69,9 @@ def ntp_svm_problem(contexts, support, *, norm="fro"):
         Distinct context embeddings ``h_j``.
     support : array-like of shape (m, V), bool
         ``support[j, z]`` is True when ``z`` is in ``S_j``.
-    norm : {"fro", "max", "l1"}, default="fro"
+    norm : {"fro", "spectral", "max", "l1"} or ("lp", p), default="fro"
         The norm of the program (:class:`~skntp.svm.MaxMarginProblem`):
-        Frobenius, entrywise max or l1.
+        Frobenius, spectral (of ``W``), entrywise max, l1 or lp.
 
     Returns
     -------
@@ -261,9 +261,11 @@ def ntp_svm(contexts, support, *, method="auto", tol=1e-8, max_iter=100_000,
         Tolerance and iteration cap of iterative methods.
     return_result : bool, default=False
         Also return the :class:`MaxMarginResult` (duals, gap, iterations).
-    norm : {"fro", "max", "l1"}, default="fro"
+    norm : {"fro", "spectral", "max", "l1"} or ("lp", p), default="fro"
         The norm minimized under the same constraints (``"max"``: the limit of
-        sign descent; ``"l1"``): a linear program, solved by HiGHS.
+        sign descent; ``"l1"``): a linear program, solved by HiGHS;
+        ``"spectral"`` and ``("lp", p)``: the barrier methods of
+        :mod:`skntp.svm._barrier`.
     **backend :
         ``backend``, ``device``, ``dtype`` for iterative methods.
 

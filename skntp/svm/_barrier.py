@@ -1,0 +1,386 @@
+"""The spectral-norm and lp-norm max-margin programs, by barrier (path-following) methods.
+
+Steepest descent in a norm converges in direction to the max-margin solution in
+that norm: spectral descent / Muon to the spectral norm ``||W||_2`` of a matrix
+parameter, lp steepest (mirror) descent to the entrywise lp norm.  Under the
+score-difference constraints of :class:`~skntp.svm.MaxMarginProblem`
+(``A_I w >= r_I``, ``A_E w = r_E``) the programs are
+
+.. math::
+
+    \\text{(lp)}\\quad \\min_w \\tfrac1p \\sum_i |w_i|^p, \\qquad
+    \\text{(spectral)}\\quad \\min_{t, W}\\; t \\quad\\text{s.t.}\\quad
+    S(t, W) = \\begin{pmatrix} t I & W \\\\ W^T & t I \\end{pmatrix} \\succeq 0
+
+(the lp objective is ``||w||_p^p / p``, whose minimizer is that of
+``||w||_p``; ``||W||_2 <= t`` iff ``S(t, W)`` is positive semidefinite).  Both
+are solved by the barrier method (Boyd & Vandenberghe, *Convex Optimization*,
+Sec. 11.3): the equalities are eliminated once (``w = w_0 + N z``, ``N`` an
+orthonormal basis of the null space of ``A_E``), and for a decreasing ``mu``
+Newton's method with a backtracking line search minimizes
+
+.. math::
+
+    F_\\mu = f(w) - \\mu \\sum_i \\log(A_I w - r_I)_i
+    \\quad [\\,- \\mu \\log\\det S(t, W)\\ \\text{for the spectral norm}],
+
+started strictly feasible from twice the Frobenius solution (whose solve also
+decides feasibility: an infeasible program raises
+:class:`~skntp.svm.NotSeparableError` from its Farkas certificate).  The
+Hessian of ``-log det S`` in ``(t, vec W)`` is ``tr(G F_i G F_l)`` with
+``G = S^{-1}`` and ``F`` the basis matrices; for ``W_ab, W_cd`` it is
+``2 G11[a,c] G22[b,d] + 2 G12[a,d] G12[c,b]``, a Kronecker product plus a
+permuted one, formed in ``O(n^2)`` for ``n`` entries of ``W``.
+
+Every centered iterate is certified: the multipliers ``y_I = mu / s``, ``y_E``
+from the stationarity condition (least squares on ``A_E^T``), are scaled into
+the dual's feasible set ``||A^T y||_* <= 1`` (the dual norm: lq with
+``1/p + 1/q = 1``, nuclear for spectral), and the relative gap between
+``||w||`` and the dual value ``r^T y`` is reported
+(:func:`~skntp.svm._core.norm_gap`); the method stops when it is at most
+``tol``.  The Newton systems are dense in the parameter's entries: the methods
+take parameters of at most :data:`MAX_VARIABLES` entries and decline larger
+ones (``method="auto"`` then uses cvxpy).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+
+import numpy as np
+import scipy.linalg as sla
+
+from ._core import (
+    KeyScores,
+    MaxMarginResult,
+    QueryKeyScores,
+    check_program_size,
+    norm_gap,
+    norm_kind,
+    register_method,
+    solve_max_margin,
+)
+
+__all__ = ["MAX_VARIABLES"]
+
+#: largest parameter (entries) the barrier methods take: their Newton systems
+#: are dense ``n x n``
+MAX_VARIABLES = 2500
+#: barrier parameter reduction per centering
+_SHRINK = 10.0
+#: total Newton steps over all centerings
+_MAX_NEWTON = 600
+
+
+def _frobenius_start(problem):
+    """The Frobenius solution of the same constraints (raises when infeasible)."""
+    fro = problem
+    if isinstance(problem.scores, QueryKeyScores):
+        fro = replace(problem, scores=KeyScores(problem.scores.lifted()), norm="fro")
+    return np.ravel(solve_max_margin(replace(fro, norm="fro")).primal)
+
+
+class _Program:
+    """The constraints with the equalities eliminated: ``w = w0 + N z``."""
+
+    def __init__(self, problem):
+        c = problem.constraints
+        A = problem.constraint_matrix().tocsr()
+        self.n = A.shape[1]
+        ineq, eq = ~c.equality, c.equality
+        self.A_I, self.r_I = A[ineq], c.rhs[ineq]
+        self.A, self.rhs, self.equality = A, c.rhs, c.equality
+        self.N = None  # None: no equalities, z = w
+        self.r_E = c.rhs[eq]
+        if eq.any():
+            A_E = A[eq].toarray()
+            U, sv, Vt = sla.svd(A_E, full_matrices=True, lapack_driver="gesvd")
+            rank = int(np.sum(sv > max(A_E.shape) * np.finfo(float).eps * sv[0])) if sv.size \
+                else 0
+            self._U, self._sv, self._Vt = U[:, :rank], sv[:rank], Vt[:rank]
+            self.N = Vt[rank:].T
+        self.eq = eq
+
+    def lstsq_E(self, v):
+        """Least-squares ``y_E`` of ``A_E^T y_E = v``."""
+        return self._U @ ((self._Vt @ v) / self._sv)
+
+    def project_start(self, w):
+        """``w`` moved onto ``A_E w = r_E`` (least change)."""
+        if self.N is None:
+            return w
+        res = self.r_E - self.A[self.eq] @ w
+        return w + self._Vt.T @ ((self._U.T @ res) / self._sv)
+
+    def w_of(self, w0, z):
+        return w0 + z if self.N is None else w0 + self.N @ z
+
+    def reduce(self, g, H):
+        """Gradient and Hessian in ``w`` to those in ``z``."""
+        if self.N is None:
+            return g, H
+        return self.N.T @ g, self.N.T @ H @ self.N
+
+    def lift(self, dz):
+        return dz if self.N is None else self.N @ dz
+
+    def dim(self):
+        return self.n if self.N is None else self.N.shape[1]
+
+    def multipliers(self, grad_obj, y_I):
+        """``y`` (all constraints) from stationarity ``A_I^T y_I + A_E^T y_E = grad_obj``."""
+        y = np.zeros(len(self.rhs))
+        y[~self.eq] = y_I
+        if self.N is not None:
+            y[self.eq] = self.lstsq_E(grad_obj - self.A_I.T @ y_I)
+        return y
+
+
+def _barrier_hessian(A_I, weight):
+    """``A_I^T diag(weight) A_I`` as a dense array."""
+    import scipy.sparse as sp
+
+    return np.asarray((A_I.T @ sp.diags(weight) @ A_I).todense())
+
+
+def _newton_direction(g, H):
+    """``-H^{-1} g`` by Cholesky; a tiny ridge when ``H`` is singular to working precision."""
+    ridge = 0.0
+    scale = float(np.max(np.abs(np.diag(H)), initial=0.0)) or 1.0
+    for _ in range(6):
+        try:
+            cf = sla.cho_factor(H + ridge * np.eye(H.shape[0]), check_finite=False)
+            return -sla.cho_solve(cf, g, check_finite=False)
+        except np.linalg.LinAlgError:
+            ridge = scale * 1e-14 if ridge == 0.0 else ridge * 100.0
+    return None
+
+
+class _PNorm:
+    """``f(w) = sum |w_i|^p / p`` and the slack barrier; ``x = z``."""
+
+    def __init__(self, prog, p):
+        self.prog, self.p = prog, p
+
+    def start(self, w0):
+        return np.zeros(self.prog.dim())
+
+    def split(self, x):
+        return x
+
+    def value(self, w, x, mu):
+        s = self.prog.A_I @ w - self.prog.r_I
+        if s.size and not np.all(s > 0):
+            return np.inf
+        return float(np.sum(np.abs(w) ** self.p) / self.p - mu * np.sum(np.log(s)))
+
+    def grad_obj(self, w, x, mu):
+        return np.sign(w) * np.abs(w) ** (self.p - 1.0)
+
+    def derivatives(self, w, x, mu):
+        prog, p = self.prog, self.p
+        s = prog.A_I @ w - prog.r_I
+        a = np.abs(w)
+        floor = 1e-12 * float(a.max(initial=0.0)) or 1e-300
+        h = (p - 1.0) * np.maximum(a, floor) ** (p - 2.0)
+        g = self.grad_obj(w, x, mu) - prog.A_I.T @ (mu / s)
+        H = _barrier_hessian(prog.A_I, mu / s**2)
+        H[np.diag_indices_from(H)] += h
+        return prog.reduce(g, H)
+
+    def step(self, x, dx):
+        return dx
+
+    def mu0(self, w, x):
+        return float(np.sum(np.abs(w) ** self.p) / self.p) / max(1, self.prog.A_I.shape[0])
+
+
+class _Spectral:
+    """``t - mu log det S(t, W)`` and the slack barrier; ``x = (t, z)``."""
+
+    def __init__(self, prog, shape):
+        self.prog, self.shape = prog, shape
+        P, Q = shape
+        self.P, self.Q = P, Q
+
+    def start(self, w0):
+        t0 = 1.5 * float(np.linalg.norm(w0.reshape(self.shape), 2)) + 1e-12
+        return np.r_[t0, np.zeros(self.prog.dim())]
+
+    def split(self, x):
+        return x[1:]
+
+    def _lmi(self, t, w):
+        P, Q = self.P, self.Q
+        W = w.reshape(P, Q)
+        S = np.zeros((P + Q, P + Q))
+        S[:P, P:], S[P:, :P] = W, W.T
+        S[np.diag_indices(P + Q)] += t
+        return S
+
+    def value(self, w, x, mu):
+        s = self.prog.A_I @ w - self.prog.r_I
+        if s.size and not np.all(s > 0):
+            return np.inf
+        try:
+            L = np.linalg.cholesky(self._lmi(x[0], w))
+        except np.linalg.LinAlgError:
+            return np.inf
+        return float(x[0] - mu * 2.0 * np.sum(np.log(np.diag(L))) - mu * np.sum(np.log(s)))
+
+    def _inverse(self, x, w):
+        S = self._lmi(x[0], w)
+        cf = sla.cho_factor(S, lower=True, check_finite=False)
+        return sla.cho_solve(cf, np.eye(S.shape[0]), check_finite=False)
+
+    def grad_obj(self, w, x, mu):
+        # the gradient in W of the norm part on the central path, -2 mu G12 (the
+        # dual matrix Z = mu G, of trace ~1, gives A^T y = -2 Z12)
+        G = self._inverse(x, w)
+        return -2.0 * mu * G[:self.P, self.P:].ravel()
+
+    def derivatives(self, w, x, mu):
+        prog, P, Q = self.prog, self.P, self.Q
+        n = P * Q
+        s = prog.A_I @ w - prog.r_I
+        G = self._inverse(x, w)
+        G11, G22, G12 = G[:P, :P], G[P:, P:], G[:P, P:]
+        G2 = G @ G
+        H = 2.0 * mu * (np.kron(G11, G22)
+                        + np.einsum("ad,cb->abcd", G12, G12).reshape(n, n))
+        H += _barrier_hessian(prog.A_I, mu / s**2)
+        gw = -2.0 * mu * G12.ravel() - prog.A_I.T @ (mu / s)
+        htw = 2.0 * mu * G2[:P, P:].ravel()
+        gz, Hz = prog.reduce(gw, H)
+        htz = htw if prog.N is None else prog.N.T @ htw
+        g = np.r_[1.0 - mu * np.trace(G), gz]
+        Hfull = np.empty((g.size, g.size))
+        Hfull[0, 0] = mu * np.sum(G * G)
+        Hfull[0, 1:] = Hfull[1:, 0] = htz
+        Hfull[1:, 1:] = Hz
+        return g, Hfull
+
+    def mu0(self, w, x):
+        return float(x[0]) / (self.P + self.Q + self.prog.A_I.shape[0])
+
+
+def _certificate(problem, prog, model, w, x, mu):
+    """``(W, y, gap, violation)`` of the current point (:func:`norm_gap`)."""
+    s = prog.A_I @ w - prog.r_I
+    y = prog.multipliers(model.grad_obj(w, x, mu), mu / s)
+    W = w.reshape(problem.shape)
+    gap, y = norm_gap(problem, W, y, prog.A)
+    vals = prog.A @ w - prog.rhs
+    viol = np.where(prog.equality, np.abs(vals), np.maximum(-vals, 0.0))
+    return W, y, float(gap), float(viol.max(initial=0.0))
+
+
+def _barrier(problem, model, prog, w0, tol, max_iter, verbose, callback, name):
+    x = model.start(w0)
+    mu = model.mu0(w0, x)
+    best, status, it, newton = None, "max_iter", 0, 0
+    budget = min(int(max_iter), _MAX_NEWTON)
+    while newton < budget:
+        # centering: Newton's method with backtracking on F_mu
+        for _ in range(50):
+            w = prog.w_of(w0, model.split(x))
+            g, H = model.derivatives(w, x, mu)
+            dx = _newton_direction(g, H)
+            newton += 1
+            if dx is None:
+                break
+            # the Newton decrement of F_mu / mu (dimensionless)
+            dec = -float(g @ dx) / mu
+            if dec <= 1e-12:
+                break
+            f0, alpha = model.value(w, x, mu), 1.0
+            while alpha > 1e-12:
+                xn = x + alpha * dx
+                fn = model.value(prog.w_of(w0, model.split(xn)), xn, mu)
+                # near the center (dec < 0.1) F_mu is nearly quadratic: a full step in
+                # the domain converges fast, while the decrease falls below roundoff
+                if np.isfinite(fn) and (dec < 0.1 or fn <= f0 - 0.25 * alpha * dec * mu):
+                    break
+                alpha *= 0.5
+            else:
+                break
+            x = xn
+            if newton >= budget:
+                break
+        it += 1
+        w = prog.w_of(w0, model.split(x))
+        cert = _certificate(problem, prog, model, w, x, mu)
+        if callback is not None:
+            callback(newton, cert[2], cert[3])
+        if verbose:
+            print(f"{name} {it:3d}: mu {mu:.2e} newton {newton} gap {cert[2]:.2e} "
+                  f"violation {cert[3]:.1e}")
+        if best is None or cert[2] < best[2]:
+            best, stalled = cert, 0
+        else:
+            # past the precision of float64 near the optimum (the barrier's Hessian
+            # has condition ~ 1/mu^2): the certificate only gets worse
+            stalled += 1
+        if cert[2] <= tol and cert[3] <= max(tol, 1e-9):
+            status = "optimal"
+            break
+        if stalled >= 2:
+            break
+        mu /= _SHRINK
+        if mu < 1e-30:
+            break
+    W, y, gap, viol = best
+    if gap > tol:
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn(
+            f"{problem.name} ({name}): the certified relative duality gap is {gap:.2e} > "
+            f"tol={tol:g} (the limit of float64 for this program); the solution is "
+            "accurate to about that relative amount.", ConvergenceWarning, stacklevel=4)
+    return MaxMarginResult(primal=W, dual=y, method=name,
+                           status=status if gap <= tol else "max_iter",
+                           n_iter=newton, gap=gap, max_violation=viol)
+
+
+def _prepare(problem):
+    """The eliminated program and a strictly feasible start, or ``None`` (decline)."""
+    n = int(np.prod(problem.shape))
+    if n > MAX_VARIABLES:
+        return None
+    check_program_size(problem.name, len(problem.constraints),
+                       "the barrier method forms dense n x n systems; use method='cvxpy'.",
+                       bytes_per_constraint=16 * n)
+    w_fro = _frobenius_start(problem)  # raises NotSeparableError when infeasible
+    prog = _Program(problem)
+    w0 = prog.project_start(2.0 * w_fro if not np.any(prog.r_E) else w_fro)
+    s = prog.A_I @ w0 - prog.r_I
+    if s.size and not np.all(s > 0):  # no strictly feasible start (tight rows of rhs 0)
+        return None
+    return prog, w0
+
+
+def _solve_pnorm_barrier(problem, tol, max_iter, be, verbose, callback=None):
+    if norm_kind(problem.norm) != "lp":
+        return None
+    prep = _prepare(problem)
+    if prep is None:
+        return None
+    prog, w0 = prep
+    return _barrier(problem, _PNorm(prog, problem.norm[1]), prog, w0, tol, max_iter,
+                    verbose, callback, "pnorm-barrier")
+
+
+def _solve_spectral_barrier(problem, tol, max_iter, be, verbose, callback=None):
+    if problem.norm != "spectral" or len(problem.shape) != 2:
+        return None
+    prep = _prepare(problem)
+    if prep is None:
+        return None
+    prog, w0 = prep
+    return _barrier(problem, _Spectral(prog, problem.shape), prog, w0, tol, max_iter,
+                    verbose, callback, "spectral-barrier")
+
+
+register_method("pnorm-barrier", _solve_pnorm_barrier, norms=("lp",))
+register_method("spectral-barrier", _solve_spectral_barrier, norms=("spectral",))
