@@ -164,8 +164,11 @@ def _selection(keys, query, mask):
 
 
 def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=None,
-                      support=None):
+                      support=None, norm="fro"):
     """The limit directions of the joint model for the tokens ``selected`` (Sec. 3).
+
+    ``norm``: the norm of both programs (the head SVM and the relaxed ATT-SVM;
+    margins ``1 / ||.||`` in it, directions of unit Frobenius norm).
 
     Returns the fitted attributes (``selected_tokens_``, ``head_mm_direction_``,
     ``head_mm_margin_``, ``support_``, ``support_vectors_``, ``att_svm_direction_``,
@@ -189,7 +192,7 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
     if head is None or relaxed is None or att is None:
         progress = make_limit_progress(estimator.verbose,
                                        desc="limit head SVM, (relaxed) ATT-SVM")
-    kw = {"method": estimator.svm_method, "callback": progress}
+    kw = {"method": estimator.svm_method, "callback": progress, "norm": norm}
     try:
         if head is None:
             try:
@@ -200,7 +203,8 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
                     "no head max-margin direction: head_mm_direction_, mm_direction_ and "
                     "att_svm_direction_ are None.", UserWarning, stacklevel=6)
                 return out
-        out["head_mm_direction_"], nv = unit(head)
+        out["head_mm_direction_"] = unit(head)[0]
+        nv = norm_value(head, norm)
         out["head_mm_margin_"] = 1.0 / nv if nv > 0 else float("inf")
         out["label_gaps"] = np.array([out["head_mm_margin_"]]) if nv > 0 else np.zeros(0)
         if support is None:
@@ -229,7 +233,7 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
     finally:
         close_progress(progress)
     if relaxed is not None:
-        p, n_p = unit(relaxed)
+        p, n_p = unit(relaxed)[0], norm_value(relaxed, norm)
         out["mm_direction_"], out["mm_margin_"] = p, 1.0 / n_p if n_p > 0 else float("nan")
         gaps = (K[rows, selected][:, None, :] - K) @ p
         other = mask.copy()
@@ -1373,6 +1377,17 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         token is a support vector); ``None`` when infeasible.
     att_svm_direction_ : ndarray of shape (k,) or None
         Unit ``p^mm(alpha)`` of (ATT-SVM); ``None`` when infeasible.
+    limit_norm_ : str or tuple
+        The norm that theory names for the solver's limit
+        (:func:`skntp._optim.limit_norm`).  ``head_mm_direction_`` and
+        ``mm_direction_`` (and their margins) are the head SVM and the relaxed
+        ATT-SVM in this norm.  Thms. 5-6 are about the Frobenius norm; for
+        another norm the joint limit is the package's conjecture, measured,
+        not a theorem.
+    limit_directions_, head_limit_directions_ : dict
+        Norm -> unit direction of ``p`` and of ``v`` in ``limit_norm_`` and in the
+        Frobenius norm; ``history_`` adds ``alignment_fro`` and
+        ``head_alignment_fro``, the cosines with the Frobenius ones.
     alignment_ : float
         Cosine of ``query_`` with ``mm_direction_`` (nan without a direction).
     head_alignment_ : float
@@ -1385,7 +1400,8 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         (Fig. 3(c), red), ``label_probability`` (mean ``sigmoid(Y f)``,
         Fig. 3(c), blue), ``alignment`` (``p`` with ``mm_direction_``),
         ``head_alignment``, ``att_svm_alignment`` (``p`` with
-        ``att_svm_direction_``).  ``"ngd"`` and ``"regpath"`` run on ``log L``
+        ``att_svm_direction_``).  ``"regpath"`` and the scale-free solvers
+        (``"ngd"``, ``"signgd"``, ``"nsd"``, ``"nmirror"``) run on ``log L``
         (same normalized steps, same constrained minimizers, no underflow at
         large norms): they add ``log_loss``, and their ``grad_norm`` is that of
         ``grad log L = grad L / L``; ``"regpath"`` also adds ``radius_0`` (``r``,
@@ -1566,12 +1582,20 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             del self._directions
         elif self.compute_limits:
             selected = np.argmax(attention_weights(np, K, self.query_, mask), axis=1)
-            d = _joint_directions(self, data, selected)
+            d = _joint_directions(self, data, selected, norm=self._limit_norm())
         else:
             d = _joint_directions(self, data, None)
         for name, value in d.items():
             if name.endswith("_"):
                 setattr(self, name, value)
+        self.limit_norm_ = self._limit_norm()
+        fro = d
+        if self.limit_norm_ != "fro" and d["selected_tokens_"] is not None:
+            fro = _joint_directions(self, data, d["selected_tokens_"])
+        self.limit_directions_ = {self.limit_norm_: d["mm_direction_"],
+                                  "fro": fro["mm_direction_"]}
+        self.head_limit_directions_ = {self.limit_norm_: d["head_mm_direction_"],
+                                       "fro": fro["head_mm_direction_"]}
         s = attention_weights(np, K, self.query_, mask)
         self.attention_saturation_ = float(s.max(axis=1).mean())
         self.alignment_ = cosine(self.query_, self.mm_direction_)
@@ -1602,8 +1626,10 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.trajectory_ = {"query": hist.pop("query"), "head": hist.pop("head")}
         for key, direction in (("alignment", self.mm_direction_),
                                ("head_alignment", self.head_mm_direction_),
-                               ("att_svm_alignment", self.att_svm_direction_)):
-            name = "query" if key != "head_alignment" else "head"
+                               ("att_svm_alignment", self.att_svm_direction_),
+                               ("alignment_fro", self.limit_directions_["fro"]),
+                               ("head_alignment_fro", self.head_limit_directions_["fro"])):
+            name = "head" if key.startswith("head_") else "query"
             hist[key] = np.array([cosine(it, direction) for it in self.trajectory_[name]])
         self.history_ = hist
 

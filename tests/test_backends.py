@@ -261,14 +261,18 @@ def _core_problems(seed):
             "head": head_svm_problem(R, y),
             "graph": graph_svm_problem(E, token_priority_graphs(X, yy)),
             "nuclear": att_svm_w_problem(tokens, queries, chosen, norm="nuclear"),
-            "lp": att_svm_problem(K, selected, norm="max")}
+            "lp": att_svm_problem(K, selected, norm="max"),
+            "spectral": att_svm_w_problem(tokens, queries, chosen, norm="spectral"),
+            "pnorm": att_svm_problem(K, selected, norm=("lp", 3.0))}
 
 
 #: The program classes every registered method of the core solves (the others it
 #: declines); a method registered later must be added here.
 ACCEPTS = {
-    "cvxpy": {"ntp", "att", "head", "graph", "nuclear", "lp"},
+    "cvxpy": {"ntp", "att", "head", "graph", "nuclear", "lp", "spectral", "pnorm"},
     "nuclear-ipm": {"nuclear"},
+    "spectral-barrier": {"spectral"},
+    "pnorm-barrier": {"pnorm"},
     "highs": {"lp"},
     "fast": {"ntp", "att", "head", "graph"},
     "dual-active-set": {"att", "head"},
@@ -305,7 +309,8 @@ def test_every_method_is_registered_and_declines_only_other_classes():
                 assert solve_max_margin(problem, method=method).method == method
             else:  # declined, or refused for minimizing another norm
                 with pytest.raises(ValueError, match="no max-margin method accepts|"
-                                   "minimizes the (fro|nuclear|max or l1) norm, not the"):
+                                   "minimizes the (fro|nuclear|max or l1|spectral|lp) "
+                                   "norm, not the"):
                     solve_max_margin(problem, method=method)
 
 

@@ -222,9 +222,10 @@ def test_limit_norm_of_each_solver():
 
 
 @pytest.mark.parametrize("bad,match", [
-    ("linf", "descent_norm must be one of"), (("lp", 1.0), "finite real p > 1"),
-    (("lp", float("inf")), "finite real p > 1"), (("lq", 3), "descent_norm must be one of"),
-    (("lp", True), "finite real p > 1")], ids=str)
+    ("linf", "descent_norm: norm must be one of"), (("lp", 1.0), "use norm='l1'"),
+    (("lp", float("inf")), "use norm='max'"), (("lq", 3), "descent_norm: norm must be one"),
+    (("lp", True), "must be a real number"), (("lp", 0.5), "finite number > 1"),
+    ("nuclear", "descent_norm must be one of")], ids=str)
 def test_bad_descent_norms_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         check_descent_norm(bad)
@@ -249,7 +250,7 @@ def test_estimator_parameters_are_validated():
                {"descent_norm": "linf"}):
         with pytest.raises(ValueError):
             NTPDecoderClassifier(solver="nsd", max_iter=2, **kw).fit(X, y)
-    with pytest.raises(ValueError, match="finite real p > 1"):
+    with pytest.raises(ValueError, match="finite number > 1"):
         NTPDecoderClassifier(solver="nsd", descent_norm=("lp", 0.5), max_iter=2).fit(X, y)
 
 
