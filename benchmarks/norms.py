@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import sys
 import time
 import warnings
 
@@ -95,6 +96,7 @@ def main(argv=None):
     parser.add_argument("--time-limit", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # each figure as soon as it is measured
 
     from skntp.datasets import make_ntp_svm_data
     from skntp.svm import ntp_svm_problem
