@@ -264,7 +264,7 @@ def test_head_and_relaxed_programs_take_the_norm():
 # --------------------------------------------------------------------------
 # infeasible data, bad norms, the norm helpers
 # --------------------------------------------------------------------------
-@pytest.mark.parametrize("norm", ["spectral", ("lp", 3.0)])
+@pytest.mark.parametrize("norm", ["spectral", ("lp", 3.0), "max"])
 def test_infeasible_data_raise(norm):
     H, S = _ntp_instance(0)
     H2 = np.vstack([H[:1], H[:1]])  # one context, two different supports
