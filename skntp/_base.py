@@ -308,7 +308,7 @@ class ImplicitBiasEstimator(BaseEstimator):
 
     def _limit_norm(self):
         """The norm of the max-margin limit of the estimator's solver
-        (:func:`skntp._optim.limit_norm`): ``limit_norm_``."""
+        (:func:`skntp.diagnostics.limit_norm`): ``limit_norm_``."""
         from ._optim import limit_norm
 
         return limit_norm(self.solver, self.descent_norm, self.mirror_p,

@@ -558,7 +558,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         Adam's constant added to the root of the second moment.  ``eps = 0``
         is Adam without it, whose limit is the max-norm solution; with
         ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
-        is the Frobenius one (:func:`skntp._optim.limit_norm`).
+        is the Frobenius one (:func:`skntp.diagnostics.limit_norm`).
     descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
         The norm of ``solver="nsd"`` (normalized steepest descent):
         ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
@@ -628,7 +628,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         query_factor_ @ key_factor_.T``.
     limit_norm_ : str or tuple
         The norm of the max-margin limit that theory names for the solver
-        (:func:`skntp._optim.limit_norm`): the parameterization's (``"fro"``,
+        (:func:`skntp.diagnostics.limit_norm`): the parameterization's (``"fro"``,
         ``"nuclear"`` for ``"KQ"``) for GD, normalized GD, the path, ``"svm"``
         and Adam with ``eps > 0``; ``"max"`` for sign descent and Adam with
         ``eps = 0``; ``descent_norm`` for ``"nsd"``; ``("lp", mirror_p)`` for
@@ -1297,7 +1297,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         Adam's constant added to the root of the second moment.  ``eps = 0``
         is Adam without it, whose limit is the max-norm solution; with
         ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
-        is the Frobenius one (:func:`skntp._optim.limit_norm`).
+        is the Frobenius one (:func:`skntp.diagnostics.limit_norm`).
     descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
         The norm of ``solver="nsd"`` (normalized steepest descent):
         ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
@@ -1379,7 +1379,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         Unit ``p^mm(alpha)`` of (ATT-SVM); ``None`` when infeasible.
     limit_norm_ : str or tuple
         The norm that theory names for the solver's limit
-        (:func:`skntp._optim.limit_norm`).  ``head_mm_direction_`` and
+        (:func:`skntp.diagnostics.limit_norm`).  ``head_mm_direction_`` and
         ``mm_direction_`` (and their margins) are the head SVM and the relaxed
         ATT-SVM in this norm.  Thms. 5-6 are about the Frobenius norm; for
         another norm the joint limit is the package's conjecture, measured,

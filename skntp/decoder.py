@@ -79,7 +79,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         Adam's constant added to the root of the second moment.  ``eps = 0``
         is Adam without it, whose limit is the max-norm solution; with
         ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
-        is the Frobenius one (:func:`skntp._optim.limit_norm`).
+        is the Frobenius one (:func:`skntp.diagnostics.limit_norm`).
     descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
         The norm of ``solver="nsd"`` (normalized steepest descent):
         ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
@@ -153,7 +153,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         computed).
     limit_norm_ : str or tuple
         The norm of the max-margin limit that theory names for the solver
-        (:func:`skntp._optim.limit_norm`): ``"fro"`` for GD, normalized GD, the
+        (:func:`skntp.diagnostics.limit_norm`): ``"fro"`` for GD, normalized GD, the
         path, ``"svm"`` and Adam with ``eps > 0``; ``"max"`` for sign descent
         and Adam with ``eps = 0``;
         ``descent_norm`` for ``"nsd"``; ``("lp", mirror_p)`` for mirror descent.

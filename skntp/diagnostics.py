@@ -17,10 +17,11 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import clone
 
+from ._optim import limit_norm, steepest_direction
 from .svm import finite_component, ntp_svm_problem, solve_max_margin
 from .svm._core import constraint_operator, norm_value
 
-__all__ = ["compare_optimizers", "normalized_margin"]
+__all__ = ["compare_optimizers", "limit_norm", "normalized_margin", "steepest_direction"]
 
 
 def normalized_margin(problem, w, norm="fro"):

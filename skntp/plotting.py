@@ -1109,7 +1109,8 @@ def plot_optimizer_norms(comparison, *, ax=None):
         for (i, j), v in np.ndenumerate(values):
             a.text(j, i, f"{v:.2f}", ha="center", va="center",
                    color="white" if v < 0.6 else "black", fontsize=9)
-        a.set_xticks(range(len(norms)), norms)
+        a.set_xticks(range(len(norms)), [n if isinstance(n, str) else f"l{n[1]:g}"
+                                         for n in norms])
         a.set_yticks(range(len(solvers)), solvers)
         a.set_xlabel("norm of the limit")
         a.set_title(title, fontsize=10)

@@ -116,7 +116,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         Adam's constant added to the root of the second moment.  ``eps = 0``
         is Adam without it, whose limit is the max-norm solution; with
         ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
-        is the Frobenius one (:func:`skntp._optim.limit_norm`).
+        is the Frobenius one (:func:`skntp.diagnostics.limit_norm`).
     descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
         The norm of ``solver="nsd"`` (normalized steepest descent):
         ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
@@ -192,7 +192,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         ``1 / ||W^mm||`` (in ``limit_norm_``).
     limit_norm_ : str or tuple
         The norm of the max-margin limit that theory names for the solver
-        (:func:`skntp._optim.limit_norm`); ``mm_direction_`` is the Graph-SVM
+        (:func:`skntp.diagnostics.limit_norm`); ``mm_direction_`` is the Graph-SVM
         solution in it (the same constraints in every norm).  For a norm other
         than Frobenius this is the package's conjecture, measured, not a theorem
         of the paper.
