@@ -121,9 +121,9 @@ OPTIMIZERS_B2 = {
     "Adam": {"solver": "adam", "lr": 0.01},
     "Adam eps=0": {"solver": "adam", "lr": 0.01, "eps": 0.0},
     # a constant sign step cannot settle the finite part W* (it oscillates at the step's
-    # size, and the loss stalls above the entropy): a decaying step, 0.01 / sqrt(t)
+    # size, and the loss stalls above the entropy): decaying steps
     "SignGD": {"solver": "signgd", "lr": 0.01, "power_t": 0.5},
-    "Muon": {"solver": "nsd", "descent_norm": "spectral", "lr": 0.01, "power_t": 0.5},
+    "Muon": {"solver": "nsd", "descent_norm": "spectral", "lr": 0.1, "power_t": 1 / 3},
     "l3 mirror": {"solver": "nmirror", "mirror_p": 3.0, "lr": 0.01},
 }
 
@@ -153,9 +153,10 @@ def ntp_optimizers(seed=0, quick=False):
         + _fmt_table(["optimizer"] + names, rows)
         + "\ncosine of W - W* with each norm's NTP-SVM solution:\n"
         + _fmt_table(["optimizer"] + names, cos)
-        + "\ntheory (one-hot data): GD/NGD -> fro, SignGD and Adam without eps -> max, "
-        "Muon -> spectral, lp mirror descent -> lp; for NTP data with several next tokens "
-        "per context it is open: these are measurements."
+        + "\npapers: on one-hot data GD/NGD -> fro, SignGD and Adam without eps -> max, "
+        "Muon -> spectral (Fan et al. 2025), lp mirror descent -> lp (AttentionMD); the NTP "
+        "paper (App. B.2) leaves Adam open, and for NTP data with several next tokens per "
+        "context no theorem names the limit: these are measurements."
     )
 
     def plot():

@@ -18,7 +18,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 # seconds on a 2-core machine: ntp_app_b2 ~20, attention_fig9 ~20, self_attention ~40
-SLOW = {"plot_ntp_app_b2.py", "plot_attention_fig9.py", "plot_self_attention_figs.py"}
+SLOW = {"plot_ntp_app_b2.py", "plot_attention_fig9.py", "plot_self_attention_figs.py",
+        "plot_optimizer_norms.py"}
 
 RUNNER = """
 import runpy, sys
@@ -45,6 +46,7 @@ EXPECTED = {
     "plot_joint_fig3.py",           # max-margin paper Fig. 3
     "plot_self_attention_figs.py",  # self-attention paper Figs. 2-4
     "plot_transformers_svm.py",     # Transformers as SVMs: W, K Q^T and rank
+    "plot_optimizer_norms.py",      # the optimizer chooses the norm (Fan et al., AttentionMD)
     "plot_your_own_text.py",
 }
 
