@@ -43,6 +43,7 @@ __all__ = [
     "Limits",
     "Training",
     "backend_of",
+    "descent_parameters_doc",
     "norm_name",
     "other_limit_directions",
     "saturation_radius",
@@ -76,6 +77,37 @@ TRAINING_CONSTRAINTS = {
     "svm_radius": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
     "compute_limits": ["boolean"],
 }
+
+
+#: The docstring of the descent solvers' parameters, shared by every estimator
+#: (:func:`descent_parameters_doc` puts it at the ``%(descent_parameters)s`` marker).
+DESCENT_PARAMETERS_DOC = """    power_t : float, default=0.0
+        Decay of the step of the descent solvers: ``lr / k**power_t`` at
+        iteration ``k`` (0: constant; 0.5: ``lr / sqrt(k)``, the schedule of
+        sign and spectral descent in Fan, Schmidt, Thrampoulidis 2025).
+    eps : float, default=1e-8
+        Adam's constant added to the root of the second moment.  ``eps = 0``
+        is Adam without it, whose limit is the max-norm solution; with
+        ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
+        is the Frobenius one (:func:`skntp.diagnostics.limit_norm`).
+    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
+        The norm of ``solver="nsd"`` (normalized steepest descent):
+        ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
+        sign descent, ``("lp", p)`` for ``1 < p < inf``.
+    mirror_p : float, default=2.0
+        ``p > 1`` of ``solver="mirror"`` and ``"nmirror"``: mirror descent with
+        the potential ``(1/p) ||w||_p^p`` (2: GD and normalized GD).
+"""
+
+
+def descent_parameters_doc(cls):
+    """Class decorator: the estimator's docstring with :data:`DESCENT_PARAMETERS_DOC`."""
+    marker = "    %(descent_parameters)s\n"
+    if cls.__doc__ is not None:  # (python -OO strips docstrings)
+        if marker not in cls.__doc__:
+            raise ValueError(f"{cls.__name__}'s docstring has no {marker.strip()} marker.")
+        cls.__doc__ = cls.__doc__.replace(marker, DESCENT_PARAMETERS_DOC)
+    return cls
 
 
 def backend_of(estimator):

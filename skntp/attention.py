@@ -38,6 +38,7 @@ from ._base import (
     backend_of,
     cosine,
     default_radii,
+    descent_parameters_doc,
     moved_attribute,
     norm_name,
     saturation_radius,
@@ -445,6 +446,7 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
     return out
 
 
+@descent_parameters_doc
 class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
     """Softmax attention that selects one token per input, ``f(X) = v^T X^T S(X W^T p)``.
 
@@ -550,22 +552,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     lr : float, default=0.1
         Step size (the paper's normalized GD uses 0.1 in Fig. 1-4 and 1 in
         Fig. 9).
-    power_t : float, default=0.0
-        Decay of the step of the descent solvers: ``lr / k**power_t`` at
-        iteration ``k`` (0: constant; 0.5: ``lr / sqrt(k)``, the schedule of
-        sign and spectral descent in Fan, Schmidt, Thrampoulidis 2025).
-    eps : float, default=1e-8
-        Adam's constant added to the root of the second moment.  ``eps = 0``
-        is Adam without it, whose limit is the max-norm solution; with
-        ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
-        is the Frobenius one (:func:`skntp.diagnostics.limit_norm`).
-    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
-        The norm of ``solver="nsd"`` (normalized steepest descent):
-        ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
-        sign descent, ``("lp", p)`` for ``1 < p < inf``.
-    mirror_p : float, default=2.0
-        ``p > 1`` of ``solver="mirror"`` and ``"nmirror"``: mirror descent with
-        the potential ``(1/p) ||w||_p^p`` (2: GD and normalized GD).
+    %(descent_parameters)s
     max_iter : int, default=1000
         Iterations (inner iterations per radius for ``"regpath"``).
     tol : float, default=0.0
@@ -1243,6 +1230,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         return tags
 
 
+@descent_parameters_doc
 class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
     """Attention with a trained head: ``f(X) = v^T X^T softmax(X W^T p)``, ``v`` and ``p`` jointly.
 
@@ -1289,22 +1277,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         from ``y``, which must then hold both.
     lr : float, default=0.1
         Step size (the paper's Fig. 3 uses normalized GD with 0.1).
-    power_t : float, default=0.0
-        Decay of the step of the descent solvers: ``lr / k**power_t`` at
-        iteration ``k`` (0: constant; 0.5: ``lr / sqrt(k)``, the schedule of
-        sign and spectral descent in Fan, Schmidt, Thrampoulidis 2025).
-    eps : float, default=1e-8
-        Adam's constant added to the root of the second moment.  ``eps = 0``
-        is Adam without it, whose limit is the max-norm solution; with
-        ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
-        is the Frobenius one (:func:`skntp.diagnostics.limit_norm`).
-    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
-        The norm of ``solver="nsd"`` (normalized steepest descent):
-        ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
-        sign descent, ``("lp", p)`` for ``1 < p < inf``.
-    mirror_p : float, default=2.0
-        ``p > 1`` of ``solver="mirror"`` and ``"nmirror"``: mirror descent with
-        the potential ``(1/p) ||w||_p^p`` (2: GD and normalized GD).
+    %(descent_parameters)s
     max_iter : int, default=1000
         Iterations of the gradient solvers; inner iterations per radius for
         ``"regpath"``.

@@ -27,6 +27,7 @@ from ._base import (
     Training,
     backend_kwargs,
     cosine,
+    descent_parameters_doc,
     other_limit_directions,
     saturation_radius,
 )
@@ -46,6 +47,7 @@ __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 _DENSE_PROBS_MAX = 1_000_000
 
 
+@descent_parameters_doc
 class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
     """Next-token prediction with a linear decoder ``W`` on fixed context embeddings.
 
@@ -71,22 +73,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         theory names for its solver's limit, ``limit_norm_``.
     lr : float, default=0.5
         Step size (the paper uses 0.5 for GD and 0.01 for NGD and Adam).
-    power_t : float, default=0.0
-        Decay of the step of the descent solvers: ``lr / k**power_t`` at
-        iteration ``k`` (0: constant; 0.5: ``lr / sqrt(k)``, the schedule of
-        sign and spectral descent in Fan, Schmidt, Thrampoulidis 2025).
-    eps : float, default=1e-8
-        Adam's constant added to the root of the second moment.  ``eps = 0``
-        is Adam without it, whose limit is the max-norm solution; with
-        ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
-        is the Frobenius one (:func:`skntp.diagnostics.limit_norm`).
-    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
-        The norm of ``solver="nsd"`` (normalized steepest descent):
-        ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
-        sign descent, ``("lp", p)`` for ``1 < p < inf``.
-    mirror_p : float, default=2.0
-        ``p > 1`` of ``solver="mirror"`` and ``"nmirror"``: mirror descent with
-        the potential ``(1/p) ||w||_p^p`` (2: GD and normalized GD).
+    %(descent_parameters)s
     max_iter : int, default=1000
         Iterations of the gradient solvers; inner iterations per radius for
         ``"regpath"``.

@@ -21,6 +21,7 @@ from ._base import (
     Training,
     backend_kwargs,
     cosine,
+    descent_parameters_doc,
     other_limit_directions,
     saturation_radius,
     warn_renamed_parameter,
@@ -53,6 +54,7 @@ _ORTHOGONALITY_TOL = 1e-6
 _LOSS = {"log_loss": "log", "log": "log", "ce": "ce", "squared": "squared"}
 
 
+@descent_parameters_doc
 class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
     """Next-token prediction with 1-layer self-attention over token embeddings.
 
@@ -108,22 +110,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         theory names for its solver's limit, ``limit_norm_``.
     lr : float, default=0.5
         Step size (the paper's figures use normalized GD with 0.01 or 0.1).
-    power_t : float, default=0.0
-        Decay of the step of the descent solvers: ``lr / k**power_t`` at
-        iteration ``k`` (0: constant; 0.5: ``lr / sqrt(k)``, the schedule of
-        sign and spectral descent in Fan, Schmidt, Thrampoulidis 2025).
-    eps : float, default=1e-8
-        Adam's constant added to the root of the second moment.  ``eps = 0``
-        is Adam without it, whose limit is the max-norm solution; with
-        ``eps > 0`` the vanishing gradient lets ``eps`` dominate and the limit
-        is the Frobenius one (:func:`skntp.diagnostics.limit_norm`).
-    descent_norm : {"fro", "max", "l1", "spectral"} or ("lp", p), default="fro"
-        The norm of ``solver="nsd"`` (normalized steepest descent):
-        ``"spectral"`` is Muon's orthogonalized step ``U V^T``, ``"max"`` is
-        sign descent, ``("lp", p)`` for ``1 < p < inf``.
-    mirror_p : float, default=2.0
-        ``p > 1`` of ``solver="mirror"`` and ``"nmirror"``: mirror descent with
-        the potential ``(1/p) ||w||_p^p`` (2: GD and normalized GD).
+    %(descent_parameters)s
     max_iter : int, default=1000
         Iterations (inner iterations per radius for ``"regpath"``).
     tol : float, default=0.0

@@ -143,14 +143,11 @@ def test_cyclic_subspace_equals_span_of_tied_differences():
         assert r1 == np.linalg.matrix_rank(P) == np.linalg.matrix_rank(np.vstack([rows, P]))
 
 
-def _graph_svm_cvxpy_independent(E, X, y):
-    """Graph-SVM written from the paper's formula, without the core's builders."""
-    import cvxpy as cp
-
-    d = E.shape[1]
+def graph_svm_constraints(E, X, y, W):
+    """The Graph-SVM's constraints on the cvxpy variable ``W``, written from the paper's
+    formula (without the core's builders): ``= 0`` within an SCC, ``>= 1`` on edges."""
     graphs = token_priority_graphs(X, y)
     sccs = strongly_connected_components(graphs)
-    W = cp.Variable((d, d))
     cons = []
     for k, g in graphs.items():
         where = {v: ci for ci, c in enumerate(sccs[k]) for v in c}
@@ -160,7 +157,15 @@ def _graph_svm_cvxpy_independent(E, X, y):
                 cons.append(lhs == 0)
             elif g.has_edge(i, j):
                 cons.append(lhs >= 1)
-    prob = cp.Problem(cp.Minimize(cp.sum_squares(W)), cons)
+    return cons
+
+
+def _graph_svm_cvxpy_independent(E, X, y):
+    """Graph-SVM written from the paper's formula, without the core's builders."""
+    import cvxpy as cp
+
+    W = cp.Variable((E.shape[1], E.shape[1]))
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(W)), graph_svm_constraints(E, X, y, W))
     prob.solve(solver=cp.CLARABEL)
     return W.value
 

@@ -11,7 +11,7 @@ NTP-SVM), not through the package's builders.
 import cvxpy as cp
 import numpy as np
 import pytest
-from test_references_ntp import ntp_svm_all_pairs
+from test_references_ntp import check_ntp_constraints, ntp_svm_all_pairs
 
 from skntp.datasets import make_ntp_data
 from skntp.svm import (
@@ -72,12 +72,7 @@ def test_ntp_svm_in_lp_norms_matches_cvxpy(norm, seed):
     assert W.shape == (V, H.shape[1]) and res.gap <= 1e-8
     assert abs(value(W) - reference) <= 1e-6 * reference
     # the constraints (4a)-(4b), checked here on the answer
-    logits = H @ W.T
-    for j in range(m):
-        ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
-        assert np.ptp(logits[j, ins]) <= 1e-8
-        if outs.size:
-            assert logits[j, ins].min() - logits[j, outs].max() >= 1 - 1e-8
+    check_ntp_constraints(H, S, W, 1e-8)
 
 
 def test_lp_norms_differ_from_frobenius_and_from_each_other():

@@ -23,9 +23,11 @@ import warnings
 import cvxpy as cp
 import numpy as np
 import pytest
-from test_references_ntp import ntp_svm_all_pairs
+from test_graphs import graph_svm_constraints
+from test_norms import _ntp_instance
+from test_references_ntp import check_ntp_constraints, ntp_svm_all_pairs
 
-from skntp.datasets import make_ntp_data, make_token_priority_data
+from skntp.datasets import make_token_priority_data
 from skntp.graphs import strongly_connected_components, token_priority_graphs
 from skntp.svm import (
     NotSeparableError,
@@ -82,15 +84,6 @@ def _check_result(res, norm, method):
 # --------------------------------------------------------------------------
 # instances
 # --------------------------------------------------------------------------
-def _ntp_instance(seed, m=8, d=12, V=6):
-    X, y = make_ntp_data(n_samples=300, n_contexts=m, n_features=d, n_tokens=V,
-                         support_size=(1, 3), random_state=seed)
-    H, inverse = np.unique(X, axis=0, return_inverse=True)
-    S = np.zeros((len(H), V), dtype=bool)
-    S[inverse.ravel(), y] = True
-    return H, S
-
-
 def _att_instance(seed, n=8, T=5, k=6):
     rng = np.random.default_rng(seed)
     K = rng.standard_normal((n, T, k))
@@ -120,12 +113,7 @@ def test_ntp_svm_matches_cvxpy(norm, seed):
     assert W.shape == (V, H.shape[1])
     assert abs(value(W, norm) - ref) <= 1e-6 * ref
     # (4a)-(4b) on the answer, every pair
-    logits = H @ W.T
-    for j in range(m):
-        ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
-        assert np.ptp(logits[j, ins]) <= 1e-9
-        if outs.size:
-            assert logits[j, ins].min() - logits[j, outs].max() >= 1 - 1e-9
+    check_ntp_constraints(H, S, W, 1e-9)
 
 
 def test_lp2_is_the_frobenius_solution():
@@ -201,19 +189,8 @@ def test_spectral_certificate_recomputed():
 # Graph-SVM
 # --------------------------------------------------------------------------
 def _graph_reference(E, X, y, norm):
-    d = E.shape[1]
-    graphs = token_priority_graphs(X, y)
-    sccs = strongly_connected_components(graphs)
-    W = cp.Variable((d, d))
-    cons = []
-    for k, g in graphs.items():
-        where = {v: ci for ci, c in enumerate(sccs[k]) for v in c}
-        for i, j in itertools.permutations(g.nodes, 2):
-            lhs = E[i] @ W @ E[k] - E[j] @ W @ E[k]
-            if where[i] == where[j]:
-                cons.append(lhs == 0)
-            elif g.has_edge(i, j):
-                cons.append(lhs >= 1)
+    W = cp.Variable((E.shape[1], E.shape[1]))
+    cons = graph_svm_constraints(E, X, y, W)
     return _solve(cp.Problem(cp.Minimize(objective(norm)(W)), cons))
 
 

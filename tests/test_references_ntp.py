@@ -295,3 +295,14 @@ def test_not_separable_data_still_minimize_the_loss():
     value = cp.Problem(cp.Minimize(obj)).solve(solver=cp.CLARABEL)
     assert ce(est.coef_, H, pi, P) == pytest.approx(value, rel=1e-7)
     assert est.mm_direction_ is None and est.is_ntp_separable_ is False
+
+
+def check_ntp_constraints(H, S, W, tol):
+    """(4a)-(4b) on ``W``, every pair: equal in-support logits, in-support at least 1
+    above out-of-support ones, up to ``tol``."""
+    logits = H @ W.T
+    for j in range(S.shape[0]):
+        ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
+        assert np.ptp(logits[j, ins]) <= tol
+        if outs.size:
+            assert logits[j, ins].min() - logits[j, outs].max() >= 1 - tol
