@@ -1110,7 +1110,7 @@ def plot_optimizer_norms(comparison, *, ax=None):
             a.text(j, i, f"{v:.2f}", ha="center", va="center",
                    color="white" if v < 0.6 else "black", fontsize=9)
         a.set_xticks(range(len(norms)), [n if isinstance(n, str) else f"l{n[1]:g}"
-                                         for n in norms])
+                                         for n in norms], rotation=30, ha="right")
         a.set_yticks(range(len(solvers)), solvers)
         a.set_xlabel("norm of the limit")
         a.set_title(title, fontsize=10)
