@@ -131,7 +131,8 @@ def _cyclic_instance(seed):
 
 
 def test_graph_ldp_multipliers_satisfy_the_kkt_conditions():
-    # _solve_graph_ldp 39, 40, 46, 47: the multipliers, the equality ones included.
+    # _solve_graph_ldp 46, 47, 91, 93, 107-109: the multipliers, the equality ones
+    # included, and the result's figures.
     # For min 1/2 ||W||^2 s.t. <G_c, W> >= 1 (i => j) or = 0 (i ~ j), with
     # G_c = (e_i - e_j) e_k^T: W = sum_c lam_c G_c, lam >= 0 on the inequalities,
     # lam_c (<G_c, W> - 1) = 0, and the gap ||W||^2 - sum_{i => j} lam_c vanishes.
@@ -158,7 +159,7 @@ def test_graph_ldp_multipliers_satisfy_the_kkt_conditions():
 
 
 def test_graph_ldp_with_ties_only_gives_zero():
-    # _solve_graph_ldp 30, 31, 83, 87, 89: every graph one SCC (no i => j pair):
+    # _solve_graph_ldp 89: every graph one SCC (no i => j pair):
     # W^mm = 0, with a zero gap and zero multipliers.
     X = np.array([[0, 1, 2], [1, 0, 2], [0, 1, 2]])
     y = np.array([0, 1, 2])
@@ -203,7 +204,7 @@ def test_graph_ldp_declines_problems_above_its_size_limit(monkeypatch):
 
 
 def test_graph_ldp_declines_a_solution_that_fails_its_feasibility_check(monkeypatch):
-    # _solve_graph_ldp 65, 71, 76: an NNLS answer short of the margins by 1.5e-7
+    # _solve_graph_ldp 49, 65, 71, 76: an NNLS answer short of the margins by 1.5e-7
     # (more than the check's 1e-7) or by 1/2 is declined, not returned.
     X, y, E, graphs = _cyclic_instance(1)
     problem = graph_svm_problem(E, graphs)
@@ -257,7 +258,7 @@ def test_graph_svm_without_graphs_is_zero():
 
 
 def test_graph_svm_uses_the_requested_method_and_backend():
-    # graph_svm 19, 22: method= and the backend options reach the core
+    # graph_svm 22: method= and the backend options reach the core
     X, y, E, graphs = _cyclic_instance(1)
     _, res = graph_svm(E, graphs, method="cvxpy", return_result=True)
     assert res.method == "cvxpy"
@@ -298,8 +299,9 @@ def test_cyclic_correction_of_one_sample_in_closed_form():
 
 
 def test_cyclic_correction_with_sample_weights():
-    # cyclic_correction 29, 92, 124: the weighted risk sum_i w_i l_i / sum_i w_i of the
-    # cyclic sub-dataset is stationary at W^cyc inside S_cyc, and info["loss"] is it
+    # cyclic_correction 27 (and 29, 92, 124, not reached): the weighted risk
+    # sum_i w_i l_i / sum_i w_i of the cyclic sub-dataset is stationary at W^cyc inside
+    # S_cyc, and info["loss"] is it
     X, y, E, _ = _cyclic_instance(0)
     graphs = _graphs_by_hand(list(X), y)
     sub, basis = _cyclic_by_hand(E, list(X), y, graphs)
@@ -344,9 +346,10 @@ def _pseudo_by_hand(E, X, selected):
 
 
 def test_pseudo_limits_against_hand_written_programs():
-    # pseudo_limits: the pseudo graphs, the (Graph-SVM) direction on them, the pseudo
-    # cyclic correction (the risk of the true labels on the tokens of the selected
-    # tokens' SCC, with the given head and loss, stationary inside the pseudo S_cyc)
+    # pseudo_limits 7, 20, 21, 39-41, 46-48, 76, 80: the pseudo graphs, the (Graph-SVM)
+    # direction on them, the pseudo cyclic correction (the risk of the true labels on
+    # the tokens of the selected tokens' SCC, with the given head and loss, stationary
+    # inside the pseudo S_cyc)
     X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=3)
     gamma = E @ E.T
     selected = np.zeros(X.shape, bool)
@@ -392,7 +395,7 @@ def test_pseudo_limits_against_hand_written_programs():
 
 
 def test_pseudo_limits_without_a_strict_pair():
-    # pseudo_limits 70-75: every pseudo graph one SCC: W^mm = 0, direction zero
+    # pseudo_limits 71, 73-75: every pseudo graph one SCC: W^mm = 0, direction zero
     X = np.array([[0, 1, 2], [1, 0, 2]])
     selected = np.ones(X.shape, bool)
     out = pseudo_limits(np.eye(3), X, np.array([0, 1]), selected)
