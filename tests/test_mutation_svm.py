@@ -1,0 +1,431 @@
+"""Tests added for the mutation run of the max-margin core (``skntp/svm/``).
+
+Each test checks a value against an independent reference (a program or risk
+written here from the papers' equations, a closed form, a hand computation) and
+kills the survivors of the run named in its comment; see ``docs/mutation.md``,
+"Run 3".
+"""
+
+import itertools
+import warnings
+
+import cvxpy as cp
+import networkx as nx
+import numpy as np
+import pytest
+from scipy.special import logsumexp
+from sklearn.exceptions import ConvergenceWarning
+
+import skntp.svm._attention as svm_attention
+import skntp.svm._graph as svm_graph
+from skntp.datasets import make_token_priority_data
+from skntp.graphs import is_acyclic, strongly_connected_components, token_priority_graphs
+from skntp.svm import (
+    NotSeparableError,
+    cyclic_correction,
+    graph_svm,
+    graph_svm_problem,
+)
+from skntp.svm._graph import pseudo_limits
+
+# ------------------------------------------------------------ references
+
+
+def _graphs_by_hand(seqs, y):
+    """Sec. 3.1: for each last token k, edges y_i -> x_it (x_it != y_i)."""
+    graphs = {}
+    for seq, label in zip(seqs, y):
+        g = graphs.setdefault(int(seq[-1]), nx.DiGraph())
+        g.add_node(int(label))
+        for x in seq:
+            g.add_node(int(x))
+            if x != label:
+                g.add_edge(int(label), int(x))
+    return graphs
+
+
+def _relations_by_hand(graphs):
+    """``{(k, i, j, tied)}``: ``i => j`` (an edge across SCCs) and ``j ~ min(SCC)``."""
+    out = set()
+    for k, g in graphs.items():
+        comps = [sorted(c) for c in nx.strongly_connected_components(g)]
+        where = {v: c[0] for c in comps for v in c}
+        out |= {(k, i, j, False) for i, j in g.edges if where[i] != where[j]}
+        out |= {(k, j, c[0], True) for c in comps for j in c[1:]}
+    return out
+
+
+def _graph_svm_by_hand(E, graphs):
+    """(Graph-SVM) in cvxpy: ``(e_i - e_j)^T W e_k >= 1`` for i => j, ``= 0`` for i ~ j."""
+    d = E.shape[1]
+    W = cp.Variable((d, d))
+    cons = []
+    for k, i, j, tied in _relations_by_hand(graphs):
+        lhs = (E[i] - E[j]) @ W @ E[k]
+        cons.append(lhs == 0 if tied else lhs >= 1)
+    cp.Problem(cp.Minimize(cp.sum_squares(W)), cons).solve(solver=cp.CLARABEL)
+    return W.value
+
+
+def _attention(E, W, seq, query):
+    logits = E[seq] @ W @ E[query]
+    s = np.exp(logits - logits.max())
+    return s / s.sum()
+
+
+def _risk(E, gamma, W, seqs, y, queries, loss, weights=None):
+    """(ERM): ``sum_i w_i l_i / sum_i w_i`` with ``u = sum_t s_t gamma[y, x_t]``."""
+    values = []
+    for seq, label, query in zip(seqs, y, queries):
+        s = _attention(E, W, seq, query)
+        if loss == "log":
+            values.append(-np.log(s @ gamma[label, seq]))
+        elif loss == "squared":
+            values.append((1.0 - s @ gamma[label, seq]) ** 2)
+        else:
+            yhat = gamma[:, seq] @ s
+            values.append(logsumexp(yhat) - yhat[label])
+    w = np.ones(len(values)) if weights is None else np.asarray(weights, float)
+    return float(np.dot(w, values) / w.sum())
+
+
+def _numerical_grad(f, W, h=1e-5):
+    g = np.zeros_like(W)
+    for idx in np.ndindex(W.shape):
+        e = np.zeros_like(W)
+        e[idx] = h
+        g[idx] = (f(W + e) - f(W - e)) / (2 * h)
+    return g
+
+
+def _cyclic_by_hand(E, seqs, y, graphs):
+    """Def. 1 and Def. 3: the cyclic sub-dataset (with sample indices) and S_cyc."""
+    sub = []
+    rows = []
+    for k, g in graphs.items():
+        for comp in nx.strongly_connected_components(g):
+            if len(comp) > 1:
+                mean = E[sorted(comp)].mean(axis=0)
+                rows += [np.outer(E[j] - mean, E[k]).ravel() for j in comp]
+    for i, (seq, label) in enumerate(zip(seqs, y)):
+        g = graphs[int(seq[-1])]
+        same = [x for x in seq if x == label
+                or (nx.has_path(g, x, label) and nx.has_path(g, label, x))]
+        if len(set(same)) > 1:
+            sub.append((i, np.array(same), int(label), int(seq[-1])))
+    _, sv, Vt = np.linalg.svd(np.array(rows), full_matrices=False)
+    return sub, Vt[sv > 1e-10 * sv[0]].T
+
+
+def _cyclic_instance(seed):
+    rs = seed
+    while True:
+        X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=rs)
+        graphs = token_priority_graphs(X, y)
+        if not is_acyclic(graphs):
+            return X, y, E, graphs
+        rs += 10_000
+
+
+# ------------------------------------------------------------ svm/_graph.py
+
+
+def test_graph_ldp_multipliers_satisfy_the_kkt_conditions():
+    # _solve_graph_ldp 46, 47, 91, 93, 107-109: the multipliers, the equality ones
+    # included, and the result's figures.
+    # For min 1/2 ||W||^2 s.t. <G_c, W> >= 1 (i => j) or = 0 (i ~ j), with
+    # G_c = (e_i - e_j) e_k^T: W = sum_c lam_c G_c, lam >= 0 on the inequalities,
+    # lam_c (<G_c, W> - 1) = 0, and the gap ||W||^2 - sum_{i => j} lam_c vanishes.
+    X, y, E, graphs = _cyclic_instance(1)
+    ref = _graph_svm_by_hand(E, _graphs_by_hand(list(X), y))
+    W, res = graph_svm(E, graphs, method="graph-ldp", return_result=True)
+    np.testing.assert_allclose(W, ref, atol=1e-6 * np.abs(ref).max())
+    problem = graph_svm_problem(E, graphs)
+    c = problem.constraints
+    k = problem.info["query_tokens"][c.block]
+    assert {(int(a), int(b), int(r), bool(t)) for a, b, r, t
+            in zip(k, c.pos, c.ref, c.equality)} == _relations_by_hand(graphs)
+    assert c.equality.any() and (~c.equality).any()
+    G = np.stack([np.outer(E[i] - E[j], E[q]) for q, i, j in zip(k, c.pos, c.ref)])
+    lam = res.dual
+    np.testing.assert_allclose(np.einsum("c,cab->ab", lam, G), W, atol=1e-9)
+    assert np.all(lam[~c.equality] >= -1e-12)
+    slack = np.einsum("cab,ab->c", G, W) - 1.0
+    np.testing.assert_allclose((lam * slack)[~c.equality], 0.0, atol=1e-9)
+    assert abs(np.sum(W * W) - lam[~c.equality].sum()) < 1e-9 * np.sum(W * W)
+    # the result's figures: exact method, no iterations, certified
+    assert res.method == "graph-ldp" and res.status == "optimal" and res.n_iter == 0
+    assert 0.0 <= res.max_violation < 1e-9 and abs(res.gap) < 1e-12
+
+
+def test_graph_ldp_with_ties_only_gives_zero():
+    # _solve_graph_ldp 89: every graph one SCC (no i => j pair):
+    # W^mm = 0, with a zero gap and zero multipliers.
+    X = np.array([[0, 1, 2], [1, 0, 2], [0, 1, 2]])
+    y = np.array([0, 1, 2])
+    graphs = token_priority_graphs(X, y)
+    assert [len(c) for c in nx.strongly_connected_components(graphs[2])] == [3]
+    E = np.random.default_rng(0).standard_normal((3, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0/0 in the gap
+        W, res = graph_svm(E, graphs, method="graph-ldp", return_result=True)
+    np.testing.assert_array_equal(W, np.zeros((4, 4)))
+    assert res.method == "graph-ldp" and res.gap == 0.0 and res.max_violation == 0.0
+    np.testing.assert_array_equal(res.dual, np.zeros(2))
+
+
+def test_graph_ldp_ties_that_leave_only_zero_are_infeasible():
+    # _solve_graph_ldp 25: d = 1, W = w: the tie 0 ~ 1 in G^(2) says
+    # (1 - 2) * w * 3 = 0, so w = 0, and 0 => 2 needs (1 - 3) * w * 3 >= 1.
+    E = np.array([[1.0], [2.0], [3.0]])
+    graphs = token_priority_graphs(np.array([[0, 1, 2], [1, 0, 2]]), np.array([0, 1]))
+    with pytest.raises(NotSeparableError, match="the ties leave W = 0 only"):
+        graph_svm(E, graphs, method="graph-ldp")
+    with pytest.raises(NotSeparableError, match="Graph-SVM"):
+        graph_svm(E, graphs, method="cvxpy")
+
+
+def test_graph_ldp_declines_problems_above_its_size_limit(monkeypatch):
+    # _solve_graph_ldp 10, 11: the dense method declines len(constraints) * d^2 above
+    # _LDP_MAX_ENTRIES and accepts it at the limit.
+    X, y, E, graphs = _cyclic_instance(2)
+    problem = graph_svm_problem(E, graphs)
+    size = len(problem.constraints) * E.shape[1] ** 2
+    be = None
+    monkeypatch.setattr(svm_graph, "_LDP_MAX_ENTRIES", size)
+    assert svm_graph._solve_graph_ldp(problem, 1e-8, 100, be, 0) is not None
+    monkeypatch.setattr(svm_graph, "_LDP_MAX_ENTRIES", size - 1)
+    assert svm_graph._solve_graph_ldp(problem, 1e-8, 100, be, 0) is None
+    # the core then answers with another method, the same W^mm
+    ref = _graph_svm_by_hand(E, _graphs_by_hand(list(X), y))
+    W, res = graph_svm(E, graphs, return_result=True)
+    assert res.method != "graph-ldp"
+    np.testing.assert_allclose(W, ref, atol=1e-5 * np.abs(ref).max())
+
+
+def test_graph_ldp_declines_a_solution_that_fails_its_feasibility_check(monkeypatch):
+    # _solve_graph_ldp 49, 65, 71, 76: an NNLS answer short of the margins by 1.5e-7
+    # (more than the check's 1e-7) or by 1/2 is declined, not returned.
+    X, y, E, graphs = _cyclic_instance(1)
+    problem = graph_svm_problem(E, graphs)
+    exact = svm_attention.solve_ldp
+    for shrink in (1.5e-7, 0.5):
+        def short(G, h, shrink=shrink):
+            z, lam = exact(G, h)
+            return z * (1.0 - shrink), lam
+
+        monkeypatch.setattr(svm_attention, "solve_ldp", short)
+        assert svm_graph._solve_graph_ldp(problem, 1e-8, 100, None, 0) is None
+    monkeypatch.setattr(svm_attention, "solve_ldp", exact)
+    assert svm_graph._solve_graph_ldp(problem, 1e-8, 100, None, 0) is not None
+
+
+def test_graph_ldp_reports_the_duality_gap_of_its_pair(monkeypatch):
+    # _solve_graph_ldp 82, 84, 88: the reported gap is (||W||^2 - r^T lam) / ||W||^2
+    # of the returned pair.  With half the multipliers it is 1/2, here where
+    # ||W||^2 < 1 (embeddings of norm 10).
+    X, y, E, graphs = _cyclic_instance(1)
+    E = 10.0 * E
+    exact = svm_attention.solve_ldp
+    monkeypatch.setattr(svm_attention, "solve_ldp",
+                        lambda G, h: (exact(G, h)[0], 0.5 * exact(G, h)[1]))
+    W, res = graph_svm(E, graphs, method="graph-ldp", return_result=True)
+    sq = np.sum(W * W)
+    assert sq < 1.0
+    c = graph_svm_problem(E, graphs).constraints
+    assert res.gap == pytest.approx((sq - res.dual[~c.equality].sum()) / sq, rel=1e-9)
+    assert res.gap == pytest.approx(0.5, rel=1e-6)
+
+
+def test_graph_svm_problem_refuses_tokens_outside_the_embeddings():
+    # graph_svm_problem 26: a graph that names token K (one past the last row)
+    E = np.eye(3)
+    for X, y in (([[0, 1, 2]], [3]), ([[0, 3, 1]], [0]), ([[0, 1, 3]], [0])):
+        with pytest.raises(ValueError, match="embeddings has 3 rows"):
+            graph_svm_problem(E, token_priority_graphs(np.array(X), np.array(y)))
+    graphs = token_priority_graphs(np.array([[0, 1, 2]]), np.array([0]))
+    graphs[2].add_edge(0, -1)
+    with pytest.raises(ValueError, match="embeddings has"):
+        graph_svm_problem(E, graphs)
+
+
+def test_graph_svm_without_graphs_is_zero():
+    # graph_svm_problem 22, 29, 31: no graph at all: no constraint, W^mm = 0
+    E = np.random.default_rng(1).standard_normal((4, 3))
+    W, res = graph_svm(E, {}, return_result=True)
+    np.testing.assert_array_equal(W, np.zeros((3, 3)))
+    assert graph_svm_problem(E, {}).info["query_tokens"].shape == (0,)
+
+
+def test_graph_svm_uses_the_requested_method_and_backend():
+    # graph_svm 22: method= and the backend options reach the core
+    X, y, E, graphs = _cyclic_instance(1)
+    _, res = graph_svm(E, graphs, method="cvxpy", return_result=True)
+    assert res.method == "cvxpy"
+    with pytest.raises(ValueError, match="backend must be"):
+        graph_svm(E, graphs, backend="bogus")
+
+
+def test_embeddings_of_one_token_or_one_dimension():
+    # _check_embeddings 6, 7, 10, 11, 12, 14, 15: (K, d) with K = 1 or d = 1 is valid;
+    # no row, no column, or not 2-D is refused
+    W = graph_svm(np.ones((1, 2)), token_priority_graphs(np.array([[0]]), np.array([0])))
+    np.testing.assert_array_equal(W, np.zeros((2, 2)))
+    # d = 1: W = w, 0 => 1 in G^(2) needs (1 - 2) * w * 3 >= 1: w = -1/3
+    E = np.array([[1.0], [2.0], [3.0]])
+    graphs = token_priority_graphs(np.array([[0, 1, 2]]), np.array([0]))
+    np.testing.assert_allclose(graph_svm(E, graphs), [[-1.0 / 3.0]], rtol=1e-9)
+    for bad in (np.zeros((0, 2)), np.zeros((2, 0)), np.ones(3), np.ones((1, 1, 1))):
+        with pytest.raises(ValueError, match=r"embeddings must be a 2-D \(K, d\) array"):
+            graph_svm_problem(bad, {})
+    with pytest.raises(ValueError, match="embeddings contain NaN"):
+        graph_svm_problem(np.array([[1.0, np.nan]]), {})
+
+
+def test_cyclic_correction_of_one_sample_in_closed_form():
+    # cyclic_correction 65: a cyclic sub-dataset of one sample.  E = I, sequence
+    # (0, 1, 2), label 0, SCC {0, 1} in G^(2); squared loss with gamma[0, 0] = 4,
+    # gamma[0, 1] = 0: the risk (1 - 4 s_0)^2 is zero at s_0 = 1/4, i.e.
+    # W[0, 2] - W[1, 2] = -log 3, and W^cyc in S_cyc = span{(e_0 - e_1) e_2^T}.
+    gamma = np.zeros((3, 3))
+    gamma[0, 0] = 4.0
+    W, info = cyclic_correction(np.eye(3), np.array([[0, 1, 2]]), np.array([0]),
+                                {2: [{0, 1}, {2}]}, gamma=gamma, loss="squared",
+                                return_info=True)
+    expected = np.zeros((3, 3))
+    expected[0, 2], expected[1, 2] = -np.log(3) / 2, np.log(3) / 2
+    np.testing.assert_allclose(W, expected, atol=1e-9)
+    assert info["n_samples"] == 1 and info["loss"] < 1e-18
+
+
+def test_cyclic_correction_with_sample_weights():
+    # cyclic_correction 27 (and 29, 92, 124, not reached): the weighted risk
+    # sum_i w_i l_i / sum_i w_i of the cyclic sub-dataset is stationary at W^cyc inside
+    # S_cyc, and info["loss"] is it
+    X, y, E, _ = _cyclic_instance(0)
+    graphs = _graphs_by_hand(list(X), y)
+    sub, basis = _cyclic_by_hand(E, list(X), y, graphs)
+    w = np.random.default_rng(0).uniform(0.2, 3.0, len(X))
+    sccs = strongly_connected_components(token_priority_graphs(X, y))
+    W, info = cyclic_correction(E, X, y, sccs, sample_weight=w, return_info=True)
+    seqs, labels, queries = ([s[k] for s in sub] for k in (1, 2, 3))
+    ws = w[[s[0] for s in sub]]
+    f = lambda M: _risk(E, np.eye(6), M, seqs, labels, queries, "log", ws)  # noqa: E731
+    assert info["loss"] == pytest.approx(f(W), rel=1e-10)
+    np.testing.assert_allclose(basis @ (basis.T @ W.ravel()), W.ravel(), atol=1e-9)
+    assert np.linalg.norm(basis.T @ _numerical_grad(f, W).ravel()) < 1e-7
+    # the weights matter: the unweighted minimizer is not stationary here
+    W1 = cyclic_correction(E, X, y, sccs)
+    assert np.linalg.norm(basis.T @ _numerical_grad(f, W1).ravel()) > 1e-4
+
+
+def test_cyclic_correction_warns_when_stopped_far_from_stationarity():
+    # cyclic_correction 250, 252: the squared loss with the identity head has no finite
+    # minimizer (s_0 -> 1); one L-BFGS iteration and the Newton polish end at a
+    # gradient norm between 1e-7 and 1, which the warning reports
+    args = (np.eye(3), np.array([[0, 1, 2]]), np.array([0]), {2: [{0, 1}, {2}]})
+    with pytest.warns(ConvergenceWarning, match="minimized to a gradient norm of"):
+        _, info = cyclic_correction(*args, loss="squared", max_iter=1, return_info=True)
+    assert 1e-6 < info["grad_norm"] < 1e-1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, info = cyclic_correction(*args, loss="squared", return_info=True)
+    assert info["grad_norm"] <= 1e-8
+
+
+def _pseudo_by_hand(E, X, selected):
+    """Sec. 6: in G^(k) every selected position's token points to every token."""
+    graphs = {}
+    for seq, sel in zip(X, selected):
+        g = graphs.setdefault(int(seq[-1]), nx.DiGraph())
+        g.add_nodes_from(int(x) for x in seq)
+        for a, b in itertools.product(seq[sel], seq):
+            if a != b:
+                g.add_edge(int(a), int(b))
+    return graphs
+
+
+def test_pseudo_limits_against_hand_written_programs():
+    # pseudo_limits 7, 20, 21, 39-41, 46-48, 76, 80: the pseudo graphs, the (Graph-SVM)
+    # direction on them, the pseudo cyclic correction (the risk of the true labels on
+    # the tokens of the selected tokens' SCC, with the given head and loss, stationary
+    # inside the pseudo S_cyc)
+    X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=3)
+    gamma = E @ E.T
+    selected = np.zeros(X.shape, bool)
+    selected[:, 0] = True
+    selected[::2, 1] = True
+    out = pseudo_limits(E, X, y, selected, gamma=gamma, loss="ce", method="cvxpy")
+    graphs = _pseudo_by_hand(E, X, selected)
+    assert {k: set(g.edges) for k, g in out.graphs.items()} == \
+        {k: set(g.edges) for k, g in graphs.items()}
+    ref = _graph_svm_by_hand(E, graphs)
+    np.testing.assert_allclose(out.mm_direction, ref / np.linalg.norm(ref), atol=1e-6)
+    assert out.is_acyclic is False
+    sub_seqs, sub_y, queries, rows = [], [], [], []
+    for k, g in graphs.items():
+        for comp in nx.strongly_connected_components(g):
+            if len(comp) > 1:
+                mean = E[sorted(comp)].mean(axis=0)
+                rows += [np.outer(E[j] - mean, E[k]).ravel() for j in comp]
+    for seq, label, sel in zip(X, y, selected):
+        g = graphs[int(seq[-1])]
+        a = seq[sel][0]
+        same = [x for x in seq if nx.has_path(g, x, a) and nx.has_path(g, a, x)]
+        if len(set(same)) > 1:
+            sub_seqs.append(np.array(same))
+            sub_y.append(int(label))
+            queries.append(int(seq[-1]))
+    _, sv, Vt = np.linalg.svd(np.array(rows), full_matrices=False)
+    basis = Vt[sv > 1e-10 * sv[0]].T
+    Wc = out.finite_component
+    assert np.abs(Wc).max() > 1e-3
+    np.testing.assert_allclose(basis @ (basis.T @ Wc.ravel()), Wc.ravel(), atol=1e-9)
+    f = lambda M: _risk(E, gamma, M, sub_seqs, sub_y, queries, "ce")  # noqa: E731
+    assert np.linalg.norm(basis.T @ _numerical_grad(f, Wc).ravel()) < 1e-7
+    # the projector onto the pseudo S_cyc
+    Z = np.random.default_rng(0).standard_normal((8, 8))
+    np.testing.assert_allclose(out.projector.project(Z).ravel(),
+                               basis @ (basis.T @ Z.ravel()), atol=1e-10)
+    # the options reach the solvers
+    with pytest.raises(ValueError, match="'bogus'"):
+        pseudo_limits(E, X, y, selected, method="bogus")
+    with pytest.raises(ValueError, match="backend must be"):
+        pseudo_limits(E, X, y, selected, backend="bogus")
+
+
+def test_pseudo_limits_without_a_strict_pair():
+    # pseudo_limits 71, 73-75: every pseudo graph one SCC: W^mm = 0, direction zero
+    X = np.array([[0, 1, 2], [1, 0, 2]])
+    selected = np.ones(X.shape, bool)
+    out = pseudo_limits(np.eye(3), X, np.array([0, 1]), selected)
+    np.testing.assert_array_equal(out.mm_direction, np.zeros((3, 3)))
+    # a tiny W^mm (norm < 1) is still normalized
+    E = 100.0 * np.eye(3)
+    out = pseudo_limits(E, np.array([[0, 1, 2]]), np.array([0]),
+                        np.array([[True, False, False]]))
+    assert np.linalg.norm(out.mm_direction) == pytest.approx(1.0, rel=1e-9)
+
+
+def test_pseudo_limits_defaults_on_the_label_positions():
+    # pseudo_limits 1-4, 54, 55, 60, 61, 66: with the label positions selected the pseudo
+    # graphs are the token-priority graphs; by default (log-loss, identity head,
+    # method="auto") the limits are W^mm of (Graph-SVM) and W^cyc of Def. 3
+    X, y, E, _ = _cyclic_instance(0)
+    graphs = _graphs_by_hand(list(X), y)
+    out = pseudo_limits(E, X, y, X == y[:, None])
+    assert {k: set(g.edges) for k, g in out.graphs.items()} == \
+        {k: set(g.edges) for k, g in graphs.items()}
+    assert {k: sorted(map(sorted, c)) for k, c in out.sccs.items()} == \
+        {k: sorted(map(sorted, nx.strongly_connected_components(g)))
+         for k, g in graphs.items()}
+    assert out.is_acyclic is False
+    ref = _graph_svm_by_hand(E, graphs)
+    np.testing.assert_allclose(out.mm_direction, ref / np.linalg.norm(ref), atol=1e-6)
+    sub, basis = _cyclic_by_hand(E, list(X), y, graphs)
+    Wc = out.finite_component
+    np.testing.assert_allclose(basis @ (basis.T @ Wc.ravel()), Wc.ravel(), atol=1e-9)
+    seqs, labels, queries = ([s[k] for s in sub] for k in (1, 2, 3))
+    f = lambda M: _risk(E, np.eye(6), M, seqs, labels, queries, "log")  # noqa: E731
+    assert np.abs(Wc).max() > 1e-3
+    assert np.linalg.norm(basis.T @ _numerical_grad(f, Wc).ravel()) < 1e-7
