@@ -969,13 +969,7 @@ def _solve_highs(problem, tol, max_iter, be, verbose, callback=None):
                    and not np.any(c.rhs[eq]))
     found = _solve_highs_max_homogeneous(problem, A, verbose) if homogeneous else None
     if found is not None:
-        x, dual, nit = found
-        gap, dual = norm_gap(problem, x.reshape(problem.shape), dual, A)
-        vals = A @ x - c.rhs
-        viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
-        return MaxMarginResult(primal=x.reshape(problem.shape), dual=dual, method="highs",
-                               status="optimal", n_iter=nit, gap=float(gap),
-                               max_violation=float(viol.max(initial=0.0)))
+        return _certified_lp(problem, A, *found, tol)
     if problem.norm == "max":
         cost = np.r_[np.zeros(n), 1.0]
         bound = sp.hstack([sp.vstack([sp.eye(n), -sp.eye(n)]),
@@ -1006,12 +1000,28 @@ def _solve_highs(problem, tol, max_iter, be, verbose, callback=None):
     dual[ineq] = -res.ineqlin.marginals[: int(ineq.sum())]
     if eq.any():
         dual[eq] = res.eqlin.marginals
+    return _certified_lp(problem, A, x, dual, int(getattr(res, "nit", 0) or 0), tol)
+
+
+def _certified_lp(problem, A, x, dual, n_iter, tol):
+    """The result of a linear program with its certificate (:func:`norm_gap`, the
+    violation); a gap above ``tol`` is reported by a ConvergenceWarning and the status
+    ``"optimal_inaccurate"`` (HiGHS's own tolerances are on feasibility, not the gap)."""
+    c = problem.constraints
     gap, dual = norm_gap(problem, x.reshape(problem.shape), dual, A)
     vals = A @ x - c.rhs
     viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
+    status = "optimal"
+    if gap > tol:
+        from sklearn.exceptions import ConvergenceWarning
+
+        status = "optimal_inaccurate"
+        warnings.warn(f"{problem.name} (HiGHS): the certified relative duality gap is "
+                      f"{gap:.2e} > tol={tol:g}; the solution is accurate to about that "
+                      "relative amount.", ConvergenceWarning, stacklevel=4)
     return MaxMarginResult(primal=x.reshape(problem.shape), dual=dual, method="highs",
-                           status="optimal", n_iter=int(getattr(res, "nit", 0) or 0),
-                           gap=float(gap), max_violation=float(viol.max(initial=0.0)))
+                           status=status, n_iter=n_iter, gap=float(gap),
+                           max_violation=float(viol.max(initial=0.0)))
 
 
 register_method("highs", _solve_highs, norms=("max", "l1"))
