@@ -346,7 +346,7 @@ class ImplicitBiasEstimator(BaseEstimator):
         return limit_norm(self.solver, self.descent_norm, self.mirror_p,
                           self._parameter_norm(), self.eps)
 
-    def _limits_in_norms(self, program, solve, consequence, norms=None):
+    def _limits_in_norms(self, program, solve, consequence):
         """The unit directions of one program's solutions in the limit norm and in Frobenius.
 
         Parameters
@@ -356,8 +356,6 @@ class ImplicitBiasEstimator(BaseEstimator):
         solve : callable
             ``solve(norm, callback) -> result`` with a ``primal`` (a
             :class:`~skntp.svm.MaxMarginResult`).
-        norms : sequence, default=None
-            The norms; ``None``: ``limit_norm_`` and ``"fro"``.
 
         Returns
         -------
@@ -369,7 +367,7 @@ class ImplicitBiasEstimator(BaseEstimator):
         failure : Exception or None
             As for :meth:`_solve_limit`.
         """
-        norms = list(dict.fromkeys([self._limit_norm(), "fro"] if norms is None else norms))
+        norms = list(dict.fromkeys([self._limit_norm(), "fro"]))
         directions, results, failure = {}, {}, None
         for norm in norms:
             name = program if norm == "fro" else f"{program} ({norm_name(norm)} norm)"
