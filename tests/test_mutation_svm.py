@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
+from test_references_ntp import numerical_grad
+from test_references_self_attention import graphs_by_hand
 
 import skntp.svm._attention as svm_attention
 import skntp.svm._graph as svm_graph
@@ -29,19 +31,6 @@ from skntp.svm import (
 from skntp.svm._graph import pseudo_limits
 
 # ------------------------------------------------------------ references
-
-
-def _graphs_by_hand(seqs, y):
-    """Sec. 3.1: for each last token k, edges y_i -> x_it (x_it != y_i)."""
-    graphs = {}
-    for seq, label in zip(seqs, y):
-        g = graphs.setdefault(int(seq[-1]), nx.DiGraph())
-        g.add_node(int(label))
-        for x in seq:
-            g.add_node(int(x))
-            if x != label:
-                g.add_edge(int(label), int(x))
-    return graphs
 
 
 def _relations_by_hand(graphs):
@@ -89,15 +78,6 @@ def _risk(E, gamma, W, seqs, y, queries, loss, weights=None):
     return float(np.dot(w, values) / w.sum())
 
 
-def _numerical_grad(f, W, h=1e-5):
-    g = np.zeros_like(W)
-    for idx in np.ndindex(W.shape):
-        e = np.zeros_like(W)
-        e[idx] = h
-        g[idx] = (f(W + e) - f(W - e)) / (2 * h)
-    return g
-
-
 def _cyclic_by_hand(E, seqs, y, graphs):
     """Def. 1 and Def. 3: the cyclic sub-dataset (with sample indices) and S_cyc."""
     sub = []
@@ -137,7 +117,7 @@ def test_graph_ldp_multipliers_satisfy_the_kkt_conditions():
     # G_c = (e_i - e_j) e_k^T: W = sum_c lam_c G_c, lam >= 0 on the inequalities,
     # lam_c (<G_c, W> - 1) = 0, and the gap ||W||^2 - sum_{i => j} lam_c vanishes.
     X, y, E, graphs = _cyclic_instance(1)
-    ref = _graph_svm_by_hand(E, _graphs_by_hand(list(X), y))
+    ref = _graph_svm_by_hand(E, graphs_by_hand(list(X), y))
     W, res = graph_svm(E, graphs, method="graph-ldp", return_result=True)
     np.testing.assert_allclose(W, ref, atol=1e-6 * np.abs(ref).max())
     problem = graph_svm_problem(E, graphs)
@@ -197,7 +177,7 @@ def test_graph_ldp_declines_problems_above_its_size_limit(monkeypatch):
     monkeypatch.setattr(svm_graph, "_LDP_MAX_ENTRIES", size - 1)
     assert svm_graph._solve_graph_ldp(problem, 1e-8, 100, be, 0) is None
     # the core then answers with another method, the same W^mm
-    ref = _graph_svm_by_hand(E, _graphs_by_hand(list(X), y))
+    ref = _graph_svm_by_hand(E, graphs_by_hand(list(X), y))
     W, res = graph_svm(E, graphs, return_result=True)
     assert res.method != "graph-ldp"
     np.testing.assert_allclose(W, ref, atol=1e-5 * np.abs(ref).max())
@@ -303,7 +283,7 @@ def test_cyclic_correction_with_sample_weights():
     # sum_i w_i l_i / sum_i w_i of the cyclic sub-dataset is stationary at W^cyc inside
     # S_cyc, and info["loss"] is it
     X, y, E, _ = _cyclic_instance(0)
-    graphs = _graphs_by_hand(list(X), y)
+    graphs = graphs_by_hand(list(X), y)
     sub, basis = _cyclic_by_hand(E, list(X), y, graphs)
     w = np.random.default_rng(0).uniform(0.2, 3.0, len(X))
     sccs = strongly_connected_components(token_priority_graphs(X, y))
@@ -313,10 +293,10 @@ def test_cyclic_correction_with_sample_weights():
     f = lambda M: _risk(E, np.eye(6), M, seqs, labels, queries, "log", ws)  # noqa: E731
     assert info["loss"] == pytest.approx(f(W), rel=1e-10)
     np.testing.assert_allclose(basis @ (basis.T @ W.ravel()), W.ravel(), atol=1e-9)
-    assert np.linalg.norm(basis.T @ _numerical_grad(f, W).ravel()) < 1e-7
+    assert np.linalg.norm(basis.T @ numerical_grad(f, W, h=1e-5).ravel()) < 1e-7
     # the weights matter: the unweighted minimizer is not stationary here
     W1 = cyclic_correction(E, X, y, sccs)
-    assert np.linalg.norm(basis.T @ _numerical_grad(f, W1).ravel()) > 1e-4
+    assert np.linalg.norm(basis.T @ numerical_grad(f, W1, h=1e-5).ravel()) > 1e-4
 
 
 def test_cyclic_correction_warns_when_stopped_far_from_stationarity():
@@ -382,7 +362,7 @@ def test_pseudo_limits_against_hand_written_programs():
     assert np.abs(Wc).max() > 1e-3
     np.testing.assert_allclose(basis @ (basis.T @ Wc.ravel()), Wc.ravel(), atol=1e-9)
     f = lambda M: _risk(E, gamma, M, sub_seqs, sub_y, queries, "ce")  # noqa: E731
-    assert np.linalg.norm(basis.T @ _numerical_grad(f, Wc).ravel()) < 1e-7
+    assert np.linalg.norm(basis.T @ numerical_grad(f, Wc, h=1e-5).ravel()) < 1e-7
     # the projector onto the pseudo S_cyc
     Z = np.random.default_rng(0).standard_normal((8, 8))
     np.testing.assert_allclose(out.projector.project(Z).ravel(),
@@ -412,7 +392,7 @@ def test_pseudo_limits_defaults_on_the_label_positions():
     # graphs are the token-priority graphs; by default (log-loss, identity head,
     # method="auto") the limits are W^mm of (Graph-SVM) and W^cyc of Def. 3
     X, y, E, _ = _cyclic_instance(0)
-    graphs = _graphs_by_hand(list(X), y)
+    graphs = graphs_by_hand(list(X), y)
     out = pseudo_limits(E, X, y, X == y[:, None])
     assert {k: set(g.edges) for k, g in out.graphs.items()} == \
         {k: set(g.edges) for k, g in graphs.items()}
@@ -428,4 +408,4 @@ def test_pseudo_limits_defaults_on_the_label_positions():
     seqs, labels, queries = ([s[k] for s in sub] for k in (1, 2, 3))
     f = lambda M: _risk(E, np.eye(6), M, seqs, labels, queries, "log")  # noqa: E731
     assert np.abs(Wc).max() > 1e-3
-    assert np.linalg.norm(basis.T @ _numerical_grad(f, Wc).ravel()) < 1e-7
+    assert np.linalg.norm(basis.T @ numerical_grad(f, Wc, h=1e-5).ravel()) < 1e-7
