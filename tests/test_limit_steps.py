@@ -92,7 +92,8 @@ def test_selector_svm_with_trained_key_query(fixed_query):
     assert est.key_query_.shape == (2, 3)
     h = est.history_
     assert set(h) == {"iteration", "norm", "gmm_alignment", "loss", "saturation",
-                      "alignment"}
+                      "alignment", "alignment_fro"}  # (fro: the limit norm of "svm")
+    assert h["alignment_fro"][0] == pytest.approx(h["alignment"][0])
     np.testing.assert_array_equal(h["iteration"], [0.0])
     assert h["norm"][0] == pytest.approx(R, rel=1e-9)
     np.testing.assert_array_equal(h["gmm_alignment"], [1.0])
