@@ -4,7 +4,7 @@ All programs go through one core, :func:`solve_max_margin`, which solves
 ``min 1/2 ||w||^2`` under linear score-difference constraints.
 """
 
-from . import _barrier, _dcd, _fast, _nuclear  # noqa: F401  (register their methods)
+from . import _barrier, _dcd, _fast, _lpipm, _nuclear  # noqa: F401  (register their methods)
 from ._attention import (
     att_svm,
     att_svm_prime,

@@ -740,7 +740,9 @@ def register_method(name, func, norms=("fro",)):
 #:   exact null-space NNLS when small, else the accelerated dual method.
 #: * ``"nuclear"`` (``norm="nuclear"``: the key-query ATT-SVM of factored
 #:   attention): the primal-dual interior-point method on its semidefinite form;
-#: * ``"lp"`` (``norm="max"`` or ``"l1"``, any program): the linear program, by
+#: * ``"lp"`` (``norm="max"`` or ``"l1"``, any program): the linear program; the
+#:   max norm of linear-decoder scores (the NTP-SVM, Crammer-Singer) by the
+#:   structured interior-point method of :mod:`skntp.svm._lpipm`, every other by
 #:   HiGHS (``scipy.optimize.linprog``);
 #: * ``"spectral"`` (``norm="spectral"``, a matrix parameter) and ``"lp-norm"``
 #:   (``norm=("lp", p)``): the barrier methods of :mod:`skntp.svm._barrier`
@@ -750,7 +752,7 @@ AUTO_ORDER = {
     "keys": ("dual-active-set", "nnls", "fast", "cvxpy"),
     "bilinear": ("graph-ldp", "fast", "cvxpy"),
     "nuclear": ("nuclear-ipm", "cvxpy"),
-    "lp": ("highs", "cvxpy"),
+    "lp": ("lp-ipm", "highs", "cvxpy"),
     "spectral": ("spectral-barrier", "cvxpy"),
     "lp-norm": ("pnorm-barrier", "cvxpy"),
 }
@@ -1049,8 +1051,9 @@ def solve_max_margin(
         ``"cvxpy"`` (Clarabel, the reference path), a registered method
         (``"dcd"``, ``"fast"``, ``"dual-active-set"``, ``"nnls"``,
         ``"graph-ldp"``; ``"nuclear-ipm"`` and ``"highs"`` for the nuclear, max
-        and l1 norms; ``"spectral-barrier"`` and ``"pnorm-barrier"`` for the
-        spectral and lp norms), or ``"auto"``: the methods of :data:`AUTO_ORDER` for the
+        and l1 norms; ``"lp-ipm"`` for the max norm of linear-decoder scores;
+        ``"spectral-barrier"`` and ``"pnorm-barrier"`` for the spectral and lp
+        norms), or ``"auto"``: the methods of :data:`AUTO_ORDER` for the
         program's class, in order.  A method is never given a program in a norm
         it does not minimize (``ValueError``).
     tol : float, default=1e-8
@@ -1130,7 +1133,11 @@ def solve_max_margin(
         names = [method]
     for name in names:
         func = _METHODS[name]
-        with blas_threads(getattr(problem.scores, "work_size", np.inf), be):
+        # a method whose own products are large (``func.large_products``) keeps the
+        # BLAS pool whatever the size of the score map
+        size = (np.inf if getattr(func, "large_products", False)
+                else getattr(problem.scores, "work_size", np.inf))
+        with blas_threads(size, be):
             result = func(problem, tol, max_iter, be, verbose, callback)
         if (result is not None and method == "auto" and name != names[-1]
                 and not result.max_violation <= _AUTO_MAX_VIOLATION):

@@ -1,0 +1,507 @@
+"""The max-norm program of a linear decoder, by a structured interior-point method.
+
+Sign descent and Adam without epsilon-dominance converge in direction to the
+entrywise max-norm max-margin solution (Fan, Schmidt, Thrampoulidis 2025); on
+next-token data that is the NTP-SVM (Thrampoulidis 2024, eq. (4a)-(4b)) in
+``||W||_max``,
+
+.. math::
+
+    \\min_W \\|W\\|_{\\max} \\quad\\text{s.t.}\\quad
+    (e_z - e_{z_j})^T W h_j = 0 \\ (z \\in S_j),\\qquad
+    (e_{z_j} - e_v)^T W h_j \\ge 1 \\ (v \\notin S_j),
+
+a linear program with ``V d`` variables and ``m (V - 1)`` rows of ``2 d``
+nonzeros each.  Generic solvers (HiGHS, Clarabel) factor it as a sparse
+program and pay for the fill-in of those dense rows.  This method writes it
+with one *level* ``a_j = e_{z_j}^T W h_j`` per context:
+
+.. math::
+
+    \\min t \\quad\\text{s.t.}\\quad a_j - w_v^T h_j \\ge 1\\ (v \\notin S_j),\\quad
+    w_z^T h_j - a_j = 0\\ (z \\in S_j),\\quad -t \\le W_{vk} \\le t,
+
+where every row touches a single token's ``w_v`` (and one level).  In the
+Newton system of a primal-dual interior-point method the ``W`` block is then
+block diagonal, one ``d x d`` block per token; eliminating it leaves a dense
+system in the ``m + 1`` levels and ``t`` and, for the equalities, one in the
+``sum_j |S_j|`` equality multipliers.  One iteration costs
+``O(V d m^2 + (sum_j |S_j|)^2 m)`` in large matrix products, against the
+factorization of a ``(V d + m V)``-row sparse system with dense fill for a
+generic solver.  The method is Mehrotra's predictor-corrector on this form.
+
+The same form serves every program of linear-decoder scores whose rows, in
+each block, all involve one token of the block (its *anchor*, a star), such as
+the Crammer-Singer multiclass SVM; other programs are declined.  Every answer
+is certified as the HiGHS path's is: ``W`` scaled to exact feasibility of the
+inequalities and the relative duality gap of the multipliers
+(:func:`~skntp.svm._core.norm_gap`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import scipy.linalg as sla
+from scipy.linalg import blas, lapack
+
+from ._core import (
+    BilinearScores,
+    _certified_lp,
+    available_memory,
+    constraint_operator,
+    register_method,
+    solve_max_margin,
+)
+
+#: Mehrotra's predictor-corrector needs 20-60 iterations; more means it stalls.
+_MAX_ITER = 150
+#: fraction of the step to the boundary of the positive orthant
+_STEP = 0.995
+#: relative regularization of the Schur complements (levels and equalities)
+_REG = 1e-13
+DEBUG = False
+
+
+@dataclass
+class _LevelForm:
+    """The program's rows in level form.
+
+    Row ``k`` reads ``coef_k * (H W^T)[block_k, token_k] + kappa_k * a[block_k]``
+    (``>= rhs_k`` or ``= rhs_k``); ``coef`` holds the sign of the term and the
+    output scale of the token.  ``ineq`` and ``eq`` index the two kinds of rows,
+    ``origin`` maps each of the problem's constraints to its row.
+    """
+
+    H: np.ndarray
+    n_tokens: int
+    block: np.ndarray
+    token: np.ndarray
+    coef: np.ndarray
+    kappa: np.ndarray
+    rhs: np.ndarray
+    equality: np.ndarray
+    has_level: np.ndarray
+    origin: np.ndarray
+
+
+def _anchors(problem):
+    """The anchor token of each block (``-1`` for a block without two-term rows), or
+    ``None`` when some block's two-term rows do not share a token."""
+    c = problem.constraints
+    m = problem.scores.n_blocks
+    two = np.flatnonzero(c.ref >= 0)
+    anchor = np.full(m, -1, dtype=np.int64)
+    if two.size == 0:
+        return anchor
+    order = two[np.argsort(c.block[two], kind="stable")]
+    blocks = c.block[order]
+    first = order[np.r_[True, blocks[1:] != blocks[:-1]]]
+    for candidate in (c.pos[first], c.ref[first]):
+        guess = np.full(m, -1, dtype=np.int64)
+        guess[c.block[first]] = candidate
+        g = guess[c.block[two]]
+        bad = np.zeros(m, dtype=bool)
+        bad[c.block[two][(c.pos[two] != g) & (c.ref[two] != g)]] = True
+        take = (anchor < 0) & (guess >= 0) & ~bad
+        anchor[take] = guess[take]
+    if np.any(anchor[c.block[two]] < 0):
+        return None
+    return anchor
+
+
+def _level_form(problem):
+    """:class:`_LevelForm` of a linear-decoder program, or ``None`` (not a star)."""
+    sc, c = problem.scores, problem.constraints
+    if not (type(sc) is BilinearScores and sc.outputs is None):
+        return None
+    if np.any((c.ref >= 0) & (c.pos == c.ref)):
+        return None
+    anchor = _anchors(problem)
+    if anchor is None:
+        return None
+    scale = np.ones(sc.n_positions) if sc.output_scale is None else sc.output_scale
+    a_of = anchor[c.block]
+    one_sided = c.ref < 0
+    to_anchor = ~one_sided & (c.ref == a_of)  # S[b, pos] - a_b
+    # else the row is a_b - S[b, ref]
+    token = np.where(one_sided | to_anchor, c.pos, c.ref)
+    sign = np.where(one_sided | to_anchor, 1.0, -1.0)
+    kappa = np.where(one_sided, 0.0, np.where(to_anchor, -1.0, 1.0))
+    lev = np.flatnonzero(anchor >= 0)  # the anchors' own rows: S[b, z_b] - a_b = 0
+    block = np.r_[c.block, lev]
+    token = np.r_[token, anchor[lev]]
+    return _LevelForm(
+        H=sc.queries, n_tokens=sc.n_positions, block=block, token=token,
+        coef=np.r_[sign, np.ones(lev.size)] * scale[token],
+        kappa=np.r_[kappa, -np.ones(lev.size)], rhs=np.r_[c.rhs, np.zeros(lev.size)],
+        equality=np.r_[c.equality, np.ones(lev.size, dtype=bool)],
+        has_level=anchor >= 0, origin=np.arange(len(c)))
+
+
+class _Rows:
+    """One kind of rows (inequalities or equalities) of a :class:`_LevelForm`, with
+    the products ``A x`` and ``A^T y`` on ``x = (W, a, t)``."""
+
+    def __init__(self, form, which):
+        self.index = which
+        self.block = form.block[which]
+        self.token = form.token[which]
+        self.coef = form.coef[which]
+        self.kappa = form.kappa[which]
+        self.rhs = form.rhs[which]
+        self.m, self.V = form.H.shape[0], form.n_tokens
+        self.cell = self.block * self.V + self.token
+
+    def __len__(self):
+        return self.block.size
+
+    def grid(self, values):
+        """``(m, V)`` table of ``values`` summed by (block, token)."""
+        return np.bincount(self.cell, values, minlength=self.m * self.V).reshape(
+            self.m, self.V)
+
+    def apply(self, logits, a):
+        """Row values from the logits ``H W^T`` and the levels."""
+        return self.coef * logits.ravel()[self.cell] + self.kappa * a[self.block]
+
+    def adjoint(self, H, y):
+        """``(A^T y)`` as ``(W part, level part)``."""
+        return (self.grid(self.coef * y).T @ H,
+                np.bincount(self.block, self.kappa * y, minlength=self.m))
+
+
+class _NewtonSystem:
+    """The reduced Newton system of one iteration, factored.
+
+    Solves ``[[M, A_E^T], [A_E, -delta I]] [dx; dz] = [r_x; r_z]`` with
+    ``M = A_I^T Theta A_I + (box rows)`` over ``x = (W, a, t)``: the ``W`` block of
+    ``M`` is block diagonal (``B_v``, one per token), ``W`` is eliminated, then
+    the levels and ``t`` (Schur complement ``S``), then the equalities (``T``).
+    """
+
+    def __init__(self, form, ineq, eq, theta, theta_u, theta_l):
+        H = form.H
+        m, q = H.shape
+        V = form.n_tokens
+        self.H, self.ineq, self.eq, self.m, self.V, self.q = H, ineq, eq, m, V, q
+        box = theta_u + theta_l  # (V, q)
+        self.ct = theta_l - theta_u  # the W-t coupling of the box rows
+        self.phi = ineq.grid(theta * ineq.coef * ineq.kappa)  # W-a coupling, (m, V)
+        wgt = ineq.grid(theta * ineq.coef ** 2)
+        # B_v = H^T diag(wgt[:, v]) H + diag(box_v), all tokens in one product
+        B = np.empty((V, q, q))
+        for v in range(V):  # a loop over tokens, one product each
+            np.matmul(H.T * wgt[:, v], H, out=B[v])
+        B[:, np.arange(q), np.arange(q)] += box
+        self.theta, self.theta_u, self.theta_l = theta, theta_u, theta_l
+        self.L = _regularized_cholesky(B)
+        self.Linv = np.linalg.inv(self.L)
+        # X_v = L_v^{-1} C_v, C_v = [H^T diag(phi[:, v]), ct_v]: (V, q, m + 1)
+        P = self.Linv @ H.T[None, :, :]  # L_v^{-1} H^T, (V, q, m)
+        X = np.empty((V, q, m + 1))
+        np.multiply(P, self.phi.T[:, None, :], out=X[:, :, :m])
+        X[:, :, m] = np.einsum("vij,vj->vi", self.Linv, self.ct)
+        Xf = X.reshape(V * q, m + 1)
+        diag_a = np.bincount(ineq.block, theta * ineq.kappa ** 2, minlength=m)
+        diag_a = np.where(form.has_level, diag_a, 1.0)
+
+        def schur_levels():
+            S = np.asfortranarray(-(Xf.T @ Xf))
+            S[np.arange(m), np.arange(m)] += diag_a
+            S[m, m] += box.sum()
+            return S
+
+        self.S = _Cholesky(schur_levels)
+        # equalities: z_k = L_v^{-1} g_k (g_k = coef_k h_b), G = E_y - Z^T X
+        n_e = len(eq)
+        Z = P[eq.token, :, eq.block] * eq.coef[:, None]  # (n_e, q)
+        G = np.zeros((n_e, m + 1))
+        tokens, starts = np.unique(eq.token, return_index=True)  # rows sorted by token
+        bounds = np.r_[starts, n_e]
+        for v, lo, hi in zip(tokens, bounds[:-1], bounds[1:]):  # a loop over tokens
+            G[lo:hi] = -(Z[lo:hi] @ X[v])
+        G[np.arange(n_e), eq.block] += eq.kappa
+        self.G = G
+        self.T = None
+        if n_e:
+            self.R = self.S.forward(G.T)  # (m + 1, n_e), Fortran order
+
+            def schur_equalities():
+                T = blas.dsyrk(1.0, self.R, trans=1, lower=1)  # R^T R, lower triangle
+                for lo, hi in zip(bounds[:-1], bounds[1:]):
+                    T[lo:hi, lo:hi] += Z[lo:hi] @ Z[lo:hi].T
+                return T
+
+            self.T = _Cholesky(schur_equalities)
+
+    def apply(self, dw, dy, dz):
+        """The unregularized system's product ``K [dx; dz]``, for iterative refinement."""
+        H, ineq, eq, m = self.H, self.ineq, self.eq, self.m
+        da, dt = dy[:m], dy[m]
+        lg = H @ dw.T
+        v_i = self.theta * ineq.apply(lg, da)
+        v_u, v_l = self.theta_u * (dt - dw), self.theta_l * (dt + dw)
+        gw, ga = ineq.adjoint(H, v_i)
+        ew, ea = eq.adjoint(H, dz)
+        return (gw - v_u + v_l + ew, np.r_[ga + ea, v_u.sum() + v_l.sum()],
+                eq.apply(lg, da))
+
+    def refined_solve(self, r_w, r_y, r_z, max_steps=6):
+        """:meth:`solve` and rounds of iterative refinement against :meth:`apply` (the
+        factorization is of a regularized system), while they reduce the residual."""
+        sol = self.solve(r_w, r_y, r_z)
+        scale = max(np.max(np.abs(r)) for r in (r_w, r_y, r_z) if r.size) + 1e-300
+        last = np.inf
+        for _ in range(max_steps):
+            k = self.apply(*sol)
+            res = (r_w - k[0], r_y - k[1], r_z - k[2])
+            size = max(np.max(np.abs(r), initial=0.0) for r in res) / scale
+            if DEBUG:
+                print(f"   refine {size:.1e}")
+            if size < 1e-15 or size > 0.5 * last:
+                break
+            last = size
+            corr = self.solve(*res)
+            sol = tuple(a + b for a, b in zip(sol, corr))
+        return sol
+
+    def _binv(self, r):
+        """``B^{-1} r`` for ``r`` of shape (V, q)."""
+        u = np.einsum("vij,vj->vi", self.Linv, r)
+        return np.einsum("vji,vj->vi", self.Linv, u)
+
+    def solve(self, r_w, r_y, r_z):
+        H, eq, m = self.H, self.eq, self.m
+        u = self._binv(r_w)
+        hu = H @ u.T  # (m, V)
+        rho_y = r_y.copy()
+        rho_y[:m] -= np.sum(self.phi * hu, axis=1)
+        rho_y[m] -= np.sum(self.ct * u)
+        rho_z = r_z - eq.coef * hu.ravel()[eq.cell]
+        p = self.S.forward(rho_y)
+        dz = self.T.solve(self.R.T @ p - rho_z) if self.T is not None else np.zeros(0)
+        dy = self.S.solve(rho_y - self.G.T @ dz)
+        rw = r_w - (self.phi * dy[:m, None]).T @ H - self.ct * dy[m]
+        rw -= eq.grid(eq.coef * dz).T @ H
+        return self._binv(rw), dy, dz
+
+
+def _regularized_cholesky(A):
+    """Lower Cholesky factors of a stack of matrices ``A``, or of ``A + delta I`` with
+    the smallest ``delta = _REG * 10^k * max diag(A)`` that factors."""
+    idx = np.arange(A.shape[-1])
+    top = np.max(np.abs(np.diagonal(A, axis1=-2, axis2=-1)), axis=-1)[..., None] + 1e-300
+    for k in range(-1, 14):
+        B = A.copy()
+        if k >= 0:
+            B[..., idx, idx] += (_REG * 10.0 ** k) * top
+        try:
+            return np.linalg.cholesky(B)
+        except np.linalg.LinAlgError:
+            continue
+    raise np.linalg.LinAlgError("the Newton system is singular to working precision")
+
+
+class _Cholesky:
+    """Lower Cholesky factor of the symmetric positive definite matrix ``build()``
+    (Fortran order; only its lower triangle is read), with the solves the Newton
+    system needs.
+
+    Near the end of an interior-point method the Schur complements mix weights
+    of 1e-10 and 1e+10 and may lose definiteness to rounding; then the matrix is
+    built again and ``delta I`` added, ``delta = _REG * 10^k * max diag`` the
+    smallest that factors.  :meth:`_NewtonSystem.refined_solve` corrects the
+    direction against the unregularized system.
+    """
+
+    def __init__(self, build):
+        for k in range(-1, 14):
+            A = build()
+            if k >= 0:
+                d = np.diag_indices_from(A)
+                A[d] += (_REG * 10.0 ** k) * (float(np.max(np.abs(A[d]))) + 1e-300)
+            L, info = lapack.dpotrf(A, lower=1, clean=1, overwrite_a=1)
+            if info == 0:
+                self.L = L
+                return
+        raise np.linalg.LinAlgError("the Newton system is singular to working precision")
+
+    def forward(self, b):
+        """``L^{-1} b``."""
+        return sla.solve_triangular(self.L, b, lower=True, check_finite=False)
+
+    def solve(self, b):
+        """``A^{-1} b``."""
+        return lapack.dpotrs(self.L, b, lower=1)[0]
+
+
+def _max_step(x, dx):
+    """Largest step ``<= 1`` that keeps ``x + step * dx >= 0``, times :data:`_STEP`."""
+    neg = dx < 0
+    if not neg.any():
+        return 1.0
+    return min(1.0, _STEP * float(np.min(-x[neg] / dx[neg])))
+
+
+def _unsorted(eq, mu, form):
+    """Equality multipliers in the form's order of its equality rows."""
+    full = np.zeros(form.block.size)
+    full[eq.index] = mu
+    return full[form.equality]
+
+
+def _direction(system, ineq, slack, mult, r_p, r_d, r_e, rc):
+    """The Newton direction for complementarity residuals ``rc``.
+
+    ``slack``, ``mult``, ``r_p`` and ``rc`` are triples over the score rows, the
+    rows ``t - W >= 0`` and the rows ``t + W >= 0``; ``r_d`` is the dual residual
+    ``(W, a, t)``.  With ``dlam = -Theta (A dx + r_p) - rc / s`` the system reads
+    ``M dx + A_E^T dz = -r_d - A^T (rc / s + Theta r_p)``, ``A_E dx = -r_e``.
+    Returns ``(dW, da, dt, dslack, dmult, dmu)``.
+    """
+    H, m = system.H, system.m
+    v_i, v_u, v_l = (c / sl + (mu_ / sl) * r for c, sl, mu_, r in zip(rc, slack, mult, r_p))
+    gw, ga = ineq.adjoint(H, v_i)
+    r_w = -r_d[0] - gw + v_u - v_l
+    r_y = np.r_[-r_d[1] - ga, -r_d[2] - v_u.sum() - v_l.sum()]
+    dw, dy, dz = system.refined_solve(r_w, r_y, -r_e)
+    da, dt = dy[:m], dy[m]
+    dslack = (ineq.apply(H @ dw.T, da) + r_p[0], dt - dw + r_p[1], dt + dw + r_p[2])
+    dmult = tuple(-(c + mu_ * d) / sl for c, mu_, d, sl in zip(rc, mult, dslack, slack))
+    return dw, da, dt, dslack, dmult, -dz
+
+
+def _steps(slack, mult, dslack, dmult):
+    """Primal and dual steps to the boundary (times :data:`_STEP`)."""
+    return (min(_max_step(x.ravel(), dx.ravel()) for x, dx in zip(slack, dslack)),
+            min(_max_step(x.ravel(), dx.ravel()) for x, dx in zip(mult, dmult)))
+
+
+def _ipm(form, tol, max_iter, verbose, certify):
+    """Mehrotra's predictor-corrector on the level form.
+
+    Variables ``W`` (V, q), levels ``a`` (m,), ``t``; slacks and multipliers of
+    the score inequalities, of the box rows ``t - W >= 0`` and of ``t + W >= 0``
+    (the triples ``slack``, ``mult``); multipliers ``mu`` of the equalities.
+    When the iterate meets ``tol`` (relative gap and residuals),
+    ``certify(W, lam, mu)`` decides whether to stop.  Returns ``(W, lam, mu,
+    n_iter, certified)``.
+    """
+    H = form.H
+    m, q = H.shape
+    V = form.n_tokens
+    e_rows = np.flatnonzero(form.equality)
+    ineq = _Rows(form, np.flatnonzero(~form.equality))
+    eq = _Rows(form, e_rows[np.argsort(form.token[e_rows], kind="stable")])  # by token
+    W, a, t = np.zeros((V, q)), np.zeros(m), 1.0
+    slack = (np.ones(len(ineq)), np.ones((V, q)), np.ones((V, q)))
+    mult = (np.ones(len(ineq)), np.ones((V, q)), np.ones((V, q)))
+    mu = np.zeros(len(eq))
+    n_comp = len(ineq) + 2 * V * q
+    scale = 1.0 + max(float(np.max(np.abs(form.rhs), initial=0.0)), 1.0)
+    it = 0
+    for it in range(1, max_iter + 1):
+        logits = H @ W.T
+        r_p = (ineq.apply(logits, a) - slack[0] - ineq.rhs, t - W - slack[1],
+               t + W - slack[2])
+        r_e = eq.apply(logits, a) - eq.rhs
+        gw_i, ga_i = ineq.adjoint(H, mult[0])
+        gw_e, ga_e = eq.adjoint(H, mu)
+        # dual residual c - A~^T lam~ - A_E^T mu over (W, a, t)
+        r_d = (-(gw_i + gw_e) + mult[1] - mult[2], -(ga_i + ga_e),
+               1.0 - mult[1].sum() - mult[2].sum())
+        comp = sum(np.sum(x * y) for x, y in zip(slack, mult)) / n_comp
+        dual_obj = ineq.rhs @ mult[0] + eq.rhs @ mu
+        p_res = max(max(np.max(np.abs(r), initial=0.0) for r in r_p),
+                    np.max(np.abs(r_e), initial=0.0)) / scale
+        d_res = max(np.max(np.abs(r), initial=0.0) for r in r_d)
+        gap = abs(t - dual_obj) / (1.0 + abs(t))
+        if verbose:
+            print(f"lp-ipm {it:3d}: t {t:.8e} dual {dual_obj:.8e} gap {gap:.1e} "
+                  f"primal {p_res:.1e} dual res {d_res:.1e} comp {comp:.1e}")
+        if (gap <= tol and p_res <= tol and d_res <= tol
+                and certify(W, mult[0], _unsorted(eq, mu, form))):
+            return W, mult[0], _unsorted(eq, mu, form), it, True
+        system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)))
+        # predictor (affine scaling), then the centred corrector (Mehrotra)
+        _, _, _, ds, dm, _ = _direction(system, ineq, slack, mult, r_p, r_d, r_e,
+                                        tuple(x * y for x, y in zip(slack, mult)))
+        ap, ad = (step / _STEP for step in _steps(slack, mult, ds, dm))
+        comp_aff = sum(np.sum((x + ap * dx) * (y + ad * dy))
+                       for x, dx, y, dy in zip(slack, ds, mult, dm)) / n_comp
+        target = (comp_aff / comp) ** 3 * comp
+        dw, da, dt, ds, dm, dmu = _direction(
+            system, ineq, slack, mult, r_p, r_d, r_e,
+            tuple(x * y + dx * dy - target for x, y, dx, dy in zip(slack, mult, ds, dm)))
+        ap, ad = _steps(slack, mult, ds, dm)
+        W, a, t = W + ap * dw, a + ap * da, t + ap * dt
+        slack = tuple(x + ap * dx for x, dx in zip(slack, ds))
+        mult = tuple(y + ad * dy for y, dy in zip(mult, dm))
+        mu = mu + ad * dmu
+        if max(ap, ad) < 1e-12:  # stalled
+            break
+    return W, mult[0], _unsorted(eq, mu, form), it, False
+
+
+def _memory_need(form):
+    """Bytes of the largest arrays of one iteration."""
+    m, q = form.H.shape
+    n_e = int(form.equality.sum())
+    return 8.0 * (3 * (m + 1) ** 2 + 3 * n_e ** 2 + 2 * n_e * (m + 1)
+                  + 4 * form.n_tokens * q * (m + 1) + 2 * form.n_tokens * q * q)
+
+
+def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
+    """``min ||W||_max`` of a linear-decoder program by the level-form interior-point
+    method; declines other norms, other score maps, programs that are not stars and
+    programs whose dense systems would not fit in half the available memory."""
+    if problem.norm != "max":
+        return None
+    form = _level_form(problem)
+    if form is None or _memory_need(form) > 0.5 * available_memory():
+        return None
+    c = problem.constraints
+    A = constraint_operator(problem)
+    ineq, eq = ~c.equality, c.equality
+    best = {}
+
+    def candidate(W, lam, mu):
+        x = W.ravel().copy()
+        vals, pos = A @ x, ineq & (c.rhs > 0)
+        if pos.any() and np.all(vals[pos] > 0):
+            x *= max(1.0, float(np.max(c.rhs[pos] / vals[pos])))
+        dual = np.zeros(len(c))
+        dual[ineq] = lam
+        dual[eq] = mu[: int(eq.sum())]
+        return x, dual
+
+    def certify(W, lam, mu):
+        x, dual = candidate(W, lam, mu)
+        with np.errstate(all="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                res = _certified_lp(problem, A, x, dual, 0, tol)
+        best["res"] = res
+        if callback is not None:
+            callback(0, res.gap, res.max_violation)
+        if verbose:
+            print(f"         certificate: gap {res.gap:.2e} violation {res.max_violation:.2e}")
+        return res.gap <= tol and res.max_violation <= tol * max(1.0, np.max(c.rhs))
+
+    W, lam, mu, it, done = _ipm(form, tol, min(max_iter, _MAX_ITER), verbose, certify)
+    if not done:
+        # an interior-point method does not certify infeasibility: the Frobenius
+        # program on the same rows does (a Farkas ray), and raises
+        solve_max_margin(replace(problem, norm="fro"))
+    x, dual = candidate(W, lam, mu)
+    res = _certified_lp(problem, A, x, dual, it, tol)
+    res.method = "lp-ipm"
+    return res
+
+
+_solve_lp_ipm.large_products = True
+register_method("lp-ipm", _solve_lp_ipm, norms=("max",))
