@@ -262,6 +262,7 @@ def _core_problems(seed):
             "graph": graph_svm_problem(E, token_priority_graphs(X, yy)),
             "nuclear": att_svm_w_problem(tokens, queries, chosen, norm="nuclear"),
             "lp": att_svm_problem(K, selected, norm="max"),
+            "ntp-max": ntp_svm_problem(H, P.toarray() > 0, norm="max"),
             "spectral": att_svm_w_problem(tokens, queries, chosen, norm="spectral"),
             "pnorm": att_svm_problem(K, selected, norm=("lp", 3.0))}
 
@@ -269,11 +270,13 @@ def _core_problems(seed):
 #: The program classes every registered method of the core solves (the others it
 #: declines); a method registered later must be added here.
 ACCEPTS = {
-    "cvxpy": {"ntp", "att", "head", "graph", "nuclear", "lp", "spectral", "pnorm"},
+    "cvxpy": {"ntp", "att", "head", "graph", "nuclear", "lp", "ntp-max", "spectral",
+              "pnorm"},
     "nuclear-ipm": {"nuclear"},
     "spectral-barrier": {"spectral"},
     "pnorm-barrier": {"pnorm"},
-    "highs": {"lp"},
+    "highs": {"lp", "ntp-max"},
+    "lp-ipm": {"ntp-max"},
     "fast": {"ntp", "att", "head", "graph"},
     "dual-active-set": {"att", "head"},
     "nnls": {"att", "head"},
@@ -309,7 +312,7 @@ def test_every_method_is_registered_and_declines_only_other_classes():
                 assert solve_max_margin(problem, method=method).method == method
             else:  # declined, or refused for minimizing another norm
                 with pytest.raises(ValueError, match="no max-margin method accepts|"
-                                   "minimizes the (fro|nuclear|max or l1|spectral|lp) "
+                                   "minimizes the (fro|nuclear|max or l1|max|spectral|lp) "
                                    "norm, not the"):
                     solve_max_margin(problem, method=method)
 
@@ -326,7 +329,7 @@ def test_explicit_solutions_agree_across_backends(seed):
             b = solve_max_margin(problem, method=method, backend="torch", device="cpu")
             assert isinstance(b.primal, np.ndarray) and isinstance(b.dual, np.ndarray)
             assert _rel(b.primal, a.primal) <= RTOL64, (kind, method)
-            if kind in ("nuclear", "lp", "spectral"):  # the value is pinned, not the point
+            if kind in ("nuclear", "lp", "ntp-max", "spectral"):  # the value, not the point
                 from skntp.svm._core import norm_value
 
                 vals = [norm_value(w, problem.norm) for w in (a.primal, ref.primal)]

@@ -1005,10 +1005,11 @@ def _solve_highs(problem, tol, max_iter, be, verbose, callback=None):
     return _certified_lp(problem, A, x, dual, int(getattr(res, "nit", 0) or 0), tol)
 
 
-def _certified_lp(problem, A, x, dual, n_iter, tol):
+def _certified_lp(problem, A, x, dual, n_iter, tol, method="highs", warn=True):
     """The result of a linear program with its certificate (:func:`norm_gap`, the
-    violation); a gap above ``tol`` is reported by a ConvergenceWarning and the status
-    ``"optimal_inaccurate"`` (HiGHS's own tolerances are on feasibility, not the gap)."""
+    violation); a gap above ``tol`` is reported by the status ``"optimal_inaccurate"``
+    and, with ``warn``, a ConvergenceWarning (HiGHS's own tolerances are on
+    feasibility, not the gap).  ``A``: the constraint matrix or its operator."""
     c = problem.constraints
     gap, dual = norm_gap(problem, x.reshape(problem.shape), dual, A)
     vals = A @ x - c.rhs
@@ -1018,10 +1019,11 @@ def _certified_lp(problem, A, x, dual, n_iter, tol):
         from sklearn.exceptions import ConvergenceWarning
 
         status = "optimal_inaccurate"
-        warnings.warn(f"{problem.name} (HiGHS): the certified relative duality gap is "
-                      f"{gap:.2e} > tol={tol:g}; the solution is accurate to about that "
-                      "relative amount.", ConvergenceWarning, stacklevel=4)
-    return MaxMarginResult(primal=x.reshape(problem.shape), dual=dual, method="highs",
+        if warn:
+            warnings.warn(f"{problem.name} ({method}): the certified relative duality gap "
+                          f"is {gap:.2e} > tol={tol:g}; the solution is accurate to about "
+                          "that relative amount.", ConvergenceWarning, stacklevel=4)
+    return MaxMarginResult(primal=x.reshape(problem.shape), dual=dual, method=method,
                            status=status, n_iter=n_iter, gap=float(gap),
                            max_violation=float(viol.max(initial=0.0)))
 
@@ -1140,10 +1142,20 @@ def solve_max_margin(
         with blas_threads(size, be):
             result = func(problem, tol, max_iter, be, verbose, callback)
         if (result is not None and method == "auto" and name != names[-1]
-                and not result.max_violation <= _AUTO_MAX_VIOLATION):
+                and (not result.max_violation <= _AUTO_MAX_VIOLATION
+                     or (getattr(func, "hands_over", False)
+                         and result.status != "optimal"))):
             # An iterative method that ends far from feasibility has not
-            # decided the problem: let the next method (cvxpy last) decide.
+            # decided the problem, nor has a method that hands over what it could
+            # not certify (``func.hands_over``): the next method (cvxpy last) decides.
             continue
+        if (result is not None and getattr(func, "hands_over", False)
+                and result.status != "optimal"):
+            from sklearn.exceptions import ConvergenceWarning
+
+            warnings.warn(f"{problem.name} ({name}): the certified relative duality gap "
+                          f"is {result.gap:.2e} > tol={tol:g}; the solution is accurate to "
+                          "about that relative amount.", ConvergenceWarning, stacklevel=2)
         if result is not None:
             result.primal = to_numpy(result.primal)
             result.dual = to_numpy(result.dual)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
 from scipy.linalg import blas, lapack
 
 from ._core import (
@@ -57,11 +58,15 @@ from ._core import (
 
 #: Mehrotra's predictor-corrector needs 20-60 iterations; more means it stalls.
 _MAX_ITER = 150
+#: complementarity (1 at the start) beyond which the iterates diverge: on an infeasible
+#: program the dual objective grows without bound
+_DIVERGED = 1e8
+#: relative gap below which the active set's multipliers are polished and certified
+_POLISH = 1e-6
 #: fraction of the step to the boundary of the positive orthant
 _STEP = 0.995
 #: relative regularization of the Schur complements (levels and equalities)
 _REG = 1e-13
-DEBUG = False
 
 
 @dataclass
@@ -197,12 +202,11 @@ class _NewtonSystem:
         B[:, np.arange(q), np.arange(q)] += box
         self.theta, self.theta_u, self.theta_l = theta, theta_u, theta_l
         self.L = _regularized_cholesky(B)
-        self.Linv = np.linalg.inv(self.L)
         # X_v = L_v^{-1} C_v, C_v = [H^T diag(phi[:, v]), ct_v]: (V, q, m + 1)
-        P = self.Linv @ H.T[None, :, :]  # L_v^{-1} H^T, (V, q, m)
+        P = self._forward(np.broadcast_to(H.T, (V, q, m)))  # L_v^{-1} H^T, (V, q, m)
         X = np.empty((V, q, m + 1))
         np.multiply(P, self.phi.T[:, None, :], out=X[:, :, :m])
-        X[:, :, m] = np.einsum("vij,vj->vi", self.Linv, self.ct)
+        X[:, :, m] = self._forward(self.ct[:, :, None])[:, :, 0]
         Xf = X.reshape(V * q, m + 1)
         diag_a = np.bincount(ineq.block, theta * ineq.kappa ** 2, minlength=m)
         diag_a = np.where(form.has_level, diag_a, 1.0)
@@ -258,8 +262,6 @@ class _NewtonSystem:
             k = self.apply(*sol)
             res = (r_w - k[0], r_y - k[1], r_z - k[2])
             size = max(np.max(np.abs(r), initial=0.0) for r in res) / scale
-            if DEBUG:
-                print(f"   refine {size:.1e}")
             if size < 1e-15 or size > 0.5 * last:
                 break
             last = size
@@ -269,8 +271,18 @@ class _NewtonSystem:
 
     def _binv(self, r):
         """``B^{-1} r`` for ``r`` of shape (V, q)."""
-        u = np.einsum("vij,vj->vi", self.Linv, r)
-        return np.einsum("vji,vj->vi", self.Linv, u)
+        u = self._forward(r[:, :, None])
+        return self._forward(u, trans="T")[:, :, 0]
+
+    def _forward(self, b, trans="N"):
+        """``L_v^{-1} b_v`` (or ``L_v^{-T} b_v``) for a stack ``b`` of shape (V, q, k): a
+        loop over tokens of triangular solves (backward stable, unlike products
+        with the inverse factors, whose condition reaches 1e10 near the end)."""
+        out = np.empty(b.shape)
+        for v in range(self.V):
+            out[v] = sla.solve_triangular(self.L[v], b[v], lower=True, trans=trans,
+                                          check_finite=False)
+        return out
 
     def solve(self, r_w, r_y, r_z):
         H, eq, m = self.H, self.eq, self.m
@@ -352,6 +364,63 @@ def _unsorted(eq, mu, form):
     return full[form.equality]
 
 
+def _polished(form, ineq, eq, W, a, t, slack, mult, mu):
+    """Multipliers and a point on the active set that meet their equations to working
+    precision.
+
+    Near the optimum the iterate tells the active rows (slack below multiplier)
+    and the entries of ``W`` at ``+t`` or ``-t``.  The multipliers supported on
+    them are corrected by the least-norm solution (LSQR) of the dual equations
+    ``A_I^T lam + A_E^T mu = (nu - eta, 0)`` over ``(W, a)`` and ``sum(nu + eta) = 1``;
+    at a vertex they are its exact multipliers.  The interior-point iterate's
+    own multipliers meet those equations only to the accuracy of its last
+    Newton system, which limits the certificate (the l1 norm of ``A^T lam``
+    sums the error of every entry).  The point ``(W, a, t)`` is corrected the same
+    way to meet the active rows as equalities.  Returns ``(W, lam, mu)``.
+    """
+    from scipy.sparse.linalg import lsqr
+
+    H = form.H
+    m, q = H.shape
+    V = form.n_tokens
+    n = V * q
+    active = np.flatnonzero(slack[0] < mult[0])
+    upper = np.flatnonzero(slack[1].ravel() < mult[1].ravel())
+    lower = np.flatnonzero(slack[2].ravel() < mult[2].ravel())
+
+    def rows_columns(rows, idx):  # columns of (A^T) for the rows idx: W part and level
+        coef, tok, blk = rows.coef[idx], rows.token[idx], rows.block[idx]
+        r = (tok[:, None] * q + np.arange(q)[None, :]).ravel()
+        cols = np.repeat(np.arange(idx.size), q)
+        vals = (coef[:, None] * H[blk]).ravel()
+        keep = rows.kappa[idx] != 0
+        r = np.r_[r, n + blk[keep]]
+        cols = np.r_[cols, np.flatnonzero(keep)]
+        vals = np.r_[vals, rows.kappa[idx][keep]]
+        return sp.csc_matrix((vals, (r, cols)), shape=(n + m + 1, idx.size))
+
+    def box(idx, sign):  # the columns of nu (sign -1) or eta (+1): W entry and t
+        k = np.arange(idx.size)
+        return sp.csc_matrix((np.r_[np.full(idx.size, sign), np.ones(idx.size)],
+                              (np.r_[idx, np.full(idx.size, n + m)], np.r_[k, k])),
+                             shape=(n + m + 1, idx.size))
+
+    J = sp.hstack([rows_columns(ineq, active), rows_columns(eq, np.arange(len(eq))),
+                   box(upper, -1.0), box(lower, 1.0)]).tocsr()
+    z0 = np.r_[mult[0][active], mu, mult[1].ravel()[upper], mult[2].ravel()[lower]]
+    target = np.zeros(n + m + 1)
+    target[-1] = 1.0
+    limit = 20 * J.shape[0]
+    z = z0 + lsqr(J, target - J @ z0, atol=1e-16, btol=1e-16, iter_lim=limit)[0]
+    lam = np.zeros(len(ineq))
+    lam[active] = np.maximum(z[: active.size], 0.0)
+    # the primal point on the same active set: its rows met as equalities
+    x0 = np.r_[W.ravel(), a, t]
+    rhs = np.r_[ineq.rhs[active], eq.rhs, np.zeros(upper.size + lower.size)]
+    x = x0 + lsqr(J.T.tocsr(), rhs - J.T @ x0, atol=1e-16, btol=1e-16, iter_lim=limit)[0]
+    return x[:n].reshape(V, q), lam, z[active.size: active.size + len(eq)]
+
+
 def _direction(system, ineq, slack, mult, r_p, r_d, r_e, rc):
     """The Newton direction for complementarity residuals ``rc``.
 
@@ -386,7 +455,7 @@ def _ipm(form, tol, max_iter, verbose, certify):
     the score inequalities, of the box rows ``t - W >= 0`` and of ``t + W >= 0``
     (the triples ``slack``, ``mult``); multipliers ``mu`` of the equalities.
     When the iterate meets ``tol`` (relative gap and residuals),
-    ``certify(W, lam, mu)`` decides whether to stop.  Returns ``(W, lam, mu,
+    ``certify(W, lam, mu, n_iter)`` decides whether to stop.  Returns ``(W, lam, mu,
     n_iter, certified)``.
     """
     H = form.H
@@ -421,10 +490,19 @@ def _ipm(form, tol, max_iter, verbose, certify):
         if verbose:
             print(f"lp-ipm {it:3d}: t {t:.8e} dual {dual_obj:.8e} gap {gap:.1e} "
                   f"primal {p_res:.1e} dual res {d_res:.1e} comp {comp:.1e}")
+        if not np.isfinite(comp) or comp > _DIVERGED:  # the sign of an infeasible program
+            break
         if (gap <= tol and p_res <= tol and d_res <= tol
-                and certify(W, mult[0], _unsorted(eq, mu, form))):
+                and certify(W, mult[0], _unsorted(eq, mu, form), it)):
             return W, mult[0], _unsorted(eq, mu, form), it, True
-        system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)))
+        if gap <= _POLISH and p_res <= _POLISH:
+            W_p, lam_p, mu_p = _polished(form, ineq, eq, W, a, t, slack, mult, mu)
+            if certify(W_p, lam_p, _unsorted(eq, mu_p, form), it):
+                return W_p, lam_p, _unsorted(eq, mu_p, form), it, True
+        try:
+            system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)))
+        except np.linalg.LinAlgError:  # lost to rounding: the caller decides
+            break
         # predictor (affine scaling), then the centred corrector (Mehrotra)
         _, _, _, ds, dm, _ = _direction(system, ineq, slack, mult, r_p, r_d, r_e,
                                         tuple(x * y for x, y in zip(slack, mult)))
@@ -465,43 +543,42 @@ def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
     c = problem.constraints
     A = constraint_operator(problem)
     ineq, eq = ~c.equality, c.equality
-    best = {}
+    margin_tol = tol * max(1.0, float(np.max(c.rhs)))
+    best = []
 
-    def candidate(W, lam, mu):
+    def certified(W, lam, mu, n_iter):
+        # W scaled to meet every inequality, the multipliers in the problem's rows
         x = W.ravel().copy()
         vals, pos = A @ x, ineq & (c.rhs > 0)
         if pos.any() and np.all(vals[pos] > 0):
             x *= max(1.0, float(np.max(c.rhs[pos] / vals[pos])))
         dual = np.zeros(len(c))
-        dual[ineq] = lam
-        dual[eq] = mu[: int(eq.sum())]
-        return x, dual
+        dual[ineq], dual[eq] = lam, mu[: int(eq.sum())]
+        return _certified_lp(problem, A, x, dual, n_iter, tol, method="lp-ipm", warn=False)
 
-    def certify(W, lam, mu):
-        x, dual = candidate(W, lam, mu)
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                res = _certified_lp(problem, A, x, dual, 0, tol)
-        best["res"] = res
+    def certify(W, lam, mu, n_iter):
+        res = certified(W, lam, mu, n_iter)
+        if not best or res.gap < best[0].gap:
+            best[:] = [res]
         if callback is not None:
-            callback(0, res.gap, res.max_violation)
+            callback(n_iter, res.gap, res.max_violation)
         if verbose:
             print(f"         certificate: gap {res.gap:.2e} violation {res.max_violation:.2e}")
-        return res.gap <= tol and res.max_violation <= tol * max(1.0, np.max(c.rhs))
+        return res.gap <= tol and res.max_violation <= margin_tol
 
     W, lam, mu, it, done = _ipm(form, tol, min(max_iter, _MAX_ITER), verbose, certify)
-    if not done:
-        # an interior-point method does not certify infeasibility: the Frobenius
-        # program on the same rows does (a Farkas ray), and raises
-        solve_max_margin(replace(problem, norm="fro"))
-    x, dual = candidate(W, lam, mu)
-    res = _certified_lp(problem, A, x, dual, it, tol)
-    res.method = "lp-ipm"
+    if done:
+        return best[0]
+    # an interior-point method does not certify infeasibility: the Frobenius
+    # program on the same rows does (a Farkas ray), and raises
+    solve_max_margin(replace(problem, norm="fro"))
+    last = certified(W, lam, mu, it)
+    res = last if not best or last.gap <= best[0].gap else best[0]
+    res.n_iter = it
     return res
 
 
 _solve_lp_ipm.large_products = True
+# an answer it could not certify to ``tol`` goes to HiGHS under method="auto"
+_solve_lp_ipm.hands_over = True
 register_method("lp-ipm", _solve_lp_ipm, norms=("max",))

@@ -1,0 +1,234 @@
+"""The structured interior-point method of the max-norm program of a linear decoder.
+
+``method="lp-ipm"`` (:mod:`skntp.svm._lpipm`) solves ``min ||W||_max`` under the
+constraints of linear-decoder scores whose rows, in each block, all involve
+one token of the block (the NTP-SVM, eq. (4a)-(4b) of Thrampoulidis 2024; the
+Crammer-Singer SVM; one-sided rows ``S[b, t] >= r``).  The references are cvxpy
+programs written here from the equations (every pair of tokens for the
+NTP-SVM), HiGHS on the same rows, and the duality gap recomputed here from the
+constraint matrix.
+"""
+
+import warnings
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from test_norms import _ntp_instance
+from test_references_ntp import check_ntp_constraints, ntp_svm_all_pairs
+
+import skntp.svm._lpipm as lpipm
+from skntp.datasets import make_ntp_svm_data
+from skntp.svm import (
+    BilinearScores,
+    Constraints,
+    MaxMarginProblem,
+    NotSeparableError,
+    ntp_svm,
+    ntp_svm_problem,
+    solve_max_margin,
+)
+
+
+def max_norm(W):
+    return float(np.abs(W).max())
+
+
+def cvx_max(X):
+    return cp.norm(cp.vec(X, order="C"), "inf")
+
+
+def recomputed_gap(problem, res):
+    """``(||W||_max - r^T lam / ||A^T lam||_1) / ||W||_max`` from the constraint matrix
+    (lam clipped to the sign constraints), written here."""
+    c = problem.constraints
+    A = problem.constraint_matrix()
+    lam = np.where(c.equality, res.dual, np.maximum(res.dual, 0.0))
+    lower = c.rhs @ lam / np.abs(A.T @ lam).sum()
+    return (max_norm(res.primal) - lower) / max_norm(res.primal)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("shape", [(8, 12, 6), (12, 10, 7)])
+def test_ntp_svm_matches_cvxpy_every_pair(seed, shape):
+    m, d, V = shape
+    H, S = _ntp_instance(seed, m=m, d=d, V=V)
+    problem = ntp_svm_problem(H, S, norm="max")
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.method == "lp-ipm" and res.status == "optimal"
+    assert res.gap <= 1e-8 and res.max_violation <= 1e-8
+    assert recomputed_gap(problem, res) <= 1e-8
+    reference = max_norm(ntp_svm_all_pairs(H, S, cvx_max))
+    assert abs(max_norm(res.primal) - reference) <= 1e-6 * reference
+    check_ntp_constraints(H, S, res.primal, 1e-8)
+    # the front door takes it by default
+    W, auto = ntp_svm(H, S, norm="max", return_result=True)
+    assert auto.method == "lp-ipm"
+    np.testing.assert_allclose(W, res.primal)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_agrees_with_highs_on_larger_instances(seed):
+    data = make_ntp_svm_data(60, 16, 12, random_state=seed)
+    problem = ntp_svm_problem(data.contexts, data.support, norm="max")
+    ours = solve_max_margin(problem, method="lp-ipm")
+    highs = solve_max_margin(problem, method="highs")
+    assert ours.gap <= 1e-8 and recomputed_gap(problem, ours) <= 1e-8
+    assert abs(max_norm(ours.primal) - max_norm(highs.primal)) <= 1e-7 * max_norm(
+        highs.primal)
+
+
+def test_sparse_support_gives_the_same_program():
+    data = make_ntp_svm_data(40, 10, 8, random_state=3)
+    dense = solve_max_margin(ntp_svm_problem(data.contexts, data.support, norm="max"))
+    sparse = solve_max_margin(ntp_svm_problem(data.contexts, sp.csr_matrix(data.support),
+                                              norm="max"))
+    assert dense.method == sparse.method == "lp-ipm"
+    assert abs(max_norm(dense.primal) - max_norm(sparse.primal)) <= 1e-8 * max_norm(
+        dense.primal)
+
+
+def _star_problem(H, labels, n_classes, output_scale=None, one_sided=None):
+    """Crammer-Singer rows ``S[j, y_j] - S[j, v] >= 1``, and rows ``S[j, t] >= 1``."""
+    j, v = np.nonzero(np.arange(n_classes)[None, :] != labels[:, None])
+    parts = [Constraints(j, labels[j], v, np.ones(j.size), np.zeros(j.size, bool))]
+    if one_sided is not None:
+        jj, tt = one_sided
+        parts.append(Constraints(jj, tt, -np.ones(jj.size, dtype=int), np.ones(jj.size),
+                                 np.zeros(jj.size, bool)))
+    return MaxMarginProblem(BilinearScores(H, None, n_outputs=n_classes,
+                                           output_scale=output_scale),
+                            Constraints.concatenate(parts), name="CS", norm="max")
+
+
+def _cvx_star(H, labels, n_classes, scale, one_sided):
+    W = cp.Variable((n_classes, H.shape[1]))
+    L = cp.multiply(W @ H.T, scale[:, None])  # L[v, j] = s_v e_v^T W h_j
+    cons = [L[labels[j], j] - L[v, j] >= 1 for j in range(H.shape[0])
+            for v in range(n_classes) if v != labels[j]]
+    if one_sided is not None:
+        cons += [L[t, j] >= 1 for j, t in zip(*one_sided)]
+    prob = cp.Problem(cp.Minimize(cvx_max(W)), cons)
+    prob.solve(solver=cp.CLARABEL)
+    assert prob.status == cp.OPTIMAL
+    return prob.value
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("scaled", [False, True])
+@pytest.mark.parametrize("with_one_sided", [False, True])
+def test_crammer_singer_output_scale_and_one_sided_rows(seed, scaled, with_one_sided):
+    rng = np.random.default_rng(seed)
+    m, d, k = 25, 6, 4
+    H = rng.standard_normal((m, d))
+    labels = np.argmax(H @ rng.standard_normal((d, k)), axis=1)  # separable
+    scale = rng.uniform(0.5, 2.0, k) if scaled else np.ones(k)
+    one_sided = None
+    if with_one_sided:
+        jj = np.arange(0, m, 5)
+        one_sided = (jj, labels[jj])
+    problem = _star_problem(H, labels, k, scale if scaled else None, one_sided)
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.gap <= 1e-8 and res.max_violation <= 1e-8
+    assert recomputed_gap(problem, res) <= 1e-8
+    ref = _cvx_star(H, labels, k, scale, one_sided)
+    assert abs(max_norm(res.primal) - ref) <= 1e-6 * ref
+
+
+def test_blocks_with_one_sided_rows_only():
+    """A block whose rows are all ``S[b, t] >= r`` has no level."""
+    rng = np.random.default_rng(5)
+    H = rng.standard_normal((6, 3))
+    c = Constraints.concatenate([
+        Constraints([0, 0, 1], [0, 0, 2], [1, 2, 0], np.ones(3), np.zeros(3, bool)),
+        Constraints([2, 3, 4, 5], [1, 2, 1, 0], -np.ones(4, dtype=int), np.ones(4),
+                    np.zeros(4, bool))])
+    problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=3), c, norm="max")
+    res = solve_max_margin(problem, method="lp-ipm")
+    highs = solve_max_margin(problem, method="highs")
+    assert res.gap <= 1e-8 and recomputed_gap(problem, res) <= 1e-8
+    assert abs(max_norm(res.primal) - max_norm(highs.primal)) <= 1e-7 * max_norm(
+        highs.primal)
+
+
+def test_programs_that_are_not_stars_are_declined():
+    H = np.random.default_rng(0).standard_normal((2, 3))
+    # block 0: rows 0-1 and 2-3 share no token
+    c = Constraints([0, 0, 1], [0, 2, 1], [1, 3, 0], np.ones(3), np.zeros(3, bool))
+    problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=4), c, norm="max")
+    assert lpipm._level_form(problem) is None
+    with pytest.raises(ValueError, match="no max-margin method accepts"):
+        solve_max_margin(problem, method="lp-ipm")
+    assert solve_max_margin(problem).method == "highs"
+    # a row comparing a token with itself
+    c = Constraints([0], [1], [1], np.ones(1), np.zeros(1, bool))
+    problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=4), c, norm="max")
+    assert lpipm._level_form(problem) is None
+    # output embeddings (Graph-SVM scores) and other norms are not its programs
+    E = np.eye(4)[:, :3]
+    problem = MaxMarginProblem(BilinearScores(H, E), Constraints([0], [1], [0], np.ones(1),
+                                                                 np.zeros(1, bool)), norm="max")
+    assert lpipm._solve_lp_ipm(problem, 1e-8, 100, None, 0) is None
+    with pytest.raises(ValueError, match="minimizes the max norm, not the fro"):
+        solve_max_margin(ntp_svm_problem(*_ntp_instance(0)), method="lp-ipm")
+
+
+def test_anchor_of_each_block():
+    H = np.random.default_rng(0).standard_normal((3, 2))
+    # block 0 around token 2 (first row names it second), block 1 around 0, block 2 none
+    c = Constraints([0, 0, 1, 1, 2], [1, 2, 0, 0, 1], [2, 3, 1, 2, -1], np.ones(5),
+                    np.array([True, False, False, False, False]))
+    problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=4), c, norm="max")
+    np.testing.assert_array_equal(lpipm._anchors(problem), [2, 0, -1])
+    form = lpipm._level_form(problem)
+    # each row's single token, its sign and its level coefficient
+    np.testing.assert_array_equal(form.token, [1, 3, 1, 2, 1, 2, 0])
+    np.testing.assert_array_equal(form.coef, [1, -1, -1, -1, 1, 1, 1])
+    np.testing.assert_array_equal(form.kappa, [-1, 1, 1, 1, 0, -1, -1])
+    np.testing.assert_array_equal(form.equality, [1, 0, 0, 0, 0, 1, 1])
+
+
+def test_infeasible_data_raise():
+    # (w0 - w1).h1 >= 1 and (w0 - w1).h2 >= 1, but (w1 - w0).(h1 + h2) >= 1
+    H = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    S = np.array([[True, False], [True, False], [False, True]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # stopped before the iterates overflow
+        with pytest.raises(NotSeparableError, match="not NTP-separable"):
+            solve_max_margin(ntp_svm_problem(H, S, norm="max"), method="lp-ipm")
+        # more contexts than dimensions, random supports
+        H, S = _ntp_instance(0, m=15, d=4, V=9)
+        with pytest.raises(NotSeparableError, match="not NTP-separable"):
+            solve_max_margin(ntp_svm_problem(H, S, norm="max"), method="lp-ipm")
+
+
+def test_memory_guard_hands_over_to_highs(monkeypatch):
+    H, S = _ntp_instance(1)
+    problem = ntp_svm_problem(H, S, norm="max")
+    monkeypatch.setattr(lpipm, "available_memory", lambda: 1000)
+    assert lpipm._solve_lp_ipm(problem, 1e-8, 100, None, 0) is None
+    assert solve_max_margin(problem).method == "highs"
+
+
+def test_tolerance_and_progress():
+    H, S = _ntp_instance(2)
+    problem = ntp_svm_problem(H, S, norm="max")
+    seen = []
+    res = solve_max_margin(problem, method="lp-ipm", tol=1e-4,
+                           callback=lambda *a: seen.append(a))
+    tight = solve_max_margin(problem, method="lp-ipm", tol=1e-10)
+    assert res.gap <= 1e-4 and tight.gap <= 1e-10 and tight.n_iter > res.n_iter
+    assert seen and seen[-1] == (res.n_iter, res.gap, res.max_violation)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning at the default tolerance
+        solve_max_margin(problem, method="lp-ipm")
+
+
+def test_cholesky_regularizes_a_matrix_that_lost_definiteness():
+    A = np.array([[1.0, 1.0], [1.0, 1.0 - 1e-17]])  # singular to float64
+    fac = lpipm._Cholesky(lambda: np.asfortranarray(A.copy()))
+    b = np.array([1.0, -1.0])
+    assert np.all(np.isfinite(fac.solve(b)))
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        lpipm._Cholesky(lambda: np.asfortranarray(-np.eye(2)))
