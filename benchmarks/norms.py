@@ -22,7 +22,7 @@ taken under load are not comparable with quiet ones.
 
 Usage::
 
-    python benchmarks/norms.py [--contexts 1000] [--time-limit 600] [--highs]
+    python benchmarks/norms.py [--contexts 200 1000] [--time-limit 600] [--highs] [--busy]
 """
 
 from __future__ import annotations
@@ -109,7 +109,11 @@ def compare(name, problem, ours, limit, reference=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--contexts", type=int, default=1000)
+    parser.add_argument("--contexts", type=int, nargs="+", default=[1000],
+                        help="numbers of contexts of the max-norm instances")
+    parser.add_argument("--busy", action="store_true",
+                        help="run next to a busy process (two threads of 700 x 700 "
+                        "matrix products, as in benchmarks/scaling.py)")
     parser.add_argument("--small-contexts", type=int, default=30)
     parser.add_argument("--time-limit", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -120,15 +124,33 @@ def main(argv=None):
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # each figure as soon as it is measured
 
+    busy = None
+    if args.busy:
+        import subprocess
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from scaling import BUSY
+
+        busy = subprocess.Popen([sys.executable, "-c", BUSY])
+        time.sleep(2.0)
+        print("next to a busy process (two threads of matrix products)")
+    try:
+        _run(args)
+    finally:
+        if busy is not None:
+            busy.kill()
+
+
+def _run(args):
     from skntp.datasets import make_ntp_svm_data
     from skntp.svm import ntp_svm_problem
 
     print(f"{os.cpu_count()} cores; {_load()}")
-    if not args.skip_large:
-        data = make_ntp_svm_data(args.contexts, 128, 50, random_state=args.seed)
+    for m in [] if args.skip_large else args.contexts:
+        data = make_ntp_svm_data(m, 128, 50, random_state=args.seed)
         problem = ntp_svm_problem(data.contexts, data.support, norm="max")
         c = problem.constraints
-        print(f"max-norm NTP-SVM: m = {args.contexts}, d = 128, V = 50: {len(c)} "
+        print(f"max-norm NTP-SVM: m = {m}, d = 128, V = 50: {len(c)} "
               f"constraints ({int(c.equality.sum())} equalities), "
               f"{problem.constraint_matrix().nnz} nonzeros")
         ref = compare("max norm (linear program)", problem, "lp-ipm", args.time_limit)
