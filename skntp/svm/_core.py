@@ -1144,10 +1144,10 @@ def solve_max_margin(
         if (result is not None and method == "auto" and name != names[-1]
                 and (not result.max_violation <= _AUTO_MAX_VIOLATION
                      or (getattr(func, "hands_over", False)
-                         and result.status != "optimal"))):
+                         and result.status == "max_iter"))):
             # An iterative method that ends far from feasibility has not
-            # decided the problem, nor has a method that hands over what it could
-            # not certify (``func.hands_over``): the next method (cvxpy last) decides.
+            # decided the problem, nor has a method that hands over (``func.hands_over``)
+            # what it could not certify ("max_iter"): the next method (cvxpy last) decides.
             continue
         if (result is not None and getattr(func, "hands_over", False)
                 and result.status != "optimal"):

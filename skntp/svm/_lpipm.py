@@ -63,6 +63,13 @@ _MAX_ITER = 150
 _DIVERGED = 1e8
 #: relative gap below which the active set's multipliers are polished and certified
 _POLISH = 1e-6
+#: LSMR iterations of one polish (each a product with the active rows)
+_POLISH_ITER = 3000
+#: iterates that meet the tolerances but not the certificate before the method stops
+_REFUSALS = 3
+#: certified gap above which an answer is handed over (method="auto") rather than
+#: returned as "optimal_inaccurate"
+_HAND_OVER = 1e-6
 #: fraction of the step to the boundary of the positive orthant
 _STEP = 0.995
 #: relative regularization of the Schur complements (levels and equalities)
@@ -364,22 +371,38 @@ def _unsorted(eq, mu, form):
     return full[form.equality]
 
 
+def _least_norm(J, b):
+    """A solution of ``J z = b`` by LSMR on the column-scaled ``J`` (at most
+    :data:`_POLISH_ITER` products), or ``None`` when it does not meet the equations
+    to ``1e-10`` relative (no solution, or none found)."""
+    from scipy.sparse.linalg import lsmr
+
+    norms = np.sqrt(np.asarray(J.multiply(J).sum(axis=0))).ravel()
+    scale = 1.0 / np.where(norms > 0, norms, 1.0)
+    y = lsmr(J @ sp.diags(scale), b, atol=1e-16, btol=1e-16, maxiter=_POLISH_ITER)[0]
+    z = y * scale
+    if not (np.all(np.isfinite(z))
+            and np.max(np.abs(J @ z - b), initial=0.0) <= 1e-10 * max(1.0, np.max(np.abs(b)))):
+        return None
+    return z
+
+
 def _polished(form, ineq, eq, W, a, t, slack, mult, mu):
     """Multipliers and a point on the active set that meet their equations to working
     precision.
 
     Near the optimum the iterate tells the active rows (slack below multiplier)
     and the entries of ``W`` at ``+t`` or ``-t``.  The multipliers supported on
-    them are corrected by the least-norm solution (LSQR) of the dual equations
-    ``A_I^T lam + A_E^T mu = (nu - eta, 0)`` over ``(W, a)`` and ``sum(nu + eta) = 1``;
+    them are corrected by the least-norm solution of the dual equations
+    ``A_I^T lam + A_E^T mu = (nu - eta, 0)`` over ``(W, a)`` and ``sum(nu + eta) = 1``
+    (LSMR);
     at a vertex they are its exact multipliers.  The interior-point iterate's
     own multipliers meet those equations only to the accuracy of its last
     Newton system, which limits the certificate (the l1 norm of ``A^T lam``
     sums the error of every entry).  The point ``(W, a, t)`` is corrected the same
-    way to meet the active rows as equalities.  Returns ``(W, lam, mu)``.
+    way to meet the active rows as equalities.  Returns ``(W, lam, mu)``, or ``None``
+    when the dual equations have no solution on the guessed active set.
     """
-    from scipy.sparse.linalg import lsqr
-
     H = form.H
     m, q = H.shape
     V = form.n_tokens
@@ -410,14 +433,19 @@ def _polished(form, ineq, eq, W, a, t, slack, mult, mu):
     z0 = np.r_[mult[0][active], mu, mult[1].ravel()[upper], mult[2].ravel()[lower]]
     target = np.zeros(n + m + 1)
     target[-1] = 1.0
-    limit = 20 * J.shape[0]
-    z = z0 + lsqr(J, target - J @ z0, atol=1e-16, btol=1e-16, iter_lim=limit)[0]
+    z = _least_norm(J, target - J @ z0)
+    if z is None:  # no multipliers on this active set: not the optimal one yet
+        return None
+    z += z0
     lam = np.zeros(len(ineq))
     lam[active] = np.maximum(z[: active.size], 0.0)
     # the primal point on the same active set: its rows met as equalities
     x0 = np.r_[W.ravel(), a, t]
     rhs = np.r_[ineq.rhs[active], eq.rhs, np.zeros(upper.size + lower.size)]
-    x = x0 + lsqr(J.T.tocsr(), rhs - J.T @ x0, atol=1e-16, btol=1e-16, iter_lim=limit)[0]
+    dx = _least_norm(J.T.tocsr(), rhs - J.T @ x0)
+    if dx is None:
+        return None
+    x = x0 + dx
     return x[:n].reshape(V, q), lam, z[active.size: active.size + len(eq)]
 
 
@@ -470,7 +498,7 @@ def _ipm(form, tol, max_iter, verbose, certify):
     mu = np.zeros(len(eq))
     n_comp = len(ineq) + 2 * V * q
     scale = 1.0 + max(float(np.max(np.abs(form.rhs), initial=0.0)), 1.0)
-    it = 0
+    it, polished_at, refused = 0, np.inf, 0
     for it in range(1, max_iter + 1):
         logits = H @ W.T
         r_p = (ineq.apply(logits, a) - slack[0] - ineq.rhs, t - W - slack[1],
@@ -492,13 +520,18 @@ def _ipm(form, tol, max_iter, verbose, certify):
                   f"primal {p_res:.1e} dual res {d_res:.1e} comp {comp:.1e}")
         if not np.isfinite(comp) or comp > _DIVERGED:  # the sign of an infeasible program
             break
-        if (gap <= tol and p_res <= tol and d_res <= tol
-                and certify(W, mult[0], _unsorted(eq, mu, form), it)):
-            return W, mult[0], _unsorted(eq, mu, form), it, True
-        if gap <= _POLISH and p_res <= _POLISH:
-            W_p, lam_p, mu_p = _polished(form, ineq, eq, W, a, t, slack, mult, mu)
-            if certify(W_p, lam_p, _unsorted(eq, mu_p, form), it):
-                return W_p, lam_p, _unsorted(eq, mu_p, form), it, True
+        if gap <= tol and p_res <= tol and d_res <= tol:
+            if certify(W, mult[0], _unsorted(eq, mu, form), it):
+                return W, mult[0], _unsorted(eq, mu, form), it, True
+            refused += 1
+            if refused >= _REFUSALS:  # at the precision of float64: the best one stands
+                break
+        if gap <= min(_POLISH, 0.1 * polished_at) and p_res <= _POLISH:
+            polished_at = gap
+            found = _polished(form, ineq, eq, W, a, t, slack, mult, mu)
+            if found is not None and certify(found[0], found[1],
+                                             _unsorted(eq, found[2], form), it):
+                return found[0], found[1], _unsorted(eq, found[2], form), it, True
         try:
             system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)))
         except np.linalg.LinAlgError:  # lost to rounding: the caller decides
@@ -575,10 +608,12 @@ def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
     last = certified(W, lam, mu, it)
     res = last if not best or last.gap <= best[0].gap else best[0]
     res.n_iter = it
+    if not res.gap <= _HAND_OVER:
+        res.status = "max_iter"
     return res
 
 
 _solve_lp_ipm.large_products = True
-# an answer it could not certify to ``tol`` goes to HiGHS under method="auto"
+# an answer it could not certify to _HAND_OVER goes to HiGHS under method="auto"
 _solve_lp_ipm.hands_over = True
 register_method("lp-ipm", _solve_lp_ipm, norms=("max",))
