@@ -498,7 +498,7 @@ def _ipm(form, tol, max_iter, verbose, certify):
     mu = np.zeros(len(eq))
     n_comp = len(ineq) + 2 * V * q
     scale = 1.0 + max(float(np.max(np.abs(form.rhs), initial=0.0)), 1.0)
-    it, polished_at, refused = 0, np.inf, 0
+    it, polished_at, refused, last_gap = 0, np.inf, 0, np.inf
     for it in range(1, max_iter + 1):
         logits = H @ W.T
         r_p = (ineq.apply(logits, a) - slack[0] - ineq.rhs, t - W - slack[1],
@@ -526,12 +526,16 @@ def _ipm(form, tol, max_iter, verbose, certify):
             refused += 1
             if refused >= _REFUSALS:  # at the precision of float64: the best one stands
                 break
-        if gap <= min(_POLISH, 0.1 * polished_at) and p_res <= _POLISH:
+        # polish where the iterates stop converging fast (degenerate or ill-conditioned
+        # Newton systems near the end), once per halving of the gap
+        if (gap <= _POLISH and p_res <= _POLISH and gap > 0.1 * last_gap
+                and gap < 0.5 * polished_at):
             polished_at = gap
             found = _polished(form, ineq, eq, W, a, t, slack, mult, mu)
             if found is not None and certify(found[0], found[1],
                                              _unsorted(eq, found[2], form), it):
                 return found[0], found[1], _unsorted(eq, found[2], form), it, True
+        last_gap = gap
         try:
             system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)))
         except np.linalg.LinAlgError:  # lost to rounding: the caller decides
