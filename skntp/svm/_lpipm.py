@@ -63,8 +63,10 @@ _MAX_ITER = 150
 _DIVERGED = 1e8
 #: relative gap below which the active set's multipliers are polished and certified
 _POLISH = 1e-6
-#: LSMR iterations of one polish (each a product with the active rows)
+#: LSMR iterations of one polish (each a product with the active rows), and polishes
+#: at most in one solve
 _POLISH_ITER = 3000
+_POLISHES = 2
 #: iterates that meet the tolerances but not the certificate before the method stops
 _REFUSALS = 3
 #: certified gap above which an answer is handed over (method="auto") rather than
@@ -498,7 +500,7 @@ def _ipm(form, tol, max_iter, verbose, certify):
     mu = np.zeros(len(eq))
     n_comp = len(ineq) + 2 * V * q
     scale = 1.0 + max(float(np.max(np.abs(form.rhs), initial=0.0)), 1.0)
-    it, polished_at, refused, last_gap = 0, np.inf, 0, np.inf
+    it, polished_at, refused, last_gap, polishes = 0, np.inf, 0, np.inf, 0
     for it in range(1, max_iter + 1):
         logits = H @ W.T
         r_p = (ineq.apply(logits, a) - slack[0] - ineq.rhs, t - W - slack[1],
@@ -529,8 +531,8 @@ def _ipm(form, tol, max_iter, verbose, certify):
         # polish where the iterates stop converging fast (degenerate or ill-conditioned
         # Newton systems near the end), once per halving of the gap
         if (gap <= _POLISH and p_res <= _POLISH and gap > 0.1 * last_gap
-                and gap < 0.5 * polished_at):
-            polished_at = gap
+                and gap < 0.5 * polished_at and polishes < _POLISHES):
+            polished_at, polishes = gap, polishes + 1
             found = _polished(form, ineq, eq, W, a, t, slack, mult, mu)
             if found is not None and certify(found[0], found[1],
                                              _unsorted(eq, found[2], form), it):
