@@ -189,10 +189,12 @@ class _Rows:
 class _NewtonSystem:
     """The reduced Newton system of one iteration, factored.
 
-    Solves ``[[M, A_E^T], [A_E, -delta I]] [dx; dz] = [r_x; r_z]`` with
+    Solves ``[[M, A_E^T], [A_E, 0]] [dx; dz] = [r_x; r_z]`` with
     ``M = A_I^T Theta A_I + (box rows)`` over ``x = (W, a, t)``: the ``W`` block of
     ``M`` is block diagonal (``B_v``, one per token), ``W`` is eliminated, then
     the levels and ``t`` (Schur complement ``S``), then the equalities (``T``).
+    A factor that lost definiteness to rounding is of a regularized matrix
+    (:class:`_Cholesky`); :meth:`refined_solve` corrects for it.
     """
 
     def __init__(self, form, ineq, eq, theta, theta_u, theta_l):
