@@ -213,6 +213,29 @@ def test_memory_guard_hands_over_to_highs(monkeypatch):
     assert solve_max_margin(problem).method == "highs"
 
 
+def test_memory_guard_counts_the_dense_equality_system_only_where_needed(monkeypatch):
+    """The NTP-SVM eliminates its equality blocks first: it is solved in memory too
+    small for the dense system of its equality multipliers; a Crammer-Singer program
+    that needs that system is declined."""
+    H, S = _ntp_instance(1)
+    problem = ntp_svm_problem(H, S, norm="max")
+    form = lpipm._level_form(problem)
+    small, large = lpipm._memory_need(form, False), lpipm._memory_need(form, True)
+    assert large > small
+    monkeypatch.setattr(lpipm, "available_memory", lambda: small + large)  # half < large
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.method == "lp-ipm" and res.gap <= 1e-8
+    rng = np.random.default_rng(0)
+    Hc = rng.standard_normal((40, 3))
+    labels = np.argmax(Hc @ rng.standard_normal((3, 3)), axis=1)
+    cs = _star_problem(Hc, labels, 3)
+    need = lpipm._memory_need(lpipm._level_form(cs), True)
+    monkeypatch.setattr(lpipm, "available_memory", lambda: 1.5 * need)
+    assert lpipm._solve_lp_ipm(cs, 1e-8, 100, None, 0) is None
+    monkeypatch.setattr(lpipm, "available_memory", lambda: 2.5 * need)
+    assert lpipm._solve_lp_ipm(cs, 1e-8, 100, None, 0).gap <= 1e-8
+
+
 def test_tolerance_and_progress():
     H, S = _ntp_instance(2)
     problem = ntp_svm_problem(H, S, norm="max")
@@ -229,11 +252,11 @@ def test_tolerance_and_progress():
 
 def test_cholesky_regularizes_a_matrix_that_lost_definiteness():
     A = np.array([[1.0, 1.0], [1.0, 1.0 - 1e-17]])  # singular to float64
-    fac = lpipm._Cholesky(lambda: np.asfortranarray(A.copy()))
+    fac = lpipm._Cholesky(A.copy())
     b = np.array([1.0, -1.0])
     assert np.all(np.isfinite(fac.solve(b)))
     with pytest.raises(np.linalg.LinAlgError, match="singular"):
-        lpipm._Cholesky(lambda: np.asfortranarray(-np.eye(2)))
+        lpipm._Cholesky(-np.eye(2))
 
 
 @pytest.mark.slow
@@ -265,3 +288,97 @@ def test_an_answer_it_cannot_certify_goes_to_highs(monkeypatch):
     assert res.status == "max_iter" and res.gap > 1e-6
     auto = solve_max_margin(problem)
     assert auto.method == "highs" and auto.gap <= 1e-8
+
+
+def _newton_system(problem, rng, force_levels_first=False, monkeypatch=None):
+    """A Newton system of ``problem``'s level form at random positive weights."""
+    form = lpipm._level_form(problem)
+    e_rows = np.flatnonzero(form.equality)
+    ineq = lpipm._Rows(form, np.flatnonzero(~form.equality))
+    eq = lpipm._Rows(form, e_rows[np.argsort(form.token[e_rows], kind="stable")])
+    V, q = form.n_tokens, form.H.shape[1]
+    if force_levels_first:
+        monkeypatch.setattr(lpipm._NewtonSystem, "_equality_blocks",
+                            lambda self, Z, strict=True: None)
+    weights = [np.exp(rng.uniform(-3, 3, len(ineq))),
+               np.exp(rng.uniform(-3, 3, (V, q))), np.exp(rng.uniform(-3, 3, (V, q)))]
+    return lpipm._NewtonSystem(form, ineq, eq, *weights)
+
+
+def _dense_kkt(problem, system):
+    """The Newton matrix ``[[A_I^T Theta A_I + box, A_E^T], [A_E, 0]]`` over ``(W, a, t)``,
+    built here entry by entry from the level-form rows."""
+    H, ineq, eq = system.H, system.ineq, system.eq
+    m, q = H.shape
+    V = system.V
+    n = V * q + m + 1
+
+    def rows(r):
+        A = np.zeros((len(r), n))
+        for k in range(len(r)):
+            A[k, r.token[k] * q:(r.token[k] + 1) * q] = r.coef[k] * H[r.block[k]]
+            A[k, V * q + r.block[k]] = r.kappa[k]
+        return A
+
+    A_i, A_e = rows(ineq), rows(eq)
+    M = A_i.T @ (system.theta[:, None] * A_i)
+    box = (system.theta_u + system.theta_l).ravel()
+    M[np.arange(V * q), np.arange(V * q)] += box
+    M[-1, -1] += box.sum()
+    M[-1, :V * q] = M[:V * q, -1] = system.ct.ravel()  # t - W >= 0, t + W >= 0
+    return np.block([[M, A_e.T], [A_e, np.zeros((len(eq), len(eq)))]])
+
+
+@pytest.mark.parametrize("levels_first", [False, True])
+def test_newton_system_solves_the_kkt_matrix(levels_first, monkeypatch):
+    """Both eliminations (equality multipliers first, block by token, or levels first)
+    solve the Newton matrix built here densely."""
+    rng = np.random.default_rng(3)
+    H, S = _ntp_instance(2)
+    problem = ntp_svm_problem(H, S, norm="max")
+    system = _newton_system(problem, rng, levels_first, monkeypatch)
+    assert (system.D is None) == levels_first and (system.T is None) != levels_first
+    K = _dense_kkt(problem, system)
+    V, q, m = system.V, system.q, system.m
+    rhs = rng.standard_normal(K.shape[0])
+    n_w = V * q
+    dw, dy, dz = system.solve(rhs[:n_w].reshape(V, q), rhs[n_w:n_w + m + 1],
+                              rhs[n_w + m + 1:])
+    assert np.allclose(np.r_[dw.ravel(), dy, dz], np.linalg.solve(K, rhs),
+                       rtol=1e-7, atol=1e-9)
+
+
+def test_a_token_in_more_equalities_than_dimensions_eliminates_the_levels_first():
+    """Crammer-Singer with more samples of a class than features: the equality block
+    of that token is singular, so the levels are eliminated first; still exact."""
+    rng = np.random.default_rng(0)
+    m, d, k = 40, 3, 3
+    H = rng.standard_normal((m, d))
+    labels = np.argmax(H @ rng.standard_normal((d, k)), axis=1)
+    problem = _star_problem(H, labels, k)
+    system = _newton_system(problem, rng)
+    assert system.D is None and system.T is not None
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.gap <= 1e-8 and recomputed_gap(problem, res) <= 1e-8
+    assert abs(max_norm(res.primal) - _cvx_star(H, labels, k, np.ones(k), None)) <= 1e-6 * (
+        max_norm(res.primal))
+
+
+def test_runs_on_one_blas_thread(monkeypatch):
+    """Its per-token loops alternate two BLAS pools (NumPy's and SciPy's): it sets one
+    thread itself, whatever the size of the program (``blas_threads = 1``)."""
+    from threadpoolctl import threadpool_info
+
+    seen = []
+    original = lpipm._NewtonSystem.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.append({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(lpipm._NewtonSystem, "__init__", spy)
+    H, S = _ntp_instance(0)
+    problem = ntp_svm_problem(H, S, norm="max")
+    problem.scores.work_size = 10 ** 12  # a program whose score map alone keeps the pool
+    solve_max_margin(problem, method="lp-ipm")
+    assert seen and all(s == {1} for s in seen)

@@ -1135,9 +1135,10 @@ def solve_max_margin(
         names = [method]
     for name in names:
         func = _METHODS[name]
-        # a method whose own products are large (``func.large_products``) keeps the
-        # BLAS pool whatever the size of the score map
-        size = (np.inf if getattr(func, "large_products", False)
+        # a method that sets its own BLAS threads (``func.blas_threads``: 1, or None
+        # for the library's pool) is not limited by the size of the score map
+        own = getattr(func, "blas_threads", False)
+        size = ((0 if own == 1 else np.inf) if own is not False
                 else getattr(problem.scores, "work_size", np.inf))
         with blas_threads(size, be):
             result = func(problem, tol, max_iter, be, verbose, callback)

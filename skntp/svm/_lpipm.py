@@ -23,12 +23,13 @@ with one *level* ``a_j = e_{z_j}^T W h_j`` per context:
 
 where every row touches a single token's ``w_v`` (and one level).  In the
 Newton system of a primal-dual interior-point method the ``W`` block is then
-block diagonal, one ``d x d`` block per token; eliminating it leaves a dense
-system in the ``m + 1`` levels and ``t`` and, for the equalities, one in the
-``sum_j |S_j|`` equality multipliers.  One iteration costs
-``O(V d m^2 + (sum_j |S_j|)^2 m)`` in large matrix products, against the
+block diagonal, one ``d x d`` block per token, and so is the block of the
+equality multipliers once ``W`` is eliminated; eliminating both leaves one
+dense system in the ``m + 1`` levels and ``t``.  One iteration costs
+``O(V d m^2 + (sum_j |S_j|) m^2)`` in large matrix products, against the
 factorization of a ``(V d + m V)``-row sparse system with dense fill for a
-generic solver.  The method is Mehrotra's predictor-corrector on this form.
+generic solver.  The method is Mehrotra's predictor-corrector on this form,
+in one BLAS thread.
 
 The same form serves every program of linear-decoder scores whose rows, in
 each block, all involve one token of the block (its *anchor*, a star), such as
@@ -45,7 +46,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
-from scipy.linalg import blas, lapack
+from scipy.linalg import lapack
 
 from ._core import (
     BilinearScores,
@@ -67,6 +68,9 @@ _POLISH = 1e-6
 #: at most in one solve
 _POLISH_ITER = 3000
 _POLISHES = 2
+#: LSMR iterations after which a residual not yet reduced tenfold ends a polish (the
+#: guessed active set has no multipliers: measured 0.5 s instead of 5 s at m = 1000)
+_POLISH_PROBE = 300
 #: iterates that meet the tolerances but not the certificate before the method stops
 _REFUSALS = 3
 #: certified gap above which an answer is handed over (method="auto") rather than
@@ -76,6 +80,8 @@ _HAND_OVER = 1e-6
 _STEP = 0.995
 #: relative regularization of the Schur complements (levels and equalities)
 _REG = 1e-13
+#: smallest pivot, relative to the diagonal, of an equality block eliminated first
+_PIVOT = 1e-10
 
 
 @dataclass
@@ -190,14 +196,21 @@ class _NewtonSystem:
     """The reduced Newton system of one iteration, factored.
 
     Solves ``[[M, A_E^T], [A_E, 0]] [dx; dz] = [r_x; r_z]`` with
-    ``M = A_I^T Theta A_I + (box rows)`` over ``x = (W, a, t)``: the ``W`` block of
-    ``M`` is block diagonal (``B_v``, one per token), ``W`` is eliminated, then
-    the levels and ``t`` (Schur complement ``S``), then the equalities (``T``).
-    A factor that lost definiteness to rounding is of a regularized matrix
+    ``M = A_I^T Theta A_I + (box rows)`` over ``x = (W, a, t)``.  The ``W`` block of
+    ``M`` is block diagonal (``B_v``, one per token) and is eliminated first;
+    that leaves ``[[S, G^T], [G, -D]]`` over the levels and ``t`` (``y``) and the
+    equality multipliers, where ``D = A_E,W B^{-1} A_E,W^T`` is block diagonal too
+    (every equality row touches one token).  When each block ``D_v`` is
+    well-conditioned (a token in at most ``d`` equalities, e.g. the NTP-SVM's
+    supports) the multipliers are eliminated next and one dense system of
+    order ``m + 1`` remains, ``S + G^T D^{-1} G``; otherwise (Crammer-Singer with
+    more samples of a class than features) the levels are, and the dense
+    system is ``T = G S^{-1} G^T + D`` of order ``sum_j |S_j|``.  A factor that
+    lost definiteness to rounding is of a regularized matrix
     (:class:`_Cholesky`); :meth:`refined_solve` corrects for it.
     """
 
-    def __init__(self, form, ineq, eq, theta, theta_u, theta_l):
+    def __init__(self, form, ineq, eq, theta, theta_u, theta_l, dense_equalities=True):
         H = form.H
         m, q = H.shape
         V = form.n_tokens
@@ -221,35 +234,67 @@ class _NewtonSystem:
         Xf = X.reshape(V * q, m + 1)
         diag_a = np.bincount(ineq.block, theta * ineq.kappa ** 2, minlength=m)
         diag_a = np.where(form.has_level, diag_a, 1.0)
-
-        def schur_levels():
-            S = np.asfortranarray(-(Xf.T @ Xf))
-            S[np.arange(m), np.arange(m)] += diag_a
-            S[m, m] += box.sum()
-            return S
-
-        self.S = _Cholesky(schur_levels)
+        S = -(Xf.T @ Xf)  # a symmetric rank-k product (BLAS syrk)
+        S[np.arange(m), np.arange(m)] += diag_a
+        S[m, m] += box.sum()
         # equalities: z_k = L_v^{-1} g_k (g_k = coef_k h_b), G = E_y - Z^T X
         n_e = len(eq)
         Z = P[eq.token, :, eq.block] * eq.coef[:, None]  # (n_e, q)
         G = np.zeros((n_e, m + 1))
         tokens, starts = np.unique(eq.token, return_index=True)  # rows sorted by token
-        bounds = np.r_[starts, n_e]
-        for v, lo, hi in zip(tokens, bounds[:-1], bounds[1:]):  # a loop over tokens
-            G[lo:hi] = -(Z[lo:hi] @ X[v])
+        self.groups = [slice(lo, hi) for lo, hi in zip(starts, np.r_[starts[1:], n_e])]
+        for v, rows in zip(tokens, self.groups):  # a loop over tokens
+            G[rows] = -(Z[rows] @ X[v])
         G[np.arange(n_e), eq.block] += eq.kappa
         self.G = G
-        self.T = None
-        if n_e:
-            self.R = self.S.forward(G.T)  # (m + 1, n_e), Fortran order
+        self.K = self.T = None
+        self.D = self._equality_blocks(Z, strict=dense_equalities) if n_e else None
+        if self.D is not None:
+            # D = Z Z^T is block diagonal (one block per token): eliminate the equality
+            # multipliers first, S + G^T D^{-1} G = S + K^T K with K = L_D^{-1} G
+            self.K = self._dforward(G)
+            S += self.K.T @ self.K
+        self.S = _Cholesky(S)
+        if n_e and self.D is None:
+            # some D_v singular (a token in more equalities than dimensions): eliminate
+            # the levels first, T = G S^{-1} G^T + D = R^T R + D
+            self.R = self.S.forward(G.T)  # (m + 1, n_e)
+            T = self.R.T @ self.R
+            for rows in self.groups:
+                T[rows, rows] += Z[rows] @ Z[rows].T
+            self.T = _Cholesky(T)
 
-            def schur_equalities():
-                T = blas.dsyrk(1.0, self.R, trans=1, lower=1)  # R^T R, lower triangle
-                for lo, hi in zip(bounds[:-1], bounds[1:]):
-                    T[lo:hi, lo:hi] += Z[lo:hi] @ Z[lo:hi].T
-                return T
+    def _equality_blocks(self, Z, strict=True):
+        """Cholesky factors of the blocks ``D_v = Z_v Z_v^T`` of the equality rows of
+        each token, or ``None`` when one is singular or too ill-conditioned to
+        eliminate first (pivot below ``_PIVOT`` times its diagonal).  Not
+        ``strict`` (no memory for the other elimination), such a block is
+        regularized (:func:`_regularized_cholesky`) and :meth:`refined_solve`
+        corrects for it."""
+        factors = []
+        for rows in self.groups:  # a loop over tokens
+            D = Z[rows] @ Z[rows].T
+            if not strict:
+                factors.append(_regularized_cholesky(D))
+                continue
+            if rows.stop - rows.start > self.q:
+                return None
+            try:
+                L = np.linalg.cholesky(D)
+            except np.linalg.LinAlgError:
+                return None
+            if np.min(np.diagonal(L)) ** 2 < _PIVOT * np.max(np.diagonal(D)):
+                return None
+            factors.append(L)
+        return factors
 
-            self.T = _Cholesky(schur_equalities)
+    def _dforward(self, b, trans="N"):
+        """``L_D^{-1} b`` (or ``L_D^{-T} b``), the equality rows' blocks."""
+        out = np.empty(b.shape)
+        for L, rows in zip(self.D, self.groups):  # a loop over tokens
+            out[rows] = sla.solve_triangular(L, b[rows], lower=True, trans=trans,
+                                             check_finite=False)
+        return out
 
     def apply(self, dw, dy, dz):
         """The unregularized system's product ``K [dx; dz]``, for iterative refinement."""
@@ -303,9 +348,14 @@ class _NewtonSystem:
         rho_y[:m] -= np.sum(self.phi * hu, axis=1)
         rho_y[m] -= np.sum(self.ct * u)
         rho_z = r_z - eq.coef * hu.ravel()[eq.cell]
-        p = self.S.forward(rho_y)
-        dz = self.T.solve(self.R.T @ p - rho_z) if self.T is not None else np.zeros(0)
-        dy = self.S.solve(rho_y - self.G.T @ dz)
+        if self.D is not None:
+            w = self._dforward(rho_z)
+            dy = self.S.solve(rho_y + self.K.T @ w)
+            dz = self._dforward(self.K @ dy - w, trans="T")
+        else:
+            dz = (self.T.solve(self.R.T @ self.S.forward(rho_y) - rho_z)
+                  if self.T is not None else np.zeros(0))
+            dy = self.S.solve(rho_y - self.G.T @ dz)
         rw = r_w - (self.phi * dy[:m, None]).T @ H - self.ct * dy[m]
         rw -= eq.grid(eq.coef * dz).T @ H
         return self._binv(rw), dy, dz
@@ -328,24 +378,25 @@ def _regularized_cholesky(A):
 
 
 class _Cholesky:
-    """Lower Cholesky factor of the symmetric positive definite matrix ``build()``
-    (Fortran order; only its lower triangle is read), with the solves the Newton
-    system needs.
+    """Lower Cholesky factor of the symmetric positive definite matrix ``A`` (only its
+    lower triangle is read), with the solves the Newton system needs.
 
     Near the end of an interior-point method the Schur complements mix weights
-    of 1e-10 and 1e+10 and may lose definiteness to rounding; then the matrix is
-    built again and ``delta I`` added, ``delta = _REG * 10^k * max diag`` the
-    smallest that factors.  :meth:`_NewtonSystem.refined_solve` corrects the
-    direction against the unregularized system.
+    of 1e-10 and 1e+10 and may lose definiteness to rounding; then ``delta I`` is
+    added, ``delta = _REG * 10^k * max diag`` the smallest that factors.
+    :meth:`_NewtonSystem.refined_solve` corrects the direction against the
+    unregularized system.
     """
 
-    def __init__(self, build):
+    def __init__(self, A):
+        d = np.diag_indices_from(A)
+        top = float(np.max(np.abs(A[d]))) + 1e-300
         for k in range(-1, 14):
-            A = build()
+            B = A
             if k >= 0:
-                d = np.diag_indices_from(A)
-                A[d] += (_REG * 10.0 ** k) * (float(np.max(np.abs(A[d]))) + 1e-300)
-            L, info = lapack.dpotrf(A, lower=1, clean=1, overwrite_a=1)
+                B = A.copy(order="F")
+                B[d] += (_REG * 10.0 ** k) * top
+            L, info = lapack.dpotrf(B, lower=1, clean=1, overwrite_a=0)
             if info == 0:
                 self.L = L
                 return
@@ -383,7 +434,11 @@ def _least_norm(J, b):
 
     norms = np.sqrt(np.asarray(J.multiply(J).sum(axis=0))).ravel()
     scale = 1.0 / np.where(norms > 0, norms, 1.0)
-    y = lsmr(J @ sp.diags(scale), b, atol=1e-16, btol=1e-16, maxiter=_POLISH_ITER)[0]
+    Js = J @ sp.diags(scale)
+    y, _, _, residual = lsmr(Js, b, atol=1e-16, btol=1e-16, maxiter=_POLISH_PROBE)[:4]
+    if residual > 0.1 * np.linalg.norm(b):  # the least-squares residual stalls: no solution
+        return None
+    y = lsmr(Js, b, atol=1e-16, btol=1e-16, maxiter=_POLISH_ITER - _POLISH_PROBE, x0=y)[0]
     z = y * scale
     if not (np.all(np.isfinite(z))
             and np.max(np.abs(J @ z - b), initial=0.0) <= 1e-10 * max(1.0, np.max(np.abs(b)))):
@@ -480,14 +535,16 @@ def _steps(slack, mult, dslack, dmult):
             min(_max_step(x.ravel(), dx.ravel()) for x, dx in zip(mult, dmult)))
 
 
-def _ipm(form, tol, max_iter, verbose, certify):
+def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
     """Mehrotra's predictor-corrector on the level form.
 
     Variables ``W`` (V, q), levels ``a`` (m,), ``t``; slacks and multipliers of
     the score inequalities, of the box rows ``t - W >= 0`` and of ``t + W >= 0``
     (the triples ``slack``, ``mult``); multipliers ``mu`` of the equalities.
     When the iterate meets ``tol`` (relative gap and residuals),
-    ``certify(W, lam, mu, n_iter)`` decides whether to stop.  Returns ``(W, lam, mu,
+    ``certify(W, lam, mu, n_iter)`` decides whether to stop.  Without
+    ``dense_equalities`` (memory) the equality blocks are always eliminated
+    first, regularized where they are singular.  Returns ``(W, lam, mu,
     n_iter, certified)``.
     """
     H = form.H
@@ -541,7 +598,8 @@ def _ipm(form, tol, max_iter, verbose, certify):
                 return found[0], found[1], _unsorted(eq, found[2], form), it, True
         last_gap = gap
         try:
-            system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)))
+            system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)),
+                                   dense_equalities=dense_equalities)
         except np.linalg.LinAlgError:  # lost to rounding: the caller decides
             break
         # predictor (affine scaling), then the centred corrector (Mehrotra)
@@ -564,11 +622,12 @@ def _ipm(form, tol, max_iter, verbose, certify):
     return W, mult[0], _unsorted(eq, mu, form), it, False
 
 
-def _memory_need(form):
-    """Bytes of the largest arrays of one iteration."""
+def _memory_need(form, dense_equalities):
+    """Bytes of the largest arrays of one iteration, with or without the dense system
+    in the equality multipliers (``T``)."""
     m, q = form.H.shape
     n_e = int(form.equality.sum())
-    return 8.0 * (3 * (m + 1) ** 2 + 3 * n_e ** 2 + 2 * n_e * (m + 1)
+    return 8.0 * (3 * (m + 1) ** 2 + 3 * n_e ** 2 * dense_equalities + 3 * n_e * (m + 1)
                   + 4 * form.n_tokens * q * (m + 1) + 2 * form.n_tokens * q * q)
 
 
@@ -579,7 +638,12 @@ def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
     if problem.norm != "max":
         return None
     form = _level_form(problem)
-    if form is None or _memory_need(form) > 0.5 * available_memory():
+    if form is None:
+        return None
+    budget = 0.5 * available_memory()
+    per_token = np.bincount(form.token[form.equality], minlength=form.n_tokens)
+    dense = _memory_need(form, True) <= budget
+    if _memory_need(form, per_token.max(initial=0) > form.H.shape[1]) > budget:
         return None
     c = problem.constraints
     A = constraint_operator(problem)
@@ -607,7 +671,8 @@ def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
             print(f"         certificate: gap {res.gap:.2e} violation {res.max_violation:.2e}")
         return res.gap <= tol and res.max_violation <= margin_tol
 
-    W, lam, mu, it, done = _ipm(form, tol, min(max_iter, _MAX_ITER), verbose, certify)
+    W, lam, mu, it, done = _ipm(form, tol, min(max_iter, _MAX_ITER), verbose, certify,
+                                dense)
     if done:
         return best[0]
     # an interior-point method does not certify infeasibility: the Frobenius
@@ -621,7 +686,10 @@ def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
     return res
 
 
-_solve_lp_ipm.large_products = True
+# one BLAS thread: its per-token loops alternate LAPACK calls (scipy's BLAS) with
+# products (NumPy's, a second pool), and two pools wait for each other's cores;
+# measured 30 s in one thread against 42 s in two at m = 1000 (benchmarks/norms.py)
+_solve_lp_ipm.blas_threads = 1
 # an answer it could not certify to _HAND_OVER goes to HiGHS under method="auto"
 _solve_lp_ipm.hands_over = True
 register_method("lp-ipm", _solve_lp_ipm, norms=("max",))
