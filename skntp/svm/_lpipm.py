@@ -78,6 +78,13 @@ _REFUSALS = 3
 _HAND_OVER = 1e-6
 #: fraction of the step to the boundary of the positive orthant
 _STEP = 0.995
+#: Gondzio's centrality correctors: at most this many a iteration, each aiming at steps
+#: longer by _ENLARGE, products kept in [_BETA_MIN, _BETA_MAX] times the target, kept
+#: when the two steps grow by _GROWTH together
+_CORRECTORS = 2
+_ENLARGE = 0.2
+_BETA_MIN, _BETA_MAX = 0.1, 10.0
+_GROWTH = 0.02
 #: relative regularization of the Schur complements (levels and equalities)
 _REG = 1e-13
 #: smallest pivot, relative to the diagonal, of an equality block eliminated first
@@ -535,6 +542,35 @@ def _steps(slack, mult, dslack, dmult):
             min(_max_step(x.ravel(), dx.ravel()) for x, dx in zip(mult, dmult)))
 
 
+def _centrality_corrector(system, ineq, slack, mult, step, ap, ad, target):
+    """Gondzio's multiple centrality corrector (Gondzio 1996, Comput. Optim. Appl. 6).
+
+    The products ``slack * mult`` at a longer trial step of ``step`` are moved
+    into ``[_BETA_MIN, _BETA_MAX] * target``; the correction is one more solve
+    with the factored ``system``.  Returns ``(step, ap, ad)`` corrected, or
+    ``None`` when the steps to the boundary do not grow by ``_GROWTH``.
+    """
+    ds, dm = step[3], step[4]
+    trial_p, trial_d = min(1.0, ap + _ENLARGE), min(1.0, ad + _ENLARGE)
+    lo, hi = _BETA_MIN * target, _BETA_MAX * target
+    rc = []
+    for x, dx, y, dy in zip(slack, ds, mult, dm):
+        v = (x + trial_p * dx) * (y + trial_d * dy)
+        rc.append(-np.maximum(np.clip(v, lo, hi) - v, -hi))
+    zero_p = tuple(np.zeros_like(x) for x in slack)
+    zero_d = (np.zeros((system.V, system.q)), np.zeros(system.m), 0.0)
+    corr = _direction(system, ineq, slack, mult, zero_p, zero_d, np.zeros(len(system.eq)),
+                      tuple(rc))
+    dw, da, dt = (s + c for s, c in zip(step[:3], corr[:3]))
+    ds = tuple(s + c for s, c in zip(step[3], corr[3]))
+    dm = tuple(s + c for s, c in zip(step[4], corr[4]))
+    dmu = step[5] + corr[5]
+    new_p, new_d = _steps(slack, mult, ds, dm)
+    if new_p + new_d < ap + ad + _GROWTH:
+        return None
+    return (dw, da, dt, ds, dm, dmu), new_p, new_d
+
+
 def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
     """Mehrotra's predictor-corrector on the level form.
 
@@ -613,6 +649,17 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
             system, ineq, slack, mult, r_p, r_d, r_e,
             tuple(x * y + dx * dy - target for x, y, dx, dy in zip(slack, mult, ds, dm)))
         ap, ad = _steps(slack, mult, ds, dm)
+        step = (dw, da, dt, ds, dm, dmu)
+        for _ in range(_CORRECTORS):
+            if min(ap, ad) >= _STEP:
+                break
+            found = _centrality_corrector(system, ineq, slack, mult, step, ap, ad, target)
+            if found is None:
+                break
+            step, ap, ad = found
+        dw, da, dt, ds, dm, dmu = step
+        if verbose:
+            print(f"   steps {ap:.3f} {ad:.3f} sigma {target / comp:.2e}")
         W, a, t = W + ap * dw, a + ap * da, t + ap * dt
         slack = tuple(x + ap * dx for x, dx in zip(slack, ds))
         mult = tuple(y + ad * dy for y, dy in zip(mult, dm))
