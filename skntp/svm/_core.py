@@ -718,6 +718,12 @@ def register_method(name, func, norms=("fro",)):
     tries the methods of :data:`AUTO_ORDER`.  ``norms`` are the norms of
     :data:`NORMS` the method minimizes, and ``"lp"`` for every ``("lp", p)``
     (:func:`norm_kind`); it is never given a program in another.
+
+    Optional attributes of ``func``: ``hands_over = True``, a method whose
+    ``"max_iter"`` results ``method="auto"`` passes to the next method;
+    ``blas_threads``, the BLAS threads it runs on (``1``, or ``None`` for the
+    library's pool) where the default, one thread for a small score map
+    (:func:`skntp._backend.blas_threads`), does not fit its own products.
     """
     _METHODS[name] = func
     _METHOD_NORMS[name] = tuple(norms)
