@@ -73,6 +73,8 @@ _POLISHES = 2
 _POLISH_PROBE = 300
 #: iterates that meet the tolerances but not the certificate before the method stops
 _REFUSALS = 3
+#: iterations without a new best of max(gap, residuals) (by 10 %) before it stops
+_STALL = 5
 #: certified gap above which an answer is handed over (method="auto") rather than
 #: returned as "optimal_inaccurate"
 _HAND_OVER = 1e-6
@@ -596,6 +598,7 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
     n_comp = len(ineq) + 2 * V * q
     scale = 1.0 + max(float(np.max(np.abs(form.rhs), initial=0.0)), 1.0)
     it, polished_at, refused, last_gap, polishes = 0, np.inf, 0, np.inf, 0
+    best_merit, best_at = np.inf, 0
     for it in range(1, max_iter + 1):
         logits = H @ W.T
         r_p = (ineq.apply(logits, a) - slack[0] - ineq.rhs, t - W - slack[1],
@@ -633,6 +636,11 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
                                              _unsorted(eq, found[2], form), it):
                 return found[0], found[1], _unsorted(eq, found[2], form), it, True
         last_gap = gap
+        merit = max(gap, p_res, d_res)
+        if merit < 0.9 * best_merit:
+            best_merit, best_at = merit, it
+        elif it - best_at >= _STALL:  # lost its path (degenerate optimum, rounding)
+            break
         try:
             system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)),
                                    dense_equalities=dense_equalities)
@@ -658,8 +666,6 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
                 break
             step, ap, ad = found
         dw, da, dt, ds, dm, dmu = step
-        if verbose:
-            print(f"   steps {ap:.3f} {ad:.3f} sigma {target / comp:.2e}")
         W, a, t = W + ap * dw, a + ap * da, t + ap * dt
         slack = tuple(x + ap * dx for x, dx in zip(slack, ds))
         mult = tuple(y + ad * dy for y, dy in zip(mult, dm))
