@@ -397,3 +397,115 @@ def test_centrality_correctors_shorten_the_path(monkeypatch):
     assert res.gap <= 1e-8 and plain.gap <= 1e-8
     assert abs(max_norm(res.primal) - max_norm(plain.primal)) <= 1e-7 * max_norm(plain.primal)
     assert res.n_iter < plain.n_iter
+
+
+def test_active_set_polish_certifies_a_vertex(monkeypatch):
+    """Where the iterates slow down, the polish solves the dual equations on the active
+    set exactly (LSMR): on this instance it certifies the vertex to 1e-14 at iteration
+    16; without it the method stops at 1.3e-8 after 24 iterations."""
+    H, S = _ntp_instance(3, 40, 16, 10)
+    problem = ntp_svm_problem(H, S, norm="max")
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.gap <= 1e-12 and recomputed_gap(problem, res) <= 1e-12
+    assert res.n_iter <= 16
+    monkeypatch.setattr(lpipm, "_POLISHES", 0)
+    with pytest.warns(ConvergenceWarning):
+        plain = solve_max_margin(problem, method="lp-ipm")
+    assert plain.gap > 1e-9 and plain.n_iter > res.n_iter
+    assert abs(max_norm(plain.primal) - max_norm(res.primal)) <= 1e-7 * max_norm(res.primal)
+
+
+def test_least_norm_solves_consistent_systems_and_refuses_others():
+    """The polish's LSMR solve: a solution of a consistent (rank-deficient, badly
+    column-scaled) system to 1e-10, ``None`` for a system without one."""
+    rng = np.random.default_rng(0)
+    J = sp.random(60, 90, density=0.1, random_state=1, format="csr") @ sp.diags(
+        np.logspace(-3, 3, 90))
+    J = sp.vstack([J, J[:5]]).tocsr()  # repeated rows: rank-deficient, still consistent
+    b = J @ rng.standard_normal(90)
+    z = lpipm._least_norm(J, b)
+    assert z is not None and np.max(np.abs(J @ z - b)) <= 1e-10 * np.max(np.abs(b))
+    bad = b.copy()
+    bad[-1] += 1.0  # a repeated row asks for another value: no solution
+    assert lpipm._least_norm(J, bad) is None
+
+
+def test_a_program_of_one_sided_rows_only():
+    """No block has an anchor: no levels and no equality rows at all."""
+    rng = np.random.default_rng(4)
+    H = rng.standard_normal((10, 4))
+    blocks, tokens = np.repeat(np.arange(10), 2), rng.integers(0, 3, 20)
+    c = Constraints(blocks, tokens, -np.ones(20, dtype=int), np.ones(20), np.zeros(20, bool))
+    problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=3), c, norm="max")
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.method == "lp-ipm" and res.gap <= 1e-8
+    W = cp.Variable((3, 4))
+    prob = cp.Problem(cp.Minimize(cvx_max(W)),
+                      [W[t] @ H[b] >= 1 for b, t in zip(blocks, tokens)])
+    prob.solve(solver=cp.CLARABEL)
+    assert abs(max_norm(res.primal) - prob.value) <= 1e-6 * prob.value
+
+
+def _dense_rows(system):
+    """The level-form rows over ``x = (W, a, t)`` as dense matrices, built here."""
+    H, V, q, m = system.H, system.V, system.q, system.m
+
+    def rows(r):
+        A = np.zeros((len(r), V * q + m + 1))
+        for k in range(len(r)):
+            A[k, r.token[k] * q:(r.token[k] + 1) * q] = r.coef[k] * H[r.block[k]]
+            A[k, V * q + r.block[k]] = r.kappa[k]
+        return A
+
+    return rows(system.ineq), rows(system.eq)
+
+
+@pytest.mark.parametrize("corrected", [False, True])
+def test_directions_solve_the_linearized_equations(corrected, monkeypatch):
+    """Mehrotra's direction, and with a centrality corrector added, meets the primal
+    rows and the dual equations ``e_t = A_I^T lam + A_E^T mu + (box rows)^T (nu, eta)``
+    at the full step (they are linear), written here from dense rows."""
+    rng = np.random.default_rng(7)
+    H, S = _ntp_instance(2)
+    problem = ntp_svm_problem(H, S, norm="max")
+    form = lpipm._level_form(problem)
+    e_rows = np.flatnonzero(form.equality)
+    ineq = lpipm._Rows(form, np.flatnonzero(~form.equality))
+    eq = lpipm._Rows(form, e_rows[np.argsort(form.token[e_rows], kind="stable")])
+    V, q, m = form.n_tokens, form.H.shape[1], form.H.shape[0]
+    shapes = (len(ineq), (V, q), (V, q))
+    slack = tuple(np.exp(rng.uniform(-2, 2, s)) for s in shapes)
+    mult = tuple(np.exp(rng.uniform(-2, 2, s)) for s in shapes)
+    mu = rng.standard_normal(len(eq))
+    W, a, t = rng.standard_normal((V, q)), rng.standard_normal(m), 2.0
+    system = lpipm._NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)))
+    A_i, A_e = _dense_rows(system)
+    n = V * q
+
+    def residuals(W, a, t, slack, mult, mu):
+        x = np.r_[W.ravel(), a, t]
+        box_u = t - W.ravel() - slack[1].ravel()
+        box_l = t + W.ravel() - slack[2].ravel()
+        dual = -A_i.T @ mult[0] - A_e.T @ mu
+        dual[:n] += mult[1].ravel() - mult[2].ravel()
+        dual[-1] += 1.0 - mult[1].sum() - mult[2].sum()
+        return np.r_[A_i @ x - slack[0] - ineq.rhs, box_u, box_l, A_e @ x - eq.rhs, dual]
+
+    r0 = residuals(W, a, t, slack, mult, mu)
+    r_p = (r0[:len(ineq)], r0[len(ineq):len(ineq) + n].reshape(V, q),
+           r0[len(ineq) + n:len(ineq) + 2 * n].reshape(V, q))
+    r_e = r0[len(ineq) + 2 * n:len(ineq) + 2 * n + len(eq)]
+    dual = r0[len(ineq) + 2 * n + len(eq):]
+    r_d = (dual[:n].reshape(V, q), dual[n:n + m], dual[-1])
+    target = 0.1 * np.mean(slack[0] * mult[0])
+    step = lpipm._direction(system, ineq, slack, mult, r_p, r_d, r_e,
+                            tuple(x * y - target for x, y in zip(slack, mult)))
+    if corrected:
+        monkeypatch.setattr(lpipm, "_GROWTH", -np.inf)  # keep the corrector whatever it does
+        ap, ad = lpipm._steps(slack, mult, step[3], step[4])
+        step = lpipm._centrality_corrector(system, ineq, slack, mult, step, 0.5 * ap,
+                                           0.5 * ad, target)[0]
+    dw, da, dt, ds, dm, dmu = step
+    after = residuals(W + dw, a + da, t + dt, tuple(x + d for x, d in zip(slack, ds)),
+                      tuple(y + d for y, d in zip(mult, dm)), mu + dmu)
+    assert np.max(np.abs(after)) <= 1e-9 * np.max(np.abs(r0))
