@@ -509,3 +509,24 @@ def test_directions_solve_the_linearized_equations(corrected, monkeypatch):
     after = residuals(W + dw, a + da, t + dt, tuple(x + d for x, d in zip(slack, ds)),
                       tuple(y + d for y, d in zip(mult, dm)), mu + dmu)
     assert np.max(np.abs(after)) <= 1e-9 * np.max(np.abs(r0))
+
+
+@pytest.mark.parametrize("shape", [(300, 8, 8), (120, 32, 12), (80, 16, 40)])
+def test_memory_estimate_bounds_the_measured_peak(shape):
+    """The memory guard's estimate is at least the peak that tracemalloc measures over
+    three iterations, and not above four times it: with the dense equality system
+    ((300, 8, 8): a token in more equalities than dimensions) and without."""
+    import tracemalloc
+
+    data = make_ntp_svm_data(*shape, random_state=0)
+    form = lpipm._level_form(ntp_svm_problem(data.contexts, data.support, norm="max"))
+    per_token = np.bincount(form.token[form.equality], minlength=form.n_tokens)
+    estimate = lpipm._memory_need(form, per_token.max() > form.H.shape[1])
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        lpipm._ipm(form, 1e-8, 3, False, lambda *a: False)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak <= estimate <= 4 * peak

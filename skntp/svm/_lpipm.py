@@ -677,11 +677,12 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
 
 def _memory_need(form, dense_equalities):
     """Bytes of the largest arrays of one iteration, with or without the dense system
-    in the equality multipliers (``T``)."""
+    in the equality multipliers (``T``): an upper bound on the peak that
+    ``tests/test_lp_ipm.py`` measures (``tracemalloc``)."""
     m, q = form.H.shape
     n_e = int(form.equality.sum())
-    return 8.0 * (3 * (m + 1) ** 2 + 3 * n_e ** 2 * dense_equalities + 3 * n_e * (m + 1)
-                  + 4 * form.n_tokens * q * (m + 1) + 2 * form.n_tokens * q * q)
+    return 8.0 * (4 * (m + 1) ** 2 + 7 * n_e ** 2 * dense_equalities + 4 * n_e * (m + 1)
+                  + 5 * form.n_tokens * q * (m + 1) + 2 * form.n_tokens * q * q)
 
 
 def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
