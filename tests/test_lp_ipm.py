@@ -295,9 +295,7 @@ def test_an_answer_it_cannot_certify_goes_to_highs(monkeypatch):
 def _newton_system(problem, rng, force_levels_first=False, monkeypatch=None):
     """A Newton system of ``problem``'s level form at random positive weights."""
     form = lpipm._level_form(problem)
-    e_rows = np.flatnonzero(form.equality)
-    ineq = lpipm._Rows(form, np.flatnonzero(~form.equality))
-    eq = lpipm._Rows(form, e_rows[np.argsort(form.token[e_rows], kind="stable")])
+    ineq, eq = lpipm._split_rows(form)
     V, q = form.n_tokens, form.H.shape[1]
     if force_levels_first:
         monkeypatch.setattr(lpipm._NewtonSystem, "_equality_blocks",
@@ -307,22 +305,25 @@ def _newton_system(problem, rng, force_levels_first=False, monkeypatch=None):
     return lpipm._NewtonSystem(form, ineq, eq, *weights)
 
 
-def _dense_kkt(problem, system):
-    """The Newton matrix ``[[A_I^T Theta A_I + box, A_E^T], [A_E, 0]]`` over ``(W, a, t)``,
-    built here entry by entry from the level-form rows."""
-    H, ineq, eq = system.H, system.ineq, system.eq
-    m, q = H.shape
-    V = system.V
-    n = V * q + m + 1
+def _dense_rows(system):
+    """The level-form rows over ``x = (W, a, t)`` as dense matrices, built here."""
+    H, V, q, m = system.H, system.V, system.q, system.m
 
     def rows(r):
-        A = np.zeros((len(r), n))
+        A = np.zeros((len(r), V * q + m + 1))
         for k in range(len(r)):
             A[k, r.token[k] * q:(r.token[k] + 1) * q] = r.coef[k] * H[r.block[k]]
             A[k, V * q + r.block[k]] = r.kappa[k]
         return A
 
-    A_i, A_e = rows(ineq), rows(eq)
+    return rows(system.ineq), rows(system.eq)
+
+
+def _dense_kkt(problem, system):
+    """The Newton matrix ``[[A_I^T Theta A_I + box, A_E^T], [A_E, 0]]`` over ``(W, a, t)``,
+    built here entry by entry from the level-form rows."""
+    V, q, eq = system.V, system.q, system.eq
+    A_i, A_e = _dense_rows(system)
     M = A_i.T @ (system.theta[:, None] * A_i)
     box = (system.theta_u + system.theta_l).ravel()
     M[np.arange(V * q), np.arange(V * q)] += box
@@ -446,20 +447,6 @@ def test_a_program_of_one_sided_rows_only():
     assert abs(max_norm(res.primal) - prob.value) <= 1e-6 * prob.value
 
 
-def _dense_rows(system):
-    """The level-form rows over ``x = (W, a, t)`` as dense matrices, built here."""
-    H, V, q, m = system.H, system.V, system.q, system.m
-
-    def rows(r):
-        A = np.zeros((len(r), V * q + m + 1))
-        for k in range(len(r)):
-            A[k, r.token[k] * q:(r.token[k] + 1) * q] = r.coef[k] * H[r.block[k]]
-            A[k, V * q + r.block[k]] = r.kappa[k]
-        return A
-
-    return rows(system.ineq), rows(system.eq)
-
-
 @pytest.mark.parametrize("corrected", [False, True])
 def test_directions_solve_the_linearized_equations(corrected, monkeypatch):
     """Mehrotra's direction, and with a centrality corrector added, meets the primal
@@ -469,9 +456,7 @@ def test_directions_solve_the_linearized_equations(corrected, monkeypatch):
     H, S = _ntp_instance(2)
     problem = ntp_svm_problem(H, S, norm="max")
     form = lpipm._level_form(problem)
-    e_rows = np.flatnonzero(form.equality)
-    ineq = lpipm._Rows(form, np.flatnonzero(~form.equality))
-    eq = lpipm._Rows(form, e_rows[np.argsort(form.token[e_rows], kind="stable")])
+    ineq, eq = lpipm._split_rows(form)
     V, q, m = form.n_tokens, form.H.shape[1], form.H.shape[0]
     shapes = (len(ineq), (V, q), (V, q))
     slack = tuple(np.exp(rng.uniform(-2, 2, s)) for s in shapes)

@@ -201,6 +201,14 @@ class _Rows:
                 np.bincount(self.block, self.kappa * y, minlength=self.m))
 
 
+def _split_rows(form):
+    """The inequality and equality :class:`_Rows` of ``form``, the equalities sorted
+    by token (the blocks of :class:`_NewtonSystem`)."""
+    e_rows = np.flatnonzero(form.equality)
+    return (_Rows(form, np.flatnonzero(~form.equality)),
+            _Rows(form, e_rows[np.argsort(form.token[e_rows], kind="stable")]))
+
+
 class _NewtonSystem:
     """The reduced Newton system of one iteration, factored.
 
@@ -588,9 +596,7 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
     H = form.H
     m, q = H.shape
     V = form.n_tokens
-    e_rows = np.flatnonzero(form.equality)
-    ineq = _Rows(form, np.flatnonzero(~form.equality))
-    eq = _Rows(form, e_rows[np.argsort(form.token[e_rows], kind="stable")])  # by token
+    ineq, eq = _split_rows(form)
     W, a, t = np.zeros((V, q)), np.zeros(m), 1.0
     slack = (np.ones(len(ineq)), np.ones((V, q)), np.ones((V, q)))
     mult = (np.ones(len(ineq)), np.ones((V, q)), np.ones((V, q)))
