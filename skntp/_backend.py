@@ -52,14 +52,40 @@ def blas_threads(size, be=None):
     """
     import contextlib
 
-    from threadpoolctl import threadpool_limits
-
     if size >= SMALL_PRODUCT:
         return contextlib.nullcontext()
     name = getattr(be, "name", None) or getattr(be, "__name__", "")
     if "torch" in str(name):
         return _torch_one_thread()
-    return threadpool_limits(limits=1, user_api="blas")
+    return _one_blas_thread()
+
+
+#: ``[controller, len(sys.modules) when it was made]`` (see :func:`_threadpool_controller`).
+_CONTROLLER = [None, -1]
+
+
+def _threadpool_controller():
+    """threadpoolctl's view of the loaded BLAS/OpenMP libraries, made once per set of imports.
+
+    Making a ``ThreadpoolController`` walks every shared library of the process
+    (about 4 ms here): done on each entry of :func:`blas_threads`, it took most
+    of the time of a loop of thousands of small solves.  The loaded libraries
+    change only when a module is imported, so the controller is kept until
+    ``sys.modules`` grows.
+    """
+    import sys
+
+    from threadpoolctl import ThreadpoolController
+
+    n = len(sys.modules)
+    if _CONTROLLER[0] is None or _CONTROLLER[1] != n:
+        _CONTROLLER[:] = [ThreadpoolController(), n]
+    return _CONTROLLER[0]
+
+
+def _one_blas_thread():
+    """Context: every BLAS library at one thread, restored on exit."""
+    return _threadpool_controller().limit(limits=1, user_api="blas")
 
 
 class _torch_one_thread:
@@ -67,11 +93,10 @@ class _torch_one_thread:
 
     def __enter__(self):
         import torch
-        from threadpoolctl import threadpool_limits
 
         self._n = torch.get_num_threads()
         torch.set_num_threads(1)
-        self._limits = threadpool_limits(limits=1, user_api="blas")
+        self._limits = _one_blas_thread()
         return self
 
     def __exit__(self, *exc):

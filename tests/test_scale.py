@@ -189,6 +189,36 @@ def test_blas_threads_limits_small_loops_only():
         assert _blas_threads_now() == before
 
 
+def test_blas_threads_makes_its_controller_once_per_set_of_imports(monkeypatch):
+    # a loop of thousands of small solves enters blas_threads each time: walking the
+    # process's libraries on each entry took 90 % of such a loop (att_svm_prime)
+    import sys
+    import types
+
+    import threadpoolctl
+
+    made = []
+
+    class Counting(threadpoolctl.ThreadpoolController):
+        def __init__(self):
+            # threadpool_info() makes one too: count blas_threads' own only
+            made.append(sys._getframe(1).f_code.co_name == "_threadpool_controller")
+            super().__init__()
+
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", Counting)
+    monkeypatch.setattr(backend_module, "_CONTROLLER", [None, -1])
+    before = _blas_threads_now()
+    for _ in range(50):
+        with blas_threads(1000):
+            assert set(_blas_threads_now()) == {1}
+    assert sum(made) == 1 and _blas_threads_now() == before
+    # a new import may load a new BLAS library: the controller is made anew
+    monkeypatch.setitem(sys.modules, "_skntp_test_new_module", types.ModuleType("m"))
+    with blas_threads(1000):
+        assert set(_blas_threads_now()) == {1}
+    assert sum(made) == 2 and _blas_threads_now() == before
+
+
 def test_blas_threads_limits_and_restores_torch():
     torch = pytest.importorskip("torch")
     n = torch.get_num_threads()
