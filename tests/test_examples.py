@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 # seconds on a 2-core machine: ntp_app_b2 ~20, attention_fig9 ~20, self_attention ~40
 SLOW = {"plot_ntp_app_b2.py", "plot_attention_fig9.py", "plot_self_attention_figs.py",
-        "plot_optimizer_norms.py"}
+        "plot_optimizer_norms.py", "plot_transformers_svm.py"}
 
 RUNNER = """
 import runpy, sys
