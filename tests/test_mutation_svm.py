@@ -409,3 +409,61 @@ def test_pseudo_limits_defaults_on_the_label_positions():
     f = lambda M: _risk(E, np.eye(6), M, seqs, labels, queries, "log")  # noqa: E731
     assert np.abs(Wc).max() > 1e-3
     assert np.linalg.norm(basis.T @ numerical_grad(f, Wc, h=1e-5).ravel()) < 1e-7
+
+
+# ------------------------------------------------- run 5: the NTP programs (_ntp.py)
+
+
+def _ntp_rows_by_hand(S):
+    """(4a)-(4b) with the first in-support token of each context as its anchor:
+    ``{(j, z, anchor, 0, True)}`` for ``z in S_j``, ``{(j, anchor, v, 1, False)}`` else."""
+    rows = set()
+    for j, s in enumerate(S):
+        a = int(np.flatnonzero(s)[0])
+        for v in range(S.shape[1]):
+            if v != a:
+                rows.add((j, v, a, 0.0, True) if s[v] else (j, a, v, 1.0, False))
+    return rows
+
+
+def _rows_of(problem):
+    c = problem.constraints
+    return {(int(j), int(p), int(r), float(b), bool(e))
+            for j, p, r, b, e in zip(c.block, c.pos, c.ref, c.rhs, c.equality)}
+
+
+def test_ntp_svm_problem_rows_are_4a_4b_dense_and_sparse_with_stored_zeros():
+    import scipy.sparse as sp
+
+    from skntp.svm import ntp_svm_problem
+
+    rng = np.random.default_rng(5)
+    S = rng.random((7, 6)) < 0.4
+    S[np.arange(7), rng.integers(0, 6, 7)] = True
+    ref = _ntp_rows_by_hand(S)
+    assert _rows_of(ntp_svm_problem(rng.standard_normal((7, 3)), S)) == ref
+    # a sparse support with explicitly stored False entries: they are out of support
+    coo = sp.coo_matrix(S)
+    extra = np.argwhere(~S)[:4]
+    data = np.concatenate([coo.data, np.zeros(len(extra), bool)])
+    rows = np.concatenate([coo.row, extra[:, 0]])
+    cols = np.concatenate([coo.col, extra[:, 1]])
+    S_stored = sp.csr_matrix((data, (rows, cols)), shape=S.shape)
+    assert S_stored.nnz == S.sum() + 4
+    assert _rows_of(ntp_svm_problem(rng.standard_normal((7, 3)), S_stored)) == ref
+    problem = ntp_svm_problem(rng.standard_normal((7, 3)), S, norm="max")
+    assert problem.norm == "max" and problem.shape == (6, 3)
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 2, 3, 7, None])
+def test_out_of_support_in_chunks_is_every_pair_outside(rows_per_chunk):
+    import scipy.sparse as sp
+
+    from skntp.svm._ntp import _out_of_support
+
+    rng = np.random.default_rng(6)
+    S = rng.random((7, 9)) < 0.3
+    j, v = _out_of_support(sp.csr_matrix(S), rows_per_chunk=rows_per_chunk)
+    want_j, want_v = np.nonzero(~S)
+    np.testing.assert_array_equal(j, want_j)
+    np.testing.assert_array_equal(v, want_v)
