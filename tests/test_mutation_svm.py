@@ -467,3 +467,123 @@ def test_out_of_support_in_chunks_is_every_pair_outside(rows_per_chunk):
     want_j, want_v = np.nonzero(~S)
     np.testing.assert_array_equal(j, want_j)
     np.testing.assert_array_equal(v, want_v)
+
+
+@pytest.mark.parametrize("norm", ["fro", "max"])
+def test_ntp_svm_passes_its_options_and_returns_what_it_promises(norm, monkeypatch):
+    import skntp.svm._ntp as svm_ntp
+    from skntp.svm import ntp_svm
+
+    rng = np.random.default_rng(8)
+    H = rng.standard_normal((8, 5))
+    S = np.zeros((8, 6), bool)
+    S[np.arange(8), rng.integers(0, 6, 8)] = True
+    S[0, 5] = True
+    calls = []
+    real = svm_ntp.solve_max_margin
+
+    def spy(problem, **kwargs):
+        calls.append(kwargs)
+        return real(problem, **kwargs)
+
+    monkeypatch.setattr(svm_ntp, "solve_max_margin", spy)
+    method = "cvxpy"
+    W = ntp_svm(H, S, norm=norm, method=method, tol=1e-7, max_iter=777, dtype="float64")
+    assert isinstance(W, np.ndarray) and W.shape == (6, 5)
+    assert calls[-1] == dict(method=method, tol=1e-7, max_iter=777, dtype="float64")
+    W2, result = ntp_svm(H, S, norm=norm, method=method, return_result=True)
+    np.testing.assert_array_equal(W2, result.primal)
+    assert result.method == "cvxpy" and result.status == "optimal"
+    np.testing.assert_allclose(W2, W, atol=1e-6 * np.abs(W).max())
+    with pytest.raises(ValueError, match="backend must be"):
+        ntp_svm(H, S, norm=norm, backend="no-such-backend")
+
+
+def test_log_odds_problem_names_itself_in_its_errors_and_is_a_min_norm_program():
+    from skntp.svm import NotSeparableError, finite_component, log_odds_problem
+    from skntp.svm import solve_max_margin as solve
+
+    # three contexts, two tokens, d = 1: (w_1 - w_0) h_j = log(p_j1 / p_j0) has no solution
+    H = np.array([[1.0], [2.0], [3.0]])
+    P = np.array([[0.5, 0.5], [0.2, 0.8], [0.6, 0.4]])
+    with pytest.raises(NotSeparableError, match="NTP log-odds equations.*not NTP_H-compatible"):
+        solve(log_odds_problem(H, P), method="cvxpy")
+    # compatible (m = d): the equalities' max-margin program is their min-norm solution,
+    # (w_1 - w_0) = H^-1 log-odds split evenly between the two rows
+    H = np.array([[1.0, 0.5], [-0.3, 2.0]])
+    P = np.array([[0.25, 0.75], [0.9, 0.1]])
+    diff = np.linalg.solve(H, np.log(P[:, 1] / P[:, 0]))
+    want = np.stack([-diff / 2, diff / 2])
+    np.testing.assert_allclose(finite_component(H, P), want, atol=1e-10)
+    np.testing.assert_allclose(solve(log_odds_problem(H, P), method="cvxpy").primal, want,
+                               atol=1e-6)
+    with pytest.raises(FloatingPointError, match="NTP log-odds equations"):
+        finite_component(H * 1e-308, P)  # W* about 1e308: beyond float64
+
+
+def _max_norm_ntp_optimum(X, y, V):
+    """``min ||W||_max`` s.t. ``(e_y - e_c)^T W x_i >= 1`` (one-hot NTP-SVM), in cvxpy."""
+    W = cp.Variable((V, X.shape[1]))
+    L = X @ W.T
+    cons = [L[i, y[i]] - L[i, c] >= 1 for i in range(len(y)) for c in range(V) if c != y[i]]
+    problem = cp.Problem(cp.Minimize(cp.max(cp.abs(W))), cons)
+    problem.solve(solver=cp.CLARABEL)
+    return problem.value
+
+
+def test_solve_ntp_svm_in_the_max_norm_and_the_sign_descent_decoders_limit():
+    from skntp import NTPDecoderClassifier
+    from skntp.svm import solve_ntp_svm
+
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((10, 12))
+    y = rng.integers(0, 4, 10)
+    best = _max_norm_ntp_optimum(X, y, 4)
+    problem, result = solve_ntp_svm(X, np.eye(4, dtype=bool)[y], norm="max")
+    assert problem.norm == "max"
+    assert np.abs(result.primal).max() == pytest.approx(best, rel=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = NTPDecoderClassifier(solver="signgd", max_iter=50).fit(X, y)
+    assert est.limit_norm_ == "max"
+    assert est.mm_margin_ == pytest.approx(1 / best, rel=1e-6)
+    D = est.mm_direction_
+    L = X @ D.T
+    margin = min(L[i, y[i]] - L[i, c] for i in range(10) for c in range(4) if c != y[i])
+    assert margin / np.abs(D).max() == pytest.approx(1 / best, rel=1e-6)
+
+
+def test_solve_ntp_svm_merges_exchangeable_tokens_by_default(monkeypatch):
+    import skntp.svm._ntp as svm_ntp
+    from skntp.svm import exchangeable_tokens, solve_ntp_svm
+
+    rng = np.random.default_rng(10)
+    H = rng.standard_normal((6, 8))
+    S = np.zeros((6, 9), bool)
+    S[np.arange(6), rng.integers(0, 3, 6)] = True  # tokens 3..8 never in any support
+    n_classes = exchangeable_tokens(S)[0].size
+    assert n_classes < 9
+    shapes = []
+    real = svm_ntp.solve_max_margin
+    monkeypatch.setattr(svm_ntp, "solve_max_margin",
+                        lambda problem, **kw: shapes.append(problem.shape) or real(problem, **kw))
+    merged = solve_ntp_svm(H, S)[1].primal
+    full = solve_ntp_svm(H, S, merge_exchangeable=False)[1].primal
+    assert shapes == [(n_classes, 8), (9, 8)]
+    np.testing.assert_allclose(merged, full, atol=1e-7 * np.abs(full).max())
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_exchangeable_tokens_of_probabilities_group_by_support(sparse):
+    # the public helper reads nonzeros as the support, whatever the dtype
+    import scipy.sparse as sp
+
+    from skntp.svm import exchangeable_tokens
+
+    rng = np.random.default_rng(11)
+    P = rng.random((5, 7)) * (rng.random((5, 7)) < 0.5)
+    P[:, 6] = P[:, 2] * 3.0  # the same support, other values
+    given = sp.csr_matrix(P) if sparse else P
+    for a, b in zip(exchangeable_tokens(given), exchangeable_tokens(P > 0)):
+        np.testing.assert_array_equal(a, b)
+    assert exchangeable_tokens(given)[1][6] == exchangeable_tokens(given)[1][2]
