@@ -533,23 +533,29 @@ def _max_norm_ntp_optimum(X, y, V):
 
 def test_solve_ntp_svm_in_the_max_norm_and_the_sign_descent_decoders_limit():
     from skntp import NTPDecoderClassifier
-    from skntp.svm import solve_ntp_svm
+    from skntp.svm import exchangeable_tokens, solve_ntp_svm
 
     rng = np.random.default_rng(9)
     X = rng.standard_normal((10, 12))
     y = rng.integers(0, 4, 10)
-    best = _max_norm_ntp_optimum(X, y, 4)
-    problem, result = solve_ntp_svm(X, np.eye(4, dtype=bool)[y], norm="max")
-    assert problem.norm == "max"
+    # V = 6: tokens 4 and 5 never follow a context, so they are exchangeable (the
+    # Frobenius reduction must not be used in the max norm)
+    S = np.eye(6, dtype=bool)[y]
+    assert exchangeable_tokens(S)[0].size < 6
+    best = _max_norm_ntp_optimum(X, y, 6)
+    problem, result = solve_ntp_svm(X, S, norm="max", method="cvxpy")
+    assert problem.norm == "max" and result.method == "cvxpy"
     assert np.abs(result.primal).max() == pytest.approx(best, rel=1e-6)
+    with pytest.raises(ValueError, match="backend must be"):
+        solve_ntp_svm(X, S, norm="max", backend="no-such-backend")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        est = NTPDecoderClassifier(solver="signgd", max_iter=50).fit(X, y)
+        est = NTPDecoderClassifier(solver="signgd", max_iter=50, vocabulary=6).fit(X, y)
     assert est.limit_norm_ == "max"
     assert est.mm_margin_ == pytest.approx(1 / best, rel=1e-6)
     D = est.mm_direction_
     L = X @ D.T
-    margin = min(L[i, y[i]] - L[i, c] for i in range(10) for c in range(4) if c != y[i])
+    margin = min(L[i, y[i]] - L[i, c] for i in range(10) for c in range(6) if c != y[i])
     assert margin / np.abs(D).max() == pytest.approx(1 / best, rel=1e-6)
 
 
