@@ -593,3 +593,34 @@ def test_exchangeable_tokens_of_probabilities_group_by_support(sparse):
     for a, b in zip(exchangeable_tokens(given), exchangeable_tokens(P > 0)):
         np.testing.assert_array_equal(a, b)
     assert exchangeable_tokens(given)[1][6] == exchangeable_tokens(given)[1][2]
+
+
+def test_solve_ntp_svm_reports_the_reduced_solves_status_gap_and_violation(monkeypatch):
+    import skntp.svm._ntp as svm_ntp
+    from skntp.svm import solve_ntp_svm
+
+    rng = np.random.default_rng(12)
+    H = rng.standard_normal((6, 8))
+    S = np.zeros((6, 9), bool)
+    S[np.arange(6), rng.integers(0, 3, 6)] = True
+    S[0, 1] = True
+    seen = []
+    real = svm_ntp.solve_max_margin
+    monkeypatch.setattr(svm_ntp, "solve_max_margin",
+                        lambda problem, **kw: seen.append(real(problem, **kw)) or seen[-1])
+    problem, result = solve_ntp_svm(H, S, method="fast", max_iter=5000)
+    (reduced,) = seen
+    assert reduced.primal.shape[0] < 9  # the merged program was solved
+    assert (result.method, result.status, result.n_iter) == (
+        reduced.method, reduced.status, reduced.n_iter) == ("fast", "optimal", reduced.n_iter)
+    assert result.n_iter > 0 and result.gap == reduced.gap <= 1e-8
+    # the violation of the full program (4a)-(4b) at the mapped solution, by hand
+    W = result.primal
+    worst = 0.0
+    for j in range(6):
+        a = np.flatnonzero(S[j])[0]
+        for v in range(9):
+            diff = (W[a] - W[v]) @ H[j]
+            worst = max(worst, abs(diff) if S[j, v] else 1.0 - diff)
+    assert result.max_violation == reduced.max_violation
+    assert abs(result.max_violation - worst) <= 1e-9
