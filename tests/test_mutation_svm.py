@@ -624,3 +624,13 @@ def test_solve_ntp_svm_reports_the_reduced_solves_status_gap_and_violation(monke
             worst = max(worst, abs(diff) if S[j, v] else 1.0 - diff)
     assert result.max_violation == reduced.max_violation
     assert abs(result.max_violation - worst) <= 1e-9
+
+
+def test_a_too_large_ntp_svm_is_named_in_its_error(monkeypatch):
+    import skntp.svm._core as svm_core
+    from skntp.svm import ProgramTooLargeError, ntp_svm_problem
+
+    monkeypatch.setattr(svm_core, "available_memory", lambda: 1000)
+    S = np.eye(5, dtype=bool)[[0, 1, 2, 3]]
+    with pytest.raises(ProgramTooLargeError, match=r"^NTP-SVM: the program has 16 constraints"):
+        ntp_svm_problem(np.eye(4), S)
