@@ -376,3 +376,33 @@ def test_saturated_key_query_gradient_with_distinct_tied_top_tokens():
         _, (gW,) = attention_loss_grad(np, X, X @ W.T, y, v, np.array([P]), wrt=("W",))
         expected = P * np.array([[c * s1 * s3 / 2, c * s1 * (1 - s1)]])
         np.testing.assert_allclose(gW, expected, rtol=1e-9)
+
+
+# ------------------------------------- run 6 (partial): skntp/models/decoder.py
+
+
+def test_next_token_targets_of_lists_columns_two_token_and_stored_zero_soft_labels():
+    import scipy.sparse as sp
+
+    from skntp.models.decoder import next_token_targets
+
+    # hard labels as a list, and as a column vector: the same one-hot rows
+    classes, Y = next_token_targets([0, 2, 1, 2], 4)
+    np.testing.assert_array_equal(classes, [0, 1, 2])
+    want = np.array([[1, 0, 0], [0, 0, 1], [0, 1, 0], [0, 0, 1]], float)
+    np.testing.assert_array_equal(Y.toarray(), want)
+    classes_col, Y_col = next_token_targets(np.array([[0], [2], [1], [2]]), 4)
+    np.testing.assert_array_equal(classes_col, classes)
+    np.testing.assert_array_equal(Y_col.toarray(), want)
+    # soft labels over two tokens are allowed (one token is not)
+    classes, Y = next_token_targets(np.array([[0.25, 0.75], [1.0, 0.0]]), 2)
+    np.testing.assert_array_equal(classes, [0, 1])
+    np.testing.assert_array_equal(Y.toarray(), [[0.25, 0.75], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="at least 2 columns"):
+        next_token_targets(sp.csr_matrix(np.ones((2, 1))), 2)
+    # an explicitly stored zero of sparse soft labels is no negative weight
+    stored = sp.csr_matrix((np.array([0.5, 0.0, 0.5, 1.0]), np.array([0, 1, 2, 1]),
+                            np.array([0, 3, 4])), shape=(2, 3))
+    assert stored.nnz == 4
+    classes, Y = next_token_targets(stored, 2)
+    np.testing.assert_array_equal(Y.toarray(), [[0.5, 0.0, 0.5], [0.0, 1.0, 0.0]])
