@@ -139,7 +139,9 @@ def exchangeable_tokens(support):
 
     Parameters
     ----------
-    support : ndarray of shape (m, V), bool
+    support : array-like or sparse matrix of shape (m, V)
+        The supports: ``support[j, v]`` nonzero (or True) when ``v in S_j``;
+        next-token probabilities may be passed as they are.
 
     Returns
     -------
