@@ -469,28 +469,41 @@ def test_out_of_support_in_chunks_is_every_pair_outside(rows_per_chunk):
     np.testing.assert_array_equal(v, want_v)
 
 
-@pytest.mark.parametrize("norm", ["fro", "max"])
-def test_ntp_svm_passes_its_options_and_returns_what_it_promises(norm, monkeypatch):
-    import skntp.svm._ntp as svm_ntp
-    from skntp.svm import ntp_svm
+def _one_token_supports(seed, m, d, V, tokens):
+    """Contexts ``(m, d)`` and supports of one token each, drawn from the first ``tokens``."""
+    rng = np.random.default_rng(seed)
+    H = rng.standard_normal((m, d))
+    S = np.zeros((m, V), bool)
+    S[np.arange(m), rng.integers(0, tokens, m)] = True
+    return H, S
 
-    rng = np.random.default_rng(8)
-    H = rng.standard_normal((8, 5))
-    S = np.zeros((8, 6), bool)
-    S[np.arange(8), rng.integers(0, 6, 8)] = True
-    S[0, 5] = True
+
+def _spy_on_the_core(monkeypatch):
+    """Record ``(problem, options, result)`` of every call of ``_ntp``'s ``solve_max_margin``."""
+    import skntp.svm._ntp as svm_ntp
+
     calls = []
     real = svm_ntp.solve_max_margin
 
     def spy(problem, **kwargs):
-        calls.append(kwargs)
-        return real(problem, **kwargs)
+        calls.append((problem, kwargs, real(problem, **kwargs)))
+        return calls[-1][2]
 
     monkeypatch.setattr(svm_ntp, "solve_max_margin", spy)
+    return calls
+
+
+@pytest.mark.parametrize("norm", ["fro", "max"])
+def test_ntp_svm_passes_its_options_and_returns_what_it_promises(norm, monkeypatch):
+    from skntp.svm import ntp_svm
+
+    H, S = _one_token_supports(8, 8, 5, 6, 6)
+    S[0, 5] = True
+    calls = _spy_on_the_core(monkeypatch)
     method = "cvxpy"
     W = ntp_svm(H, S, norm=norm, method=method, tol=1e-7, max_iter=777, dtype="float64")
     assert isinstance(W, np.ndarray) and W.shape == (6, 5)
-    assert calls[-1] == dict(method=method, tol=1e-7, max_iter=777, dtype="float64")
+    assert calls[-1][1] == dict(method=method, tol=1e-7, max_iter=777, dtype="float64")
     W2, result = ntp_svm(H, S, norm=norm, method=method, return_result=True)
     np.testing.assert_array_equal(W2, result.primal)
     assert result.method == "cvxpy" and result.status == "optimal"
@@ -560,22 +573,15 @@ def test_solve_ntp_svm_in_the_max_norm_and_the_sign_descent_decoders_limit():
 
 
 def test_solve_ntp_svm_merges_exchangeable_tokens_by_default(monkeypatch):
-    import skntp.svm._ntp as svm_ntp
     from skntp.svm import exchangeable_tokens, solve_ntp_svm
 
-    rng = np.random.default_rng(10)
-    H = rng.standard_normal((6, 8))
-    S = np.zeros((6, 9), bool)
-    S[np.arange(6), rng.integers(0, 3, 6)] = True  # tokens 3..8 never in any support
+    H, S = _one_token_supports(10, 6, 8, 9, 3)  # tokens 3..8 never in any support
     n_classes = exchangeable_tokens(S)[0].size
     assert n_classes < 9
-    shapes = []
-    real = svm_ntp.solve_max_margin
-    monkeypatch.setattr(svm_ntp, "solve_max_margin",
-                        lambda problem, **kw: shapes.append(problem.shape) or real(problem, **kw))
+    calls = _spy_on_the_core(monkeypatch)
     merged = solve_ntp_svm(H, S)[1].primal
     full = solve_ntp_svm(H, S, merge_exchangeable=False)[1].primal
-    assert shapes == [(n_classes, 8), (9, 8)]
+    assert [problem.shape for problem, _, _ in calls] == [(n_classes, 8), (9, 8)]
     np.testing.assert_allclose(merged, full, atol=1e-7 * np.abs(full).max())
 
 
@@ -596,20 +602,13 @@ def test_exchangeable_tokens_of_probabilities_group_by_support(sparse):
 
 
 def test_solve_ntp_svm_reports_the_reduced_solves_status_gap_and_violation(monkeypatch):
-    import skntp.svm._ntp as svm_ntp
     from skntp.svm import solve_ntp_svm
 
-    rng = np.random.default_rng(12)
-    H = rng.standard_normal((6, 8))
-    S = np.zeros((6, 9), bool)
-    S[np.arange(6), rng.integers(0, 3, 6)] = True
+    H, S = _one_token_supports(12, 6, 8, 9, 3)
     S[0, 1] = True
-    seen = []
-    real = svm_ntp.solve_max_margin
-    monkeypatch.setattr(svm_ntp, "solve_max_margin",
-                        lambda problem, **kw: seen.append(real(problem, **kw)) or seen[-1])
+    calls = _spy_on_the_core(monkeypatch)
     problem, result = solve_ntp_svm(H, S, method="fast", max_iter=5000)
-    (reduced,) = seen
+    ((_, _, reduced),) = calls
     assert reduced.primal.shape[0] < 9  # the merged program was solved
     assert (result.method, result.status, result.n_iter) == (
         reduced.method, reduced.status, reduced.n_iter) == ("fast", "optimal", reduced.n_iter)
