@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
+from test_optimizer_limits import _margin, _onehot_optimum
 from test_references_ntp import numerical_grad
 from test_references_self_attention import graphs_by_hand
 
@@ -534,16 +535,6 @@ def test_log_odds_problem_names_itself_in_its_errors_and_is_a_min_norm_program()
         finite_component(H * 1e-308, P)  # W* about 1e308: beyond float64
 
 
-def _max_norm_ntp_optimum(X, y, V):
-    """``min ||W||_max`` s.t. ``(e_y - e_c)^T W x_i >= 1`` (one-hot NTP-SVM), in cvxpy."""
-    W = cp.Variable((V, X.shape[1]))
-    L = X @ W.T
-    cons = [L[i, y[i]] - L[i, c] >= 1 for i in range(len(y)) for c in range(V) if c != y[i]]
-    problem = cp.Problem(cp.Minimize(cp.max(cp.abs(W))), cons)
-    problem.solve(solver=cp.CLARABEL)
-    return problem.value
-
-
 def test_solve_ntp_svm_in_the_max_norm_and_the_sign_descent_decoders_limit():
     from skntp import NTPDecoderClassifier
     from skntp.svm import exchangeable_tokens, solve_ntp_svm
@@ -555,7 +546,7 @@ def test_solve_ntp_svm_in_the_max_norm_and_the_sign_descent_decoders_limit():
     # Frobenius reduction must not be used in the max norm)
     S = np.eye(6, dtype=bool)[y]
     assert exchangeable_tokens(S)[0].size < 6
-    best = _max_norm_ntp_optimum(X, y, 6)
+    best = 1 / _onehot_optimum(X, y, 6, "max")  # min ||W||_max, in cvxpy
     problem, result = solve_ntp_svm(X, S, norm="max", method="cvxpy")
     assert problem.norm == "max" and result.method == "cvxpy"
     assert np.abs(result.primal).max() == pytest.approx(best, rel=1e-6)
@@ -566,10 +557,7 @@ def test_solve_ntp_svm_in_the_max_norm_and_the_sign_descent_decoders_limit():
         est = NTPDecoderClassifier(solver="signgd", max_iter=50, vocabulary=6).fit(X, y)
     assert est.limit_norm_ == "max"
     assert est.mm_margin_ == pytest.approx(1 / best, rel=1e-6)
-    D = est.mm_direction_
-    L = X @ D.T
-    margin = min(L[i, y[i]] - L[i, c] for i in range(10) for c in range(6) if c != y[i])
-    assert margin / np.abs(D).max() == pytest.approx(1 / best, rel=1e-6)
+    assert _margin(X, y, est.mm_direction_.copy(), "max") == pytest.approx(1 / best, rel=1e-6)
 
 
 def test_solve_ntp_svm_merges_exchangeable_tokens_by_default(monkeypatch):
