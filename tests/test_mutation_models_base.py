@@ -406,3 +406,76 @@ def test_next_token_targets_of_lists_columns_two_token_and_stored_zero_soft_labe
     assert stored.nnz == 4
     classes, Y = next_token_targets(stored, 2)
     np.testing.assert_array_equal(Y.toarray(), [[0.5, 0.0, 0.5], [0.0, 1.0, 0.0]])
+
+
+def _blas_pool_sizes():
+    from threadpoolctl import threadpool_info
+
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_the_loop_runs_small_decoder_problems_on_one_blas_thread_and_keeps_the_pool(batch):
+    # The loop decides the BLAS pool from the cross-entropy's largest product, the logits
+    # H W^T: B * m * V * d multiply-adds (eq. (2)).  Below SMALL_PRODUCT one thread, at or
+    # above it the pool (two threads here, whatever the machine's cores).
+    import scipy.sparse as sp
+    from threadpoolctl import threadpool_limits
+
+    from skntp._backend import SMALL_PRODUCT
+    from skntp._optim import minimize
+    from skntp.models.decoder import CrossEntropy
+
+    class Spy(CrossEntropy):
+        seen = set()
+
+        def __call__(self, params):
+            Spy.seen |= _blas_pool_sizes()
+            return super().__call__(params)
+
+    rng = np.random.default_rng(0)
+    B = batch[0] if batch else 1
+    # m * V * d = SMALL_PRODUCT exactly for the large shape, one eighth of it for the small
+    for m, V, d, want in [(64, 64, 2**11 // B, {2}), (64, 64, 2**8 // B, {1})]:
+        assert B * m * V * d == (SMALL_PRODUCT if want == {2} else SMALL_PRODUCT // 8)
+        H = rng.standard_normal((*batch, m, d))
+        pi = np.full((*batch, m), 1.0 / m)
+        P = sp.csr_matrix((np.ones(B * m), (np.arange(B * m), rng.integers(0, V, B * m))),
+                          shape=(B * m, V))
+        Spy.seen = set()
+        with threadpool_limits(limits=2, user_api="blas"):
+            if _blas_pool_sizes() != {2}:
+                pytest.skip("this BLAS cannot run a pool of two threads")
+            obj = Spy(get_backend(), H, pi, P)
+            minimize(obj, [np.zeros((*batch, V, d))], xp=np, max_iter=2, batched=bool(batch))
+        assert Spy.seen == want, (m, V, d)
+
+
+def test_the_chunk_budget_bounds_the_memory_of_a_cross_entropy_call():
+    # max_elements bounds the logits held at once (the contexts in row chunks): the peak
+    # of a call stays far below the m x V logits of an unchunked call, with the same values
+    import tracemalloc
+
+    import scipy.sparse as sp
+
+    from skntp.models.decoder import CrossEntropy
+
+    rng = np.random.default_rng(1)
+    m, V, d = 2000, 500, 3
+    H = rng.standard_normal((m, d))
+    pi = np.full(m, 1.0 / m)
+    P = sp.csr_matrix((np.ones(m), (np.arange(m), rng.integers(0, V, m))), shape=(m, V))
+    W = rng.standard_normal((V, d))
+    logits_bytes = m * V * 8
+    peaks, values = [], []
+    for max_elements in (None, 20_000):
+        obj = CrossEntropy(get_backend(), H, pi, P, max_elements=max_elements)
+        tracemalloc.start()
+        loss, (grad,) = obj((W,))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        values.append((loss, grad))
+    assert peaks[0] >= logits_bytes  # one chunk: every logit at once
+    assert peaks[1] < logits_bytes / 10  # chunks of 40 contexts: 20 000 logits at a time
+    assert values[1][0] == pytest.approx(values[0][0], rel=1e-12)
+    np.testing.assert_allclose(values[1][1], values[0][1], rtol=1e-10, atol=1e-14)

@@ -100,9 +100,7 @@ class CrossEntropy:
     """
 
     def __init__(self, be, contexts, context_weights, next_token_probs, max_elements=None):
-        self.be = be
         self.xp = be.xp
-        self.numpy = be.name == "numpy"
         contexts = np.asarray(contexts)
         context_weights = np.asarray(context_weights, dtype=float)
         self.batched = contexts.ndim == 3
