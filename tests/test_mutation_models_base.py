@@ -479,3 +479,10 @@ def test_the_chunk_budget_bounds_the_memory_of_a_cross_entropy_call():
     assert peaks[1] < logits_bytes / 10  # chunks of 40 contexts: 20 000 logits at a time
     assert values[1][0] == pytest.approx(values[0][0], rel=1e-12)
     np.testing.assert_allclose(values[1][1], values[0][1], rtol=1e-10, atol=1e-14)
+    # exactly two and three chunks (the smallest chunked cases) give the same values too
+    for n_chunks in (2, 3):
+        obj = CrossEntropy(get_backend(), H, pi, P, max_elements=-(-m // n_chunks) * V)
+        assert len(obj.chunks) == n_chunks
+        loss, (grad,) = obj((W,))
+        assert loss == pytest.approx(values[0][0], rel=1e-12)
+        np.testing.assert_allclose(grad, values[0][1], rtol=1e-10, atol=1e-14)
