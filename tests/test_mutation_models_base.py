@@ -486,3 +486,26 @@ def test_the_chunk_budget_bounds_the_memory_of_a_cross_entropy_call():
         loss, (grad,) = obj((W,))
         assert loss == pytest.approx(values[0][0], rel=1e-12)
         np.testing.assert_allclose(grad, values[0][1], rtol=1e-10, atol=1e-14)
+
+
+def test_aggregate_contexts_normalizes_soft_rows_and_drops_zero_weight_rows():
+    # Sec. 2 by hand: rows (context, weight, next-token counts), normalized per row, then
+    # pooled per distinct context; a row of weight 0 is dropped, even the only row of its
+    # context (which would otherwise have mass 0 and NaN probabilities)
+    import scipy.sparse as sp
+
+    from skntp.models.decoder import aggregate_contexts
+
+    X = np.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
+    Y = np.array([[2.0, 0.0, 0.0],   # sums to 2: the row is [1, 0, 0]
+                  [1.0, 1.0, 0.0],   # [1/2, 1/2, 0]
+                  [0.0, 0.5, 0.0],   # sums to 1/2: [0, 1, 0]
+                  [0.0, 0.0, 1.0]])  # weight 0: dropped with its context
+    w = np.array([1, 2, 3, 0])  # integer weights
+    contexts, pi, P, inverse = aggregate_contexts(X, sp.csr_matrix(Y), w)
+    np.testing.assert_array_equal(contexts, [[0.0, 1.0], [1.0, 0.0]])
+    # context [0, 1]: weight 1 + 3, counts 1 [1, 0, 0] + 3 [0, 1, 0]; context [1, 0]: 2
+    np.testing.assert_allclose(pi, [4 / 6, 2 / 6], rtol=1e-15)
+    np.testing.assert_allclose(P.toarray(), [[0.25, 0.75, 0.0], [0.5, 0.5, 0.0]],
+                               rtol=1e-15)
+    np.testing.assert_array_equal(inverse, [0, 1, 0])
