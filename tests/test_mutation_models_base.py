@@ -509,3 +509,127 @@ def test_aggregate_contexts_normalizes_soft_rows_and_drops_zero_weight_rows():
     np.testing.assert_allclose(P.toarray(), [[0.25, 0.75, 0.0], [0.5, 0.5, 0.0]],
                                rtol=1e-15)
     np.testing.assert_array_equal(inverse, [0, 1, 0])
+
+
+# ----------------------------- run 7: skntp/models/self_attention.py (Li et al. eq. (1))
+
+
+def test_saturated_self_attention_gradient_with_tied_top_tokens():
+    # The squared loss (Sec. 6) at a softmax saturated on two positions holding the same
+    # token (an exact tie), E = I so the gradient is D itself.  With s_1 = e^-100 / 2 and
+    # s_2 = e^-101 / 2 the masses of tokens 1 and 2, by hand:
+    #   gamma_0 - u = 0.5 s_1 + 1.3 s_2,   1 - u = 0.2 (to 1e-44),
+    #   D[x, k] = sum over positions of -2 (1 - u) s_t (gamma_t - u).
+    # Computed as a difference of O(1) numbers, the top token's entry would be lost.
+    from skntp.models.self_attention import SelfAttentionRisk
+
+    gamma = np.array([[0.8, 0.3, -0.5], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    ids = np.array([[0, 0, 1, 2]])
+    W = np.zeros((3, 3))
+    W[1, 2], W[2, 2] = -100.0, -101.0  # scores e_x^T W e_2: 0, 0, -100, -101
+    risk = SelfAttentionRisk(get_backend(), np.eye(3), gamma, ids, np.ones((1, 4), bool),
+                             np.array([2]), np.array([0]), loss="squared")
+    loss, (grad,) = risk((W,))
+    s1, s2 = np.exp(-100.0) / 2, np.exp(-101.0) / 2
+    want = np.zeros((3, 3))
+    want[:, 2] = [-0.4 * (0.5 * s1 + 1.3 * s2), 0.2 * s1, 0.52 * s2]
+    assert loss == pytest.approx(0.04, rel=1e-14)
+    np.testing.assert_allclose(grad, want, rtol=1e-12, atol=0)
+
+
+def test_embedding_table_shapes_and_drawn_vocabulary():
+    from skntp.models.self_attention import embedding_table
+
+    rng = np.random.RandomState(0)  # what the estimator passes (check_random_state)
+    ids = np.array([0, 3, 1])
+    for E in (np.ones((2, 3)), np.ones((3, 1))):  # two tokens; one dimension
+        np.testing.assert_array_equal(embedding_table(E, None, None, ids, rng), E)
+    for E in (np.ones((1, 3)), np.ones((3, 0)), np.ones(3)):
+        with pytest.raises(ValueError, match=r"2-D \(K, d\) array with K >= 2"):
+            embedding_table(E, None, None, ids, rng)
+    assert embedding_table(np.ones((3, 5)), 3, None, ids, rng).shape == (3, 5)
+    with pytest.raises(ValueError, match="n_tokens=5 but embeddings has 3 rows"):
+        embedding_table(np.ones((3, 5)), 5, None, ids, rng)
+    # drawn (App. D): ids 0..max, on the unit sphere, d = K unless given
+    drawn = embedding_table(None, None, None, ids, rng)
+    assert drawn.shape == (4, 4)
+    np.testing.assert_allclose(np.linalg.norm(drawn, axis=1), 1.0, rtol=1e-14)
+    assert embedding_table(None, None, 7, ids, rng).shape == (4, 7)
+    assert embedding_table(None, 6, None, ids, rng).shape == (6, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert embedding_table(None, None, 2, np.arange(200), rng).shape == (200, 2)
+    with pytest.warns(UserWarning, match="largest token id is 500.*only 2 distinct"):
+        embedding_table(None, None, 2, np.array([0, 500]), rng)
+
+
+def test_identity_head_refuses_dependent_and_too_many_tokens():
+    from skntp.models.self_attention import identity_head
+
+    E = np.array([[1.0, 0.0], [1.0, 1e-12]])  # two tokens, numerically dependent
+    with pytest.raises(ValueError, match=r"linearly dependent \(E has rank < K\)"):
+        identity_head(E)
+    with pytest.raises(ValueError, match="K=3 tokens embedded in d=2"):
+        identity_head(np.eye(3)[:, :2])
+    E = np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    C = identity_head(E)
+    np.testing.assert_allclose(C @ E.T, np.eye(2), atol=1e-14)  # Assumption 4
+    assert np.linalg.matrix_rank(np.vstack([E, C])) == 2  # minimum norm: in E's row space
+
+
+def test_head_matrix_of_an_array_head_assumption_3_and_bad_embeddings():
+    from skntp.models.self_attention import head_matrix
+
+    E = np.eye(4)
+    C = 2.0 * np.eye(4) + 0.1  # Gamma = C E^T has its row maxima on the diagonal
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got_C, gamma, identity = head_matrix(C, E)
+        np.testing.assert_array_equal(got_C, C)
+        np.testing.assert_array_equal(gamma, C @ E.T)
+        assert identity is False
+        got_C, gamma, identity = head_matrix("embeddings", E)
+        np.testing.assert_array_equal(gamma, E @ E.T)
+        assert identity is False
+        assert head_matrix("identity", E)[2] is True
+    with pytest.warns(UserWarning, match="violates Assumption 3"):
+        head_matrix(C[[1, 0, 2, 3]], E)  # tokens 0 and 1 swapped
+    with pytest.raises(ValueError, match="head contains NaN"):
+        head_matrix(np.where(np.eye(4) > 0, np.nan, C), E)
+    with pytest.raises(ValueError, match="head must be real"):
+        head_matrix(C + 1j, E)
+    with pytest.raises(ValueError, match=r"head must have shape \(K, d\) = \(4, 4\)"):
+        head_matrix(C[:, :3], E)
+    # embeddings whose scores leave float64 are refused without an overflow warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for scale in (1e200, 1e-200):
+            with pytest.raises(ValueError, match="entries of magnitude"):
+                head_matrix("embeddings", scale * E)
+    with pytest.raises(ValueError, match="embeddings are all zero"):
+        head_matrix("embeddings", 0.0 * E)
+
+
+def test_realizable_samples_warning_names_the_samples_and_the_consequence():
+    from skntp.models.self_attention import realizable_samples
+
+    ids = np.array([[0, 1, 2], [1, 2, 2]] + [[1, 1, 1]] * 7)
+    mask = np.ones(ids.shape, bool)
+    mask[0, 2] = False  # sample 0's label 2 sits at a padded position only
+    y = np.array([2, 2] + [0] * 7)
+    want = np.array([False, True] + [False] * 7)
+    with pytest.warns(UserWarning) as rec:
+        np.testing.assert_array_equal(realizable_samples(ids, mask, y, True), want)
+    (msg,) = [str(w.message) for w in rec]
+    assert "8 sample(s) (e.g. [0, 2, 3, 4, 5]) are not realizable" in msg
+    assert "their prediction y_hat_y is 0 for every W" in msg
+    assert "No sample is left" not in msg
+    with pytest.warns(UserWarning) as rec:
+        realizable_samples(ids, mask, y, False)
+    (msg,) = [str(w.message) for w in rec]
+    assert msg.endswith("(Assumption 2). The theory's limits do not describe them.")
+    with pytest.warns(UserWarning, match="No sample is left: W stays at its initialization"):
+        assert not realizable_samples(ids[2:], mask[2:], y[2:], True).any()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert realizable_samples(ids[1:2], mask[1:2], y[1:2], True).all()

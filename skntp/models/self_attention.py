@@ -239,9 +239,12 @@ def head_matrix(head, E):
     """``(C, Gamma = C E^T, identity)`` for a head parameter (Assumptions 3-4)."""
     K, d = E.shape
     scale = float(np.max(np.abs(E)))
-    with np.errstate(over="ignore", under="ignore"):
-        square = scale * scale
-    if not np.isfinite(square) or (scale > 0 and square < 1e-290):
+    square = scale * scale  # a Python float: inf or 0.0 past float64's range, no warning
+    if scale == 0:
+        raise ValueError(
+            "the embeddings are all zero: every attention score e_x^T W e_k is 0 for every "
+            "W, so attention cannot prefer any token; pass nonzero embeddings.")
+    if not np.isfinite(square) or square < 1e-290:
         raise ValueError(
             f"the embeddings have entries of magnitude {scale:.3g}: the attention scores "
             "e_x^T W e_k (and E E^T) leave float64 for any W; rescale the embeddings (e.g. "
