@@ -633,3 +633,48 @@ def test_realizable_samples_warning_names_the_samples_and_the_consequence():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert realizable_samples(ids[1:2], mask[1:2], y[1:2], True).all()
+
+
+def test_log_risk_with_the_label_mass_below_float64_is_exact_and_silent():
+    # Sec. 5's log-loss with C E^T = I: attention puts e^-800 on the label (0 in float64),
+    # so r = 1: the loss is lse(a) - a_label = 800 and the gradient D[0, 1] = -1,
+    # D[1, 1] = +1, without a log(0) warning from the branch that is not taken.
+    from skntp.models.self_attention import SelfAttentionRisk
+
+    W = np.zeros((2, 2))
+    W[0, 1] = -800.0
+    risk = SelfAttentionRisk(get_backend(), np.eye(2), np.eye(2), np.array([[0, 1]]),
+                             np.ones((1, 2), bool), np.array([1]), np.array([0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss, (grad,) = risk((W,))
+    assert loss == pytest.approx(800.0, rel=1e-15)
+    np.testing.assert_array_equal(grad, [[0.0, -1.0], [0.0, 1.0]])
+
+
+@pytest.mark.parametrize("ids, n_tokens, warns", [
+    ([0, 101], None, False),                     # K = 102 = distinct + 100: not above it
+    ([0, 102], None, True),                      # K = 103
+    ([0, 49], None, False),                      # K = 50 <= max(4 * 2, 2 + 100)
+    ([*range(49), 179], None, False),            # 50 distinct, K = 180 <= 4 * 50
+    ([*range(49), 210], None, True),             # K = 211 > 4 * 50
+    ([0, 1], 500, False),                        # n_tokens given: the user's vocabulary
+])
+def test_embedding_table_warns_only_for_a_vocabulary_far_above_the_ids(ids, n_tokens, warns):
+    from skntp.models.self_attention import embedding_table
+
+    rng = np.random.RandomState(0)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        E = embedding_table(None, n_tokens, 2, np.array(ids), rng)
+    assert E.shape == (max(ids) + 1 if n_tokens is None else n_tokens, 2)
+    assert [("largest token id" in str(w.message)) for w in rec] == ([True] if warns else [])
+
+
+def test_embedding_table_draws_two_tokens_and_refuses_one():
+    from skntp.models.self_attention import embedding_table
+
+    rng = np.random.RandomState(0)
+    assert embedding_table(None, None, None, np.array([0, 1, 1]), rng).shape == (2, 2)
+    with pytest.raises(ValueError, match="at least 2 tokens; got n_tokens=1"):
+        embedding_table(None, None, None, np.array([0, 0]), rng)
