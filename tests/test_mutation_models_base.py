@@ -678,3 +678,67 @@ def test_embedding_table_draws_two_tokens_and_refuses_one():
     assert embedding_table(None, None, None, np.array([0, 1, 1]), rng).shape == (2, 2)
     with pytest.raises(ValueError, match="at least 2 tokens; got n_tokens=1"):
         embedding_table(None, None, None, np.array([0, 0]), rng)
+
+
+def test_the_loop_runs_small_self_attention_problems_on_one_blas_thread():
+    # The risk's largest products are E W (K d^2 multiply-adds) and (E W) E^T (K^2 d),
+    # plus a gather of the n T scores: at K = 127, d = 256, n T = 65 536 they add up to
+    # SMALL_PRODUCT exactly (the pool), with one sequence fewer they do not (one thread).
+    from threadpoolctl import threadpool_limits
+
+    from skntp._backend import SMALL_PRODUCT
+    from skntp._optim import minimize
+    from skntp.models.self_attention import SelfAttentionRisk
+
+    class Spy(SelfAttentionRisk):
+        seen = set()
+
+        def __call__(self, params):
+            Spy.seen |= _blas_pool_sizes()
+            return super().__call__(params)
+
+    K, d, T = 127, 256, 4
+    assert K * d * d + 16_384 * T == SMALL_PRODUCT
+    E = np.random.default_rng(0).standard_normal((K, d)) / 16
+    for n, want in [(16_384, {2}), (16_383, {1})]:
+        ids = np.tile(np.arange(T), (n, 1))
+        Spy.seen = set()
+        with threadpool_limits(limits=2, user_api="blas"):
+            if _blas_pool_sizes() != {2}:
+                pytest.skip("this BLAS cannot run a pool of two threads")
+            risk = Spy(get_backend(), E, np.eye(K), ids, np.ones(ids.shape, bool),
+                       np.full(n, T - 1), np.zeros(n, int))
+            minimize(risk, [np.zeros((d, d))], xp=np, max_iter=2)
+        assert Spy.seen == want, n
+
+
+def test_log_risk_refuses_a_label_only_at_padding():
+    # loss='log' is infinite on a sample none of whose real tokens has c_y^T e_x > 0;
+    # a label at a padded position does not count
+    from skntp.models.self_attention import SelfAttentionRisk
+
+    with pytest.raises(ValueError, match="no token x with c_y\\^T e_x > 0"):
+        SelfAttentionRisk(get_backend(), np.eye(2), np.eye(2), np.array([[0, 1]]),
+                          np.array([[True, False]]), np.array([0]), np.array([1]))
+
+
+def test_log_risk_is_exact_for_the_identity_head_and_general_for_others():
+    # Sec. 5's log-loss -log u, u = sum_t s_t gamma_t.  With C E^T = I, u is the mass on the
+    # label, 1 - 1e-20 here: the loss is 1e-20 (computed as -log1p(-r)), which
+    # log-sum-exp differences round to 0.  With a general positive head it is -log u.
+    from skntp.models.self_attention import SelfAttentionRisk
+
+    W = np.zeros((2, 2))
+    W[1, 1] = -20 * np.log(10.0)  # the other token's score: mass 1e-20 / (1 + 1e-20)
+    args = (np.array([[0, 1]]), np.ones((1, 2), bool), np.array([1]), np.array([0]))
+    loss, _ = SelfAttentionRisk(get_backend(), np.eye(2), np.eye(2), *args)((W,))
+    assert loss == pytest.approx(1e-20, rel=1e-10, abs=0)
+    gamma = np.array([[0.9, 0.2], [0.3, 0.6]])
+    W = np.array([[0.0, 0.4], [0.0, -0.7]])
+    loss, (grad,) = SelfAttentionRisk(get_backend(), np.eye(2), gamma, *args)((W,))
+    s = np.exp([0.4, -0.7]) / np.exp([0.4, -0.7]).sum()
+    u = s @ gamma[0]
+    assert loss == pytest.approx(-np.log(u), rel=1e-14)
+    # d(-log u)/da_t = -s_t (gamma_t - u) / u, at W[x_t, k = 1]
+    np.testing.assert_allclose(grad[:, 1], -s * (gamma[0] - u) / u, rtol=1e-13)
+    np.testing.assert_array_equal(grad[:, 0], 0.0)

@@ -89,7 +89,8 @@ class SelfAttentionRisk:
             sample_weight, float)
         self.E = be.asarray(embeddings)
         K_, d_ = np.shape(embeddings)
-        self.work_size = K_ * K_ * d_ + int(np.size(ids))  # threads: blas_threads
+        # E W E^T forms E W first: K d^2 multiply-adds, then K^2 d (threads: blas_threads)
+        self.work_size = K_ * d_ * max(K_, d_) + int(np.size(ids))
         self.Et = be.asarray(np.ascontiguousarray(np.asarray(embeddings).T))
         self.flat = be.asindex(np.where(mask, ids * K + query[:, None], 0))
         self.shape = ids.shape
