@@ -479,18 +479,19 @@ def _one_token_supports(seed, m, d, V, tokens):
     return H, S
 
 
-def _spy_on_the_core(monkeypatch):
-    """Record ``(problem, options, result)`` of every call of ``_ntp``'s ``solve_max_margin``."""
-    import skntp.svm._ntp as svm_ntp
+def _spy_on_the_core(monkeypatch, module="_ntp"):
+    """Record ``(problem, options, result)`` of every call of a module's ``solve_max_margin``."""
+    import importlib
 
+    svm_module = importlib.import_module(f"skntp.svm.{module}")
     calls = []
-    real = svm_ntp.solve_max_margin
+    real = svm_module.solve_max_margin
 
     def spy(problem, **kwargs):
         calls.append((problem, kwargs, real(problem, **kwargs)))
         return calls[-1][2]
 
-    monkeypatch.setattr(svm_ntp, "solve_max_margin", spy)
+    monkeypatch.setattr(svm_module, "solve_max_margin", spy)
     return calls
 
 
@@ -621,3 +622,121 @@ def test_a_too_large_ntp_svm_is_named_in_its_error(monkeypatch):
     S = np.eye(5, dtype=bool)[[0, 1, 2, 3]]
     with pytest.raises(ProgramTooLargeError, match=r"^NTP-SVM: the program has 16 constraints"):
         ntp_svm_problem(np.eye(4), S)
+
+
+# -------------------------------------------- run 7: the joint model's programs (_joint.py)
+
+
+def _padded(seed, lengths, d=3, pad=50.0):
+    """Ragged inputs padded with large tokens, labels alternating +1, -1."""
+    rng = np.random.default_rng(seed)
+    X = np.full((len(lengths), max(lengths), d), pad)
+    mask = np.zeros(X.shape[:2], bool)
+    for i, t in enumerate(lengths):
+        X[i, :t], mask[i, :t] = rng.standard_normal((t, d)), True
+    return X, np.where(np.arange(len(lengths)) % 2 == 0, 1.0, -1.0), mask
+
+
+def _joint_heuristic_by_hand(X, y, mask, n_starts):
+    """joint_svm's alternating maximization as its docstring states it (Sec. 3.1), step by
+    step; the head SVMs and the ATT-SVM feasibility by the package's solvers, which other
+    tests check against cvxpy."""
+    from skntp.svm import NotSeparableError, head_svm, relaxed_att_svm
+
+    n, T, _ = X.shape
+    solved = {}
+
+    def margin_of(alpha):
+        key = tuple(int(a) for a in alpha)
+        if key not in solved:
+            try:
+                v = head_svm(X[np.arange(n), alpha], y)
+                solved[key] = (v, 1.0 / np.linalg.norm(v))
+            except NotSeparableError:
+                solved[key] = (None, 0.0)
+        return solved[key]
+
+    def ascend(v):  # alpha_i = argmax_t Y_i v^T x_it, v = v^mm(alpha), until no gain
+        best = None
+        for _ in range(100):
+            alpha = np.array([max((t for t in range(T) if mask[i, t]),
+                                  key=lambda t, i=i: (y[i] * X[i, t] @ v, -t))
+                              for i in range(n)])
+            if best is not None and (alpha == best[0]).all():
+                break
+            v_new, margin = margin_of(alpha)
+            if v_new is None or (best is not None and margin <= best[2]):
+                break
+            best, v = (alpha, v_new, margin), v_new
+        return best
+
+    # the class-mean head, then Y_i x_it for the n_starts real tokens of largest norm
+    starts = [sum(y[i] * X[i][mask[i]].mean(axis=0) for i in range(n))]
+    largest = sorted((-np.linalg.norm(X[i, t]), i, t) for i in range(n) for t in range(T)
+                     if mask[i, t])[:n_starts]
+    starts += [y[i] * X[i, t] for _, i, t in largest]
+    finals = {}
+    for v0 in starts:
+        found = ascend(v0)
+        if found is not None:
+            finals.setdefault(tuple(found[0]), found)
+    for alpha, v, margin in sorted(finals.values(), key=lambda f: -f[2]):
+        try:
+            relaxed_att_svm(X, alpha, mask=mask)
+        except NotSeparableError:
+            continue
+        return alpha, v, margin, len(solved)
+    return None
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("n_starts", [0, 2, 32])
+def test_joint_svm_heuristic_follows_its_documented_algorithm(seed, n_starts):
+    from skntp.svm import NotSeparableError, joint_svm
+
+    X, y, mask = _padded(seed, (4, 3, 4, 2, 4, 3), d=5)  # 1 152 choices: the heuristic
+    by_hand = _joint_heuristic_by_hand(X, y, mask, n_starts)
+    if by_hand is None:  # no fixed point is selectable by attention (11 of the 24 cases)
+        with pytest.raises(NotSeparableError, match="alternating heuristic"):
+            joint_svm(X, y, mask=mask, n_starts=n_starts)
+        return
+    alpha, v, margin, n_solved = by_hand
+    res = joint_svm(X, y, mask=mask, n_starts=n_starts)
+    assert res.exhaustive is False
+    np.testing.assert_array_equal(res.selected, alpha)
+    np.testing.assert_allclose(res.head, v, rtol=1e-12)
+    assert res.label_margin == pytest.approx(margin, rel=1e-12)
+    assert res.n_candidates == n_solved
+
+
+def test_joint_svm_passes_its_options_to_every_program(monkeypatch):
+    from skntp.svm import joint_svm
+
+    X, y, mask = _padded(1, (3, 2, 3, 2))
+    calls = _spy_on_the_core(monkeypatch, "_joint")
+    res = joint_svm(X, y, mask=mask, support_tol=-1.0)  # no support vector: p^relax solved
+    assert not res.support.any()
+    names = [c[0].name for c in calls]  # separable choices' head SVMs, ATT-SVMs, p^relax
+    assert set(names) == {"head SVM", "ATT-SVM", "relaxed ATT-SVM (10)"}
+    assert names.count("relaxed ATT-SVM (10)") == 1
+    assert all(c[1] == dict(method="auto", tol=1e-8, max_iter=100_000) for c in calls)
+    calls.clear()
+    for max_enumeration in (256, 1):
+        joint_svm(X, y, mask=mask, support_tol=-1.0, max_enumeration=max_enumeration,
+                  method="cvxpy", tol=1e-7, max_iter=5000, dtype="float64")
+    assert calls and all(
+        c[1] == dict(method="cvxpy", tol=1e-7, max_iter=5000, dtype="float64") for c in calls)
+
+
+def test_joint_svm_reports_its_starts_and_refuses_no_inputs():
+    from skntp.svm import NotSeparableError, joint_svm
+
+    # every token the same: no head separates the two labels; 1 + 32 starting heads
+    X = np.ones((2, 20, 3))
+    with pytest.raises(NotSeparableError, match="from 33 starting heads"):
+        joint_svm(X, [1.0, -1.0], max_enumeration=1)
+    with pytest.raises(NotSeparableError, match="from 4 starting heads"):
+        joint_svm(X, [1.0, -1.0], max_enumeration=1, n_starts=3)
+    for shape in [(0, 3, 2), (2, 0, 2)]:
+        with pytest.raises(ValueError, match="at least one input of one token"):
+            joint_svm(np.zeros(shape), np.ones(shape[0]))

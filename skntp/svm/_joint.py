@@ -261,8 +261,7 @@ def _label_margin(tokens, y, solve):
         v = solve(tokens, y)
     except NotSeparableError:
         return None, 0.0
-    nv = float(np.linalg.norm(v))
-    return v, (1.0 / nv if nv > 0 else np.inf)
+    return v, 1.0 / float(np.linalg.norm(v))  # v != 0: it meets Y_i v^T r_i >= 1
 
 
 def joint_svm(X, y, keys=None, *, mask=None, max_enumeration=MAX_ENUMERATION,
@@ -327,6 +326,8 @@ def joint_svm(X, y, keys=None, *, mask=None, max_enumeration=MAX_ENUMERATION,
     if X.ndim != 3:
         raise ValueError(f"X must be 3-D (n, T, d), got shape {X.shape}.")
     n, T, _ = X.shape
+    if n == 0 or T == 0:
+        raise ValueError(f"X must hold at least one input of one token, got shape {X.shape}.")
     keys = X if keys is None else np.asarray(keys, dtype=float)
     mask = np.ones((n, T), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
     y = np.asarray(y, dtype=float).ravel()
