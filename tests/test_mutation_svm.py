@@ -740,3 +740,28 @@ def test_joint_svm_reports_its_starts_and_refuses_no_inputs():
     for shape in [(0, 3, 2), (2, 0, 2)]:
         with pytest.raises(ValueError, match="at least one input of one token"):
             joint_svm(np.zeros(shape), np.ones(shape[0]))
+
+
+def test_head_and_relaxed_att_svm_pass_their_options_and_defaults(monkeypatch):
+    from skntp.svm import head_svm, relaxed_att_svm
+
+    X, y, mask = _padded(1, (3, 2, 3, 2))
+    alpha = np.array([0, 1, 0, 1])
+    calls = _spy_on_the_core(monkeypatch, "_joint")
+    head_svm(X[np.arange(4), alpha], y)
+    relaxed_att_svm(X, alpha, mask=mask)
+    assert [c[1] for c in calls] == [dict(method="auto", tol=1e-8, max_iter=100_000)] * 2
+    calls.clear()
+    options = dict(method="cvxpy", tol=1e-7, max_iter=5000, dtype="float64")
+    head_svm(X[np.arange(4), alpha], y, **options)
+    relaxed_att_svm(X, alpha, np.array([True, False, True, False]), mask=mask, **options)
+    assert [c[1] for c in calls] == [options] * 2
+
+
+def test_support_vectors_include_the_boundary_margin():
+    # i is a support vector when Y_i v^T r_i <= 1 + tol (Sec. 3.2): exactly 1 + tol counts
+    from skntp.svm import support_vectors
+
+    tokens = np.array([[1.5, 0.0], [0.0, -1.0], [2.0, 0.0]])
+    support = support_vectors(tokens, [1.0, -1.0, 1.0], np.array([1.0, 1.0]), tol=0.5)
+    np.testing.assert_array_equal(support, [True, True, False])
