@@ -765,3 +765,15 @@ def test_support_vectors_include_the_boundary_margin():
     tokens = np.array([[1.5, 0.0], [0.0, -1.0], [2.0, 0.0]])
     support = support_vectors(tokens, [1.0, -1.0, 1.0], np.array([1.0, 1.0]), tol=0.5)
     np.testing.assert_array_equal(support, [True, True, False])
+
+
+def test_relaxed_att_svm_takes_a_support_of_zeros_and_ones():
+    # eq. (10) with S given as 0/1 integers is the program with S as booleans
+    from skntp.svm import relaxed_att_svm
+
+    X, _, mask = _padded(2, (3, 2, 3, 2))
+    alpha = np.array([0, 1, 2, 0])
+    want = relaxed_att_svm(X, alpha, np.array([True, False, True, False]), mask=mask)
+    got = relaxed_att_svm(X, alpha, [1, 0, 1, 0], mask=mask)
+    np.testing.assert_array_equal(got, want)
+    assert np.any(want != relaxed_att_svm(X, alpha, mask=mask))  # S matters here
