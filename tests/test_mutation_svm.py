@@ -777,3 +777,69 @@ def test_relaxed_att_svm_takes_a_support_of_zeros_and_ones():
     got = relaxed_att_svm(X, alpha, [1, 0, 1, 0], mask=mask)
     np.testing.assert_array_equal(got, want)
     assert np.any(want != relaxed_att_svm(X, alpha, mask=mask))  # S matters here
+
+
+# ------------------------------------------ run 7 (continued): the max-margin core (_core.py)
+
+
+def test_highs_answers_a_homogeneous_max_norm_program_by_its_fast_formulation(monkeypatch):
+    # every skntp program is homogeneous (rhs >= 0 on inequalities, 0 on equalities):
+    # HiGHS solves max gamma over the box |w_i| <= 1 (highs-ipm) and only hands a program it
+    # cannot answer that way to the general LP, which would hide a broken fast path
+    import scipy.optimize
+
+    from skntp.svm import ntp_svm_problem, solve_max_margin
+
+    H, S = _one_token_supports(3, 8, 10, 5, 5)  # Crammer-Singer, d > m: separable
+    y = S.argmax(axis=1)
+    methods = []
+    real = scipy.optimize.linprog
+
+    def spy(*args, **kwargs):
+        methods.append(kwargs.get("method"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scipy.optimize, "linprog", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = solve_max_margin(ntp_svm_problem(H, S, norm="max"), method="highs", tol=1e-9)
+    assert methods == ["highs-ipm"]
+    W = res.primal
+    assert np.abs(W).max() == pytest.approx(1 / _onehot_optimum(H, y, 5, "max"), rel=1e-6)
+    assert _margin(H, y, W, "max") * np.abs(W).max() >= 1 - 1e-12  # every margin >= 1
+    assert res.status == "optimal" and res.gap <= 1e-9
+
+
+@pytest.mark.parametrize("scale", [1e-7, 1e7])
+def test_a_badly_scaled_program_keeps_its_solution_and_multipliers(scale):
+    # solved at unit magnitude and scaled back: w by alpha, the Frobenius multipliers by
+    # alpha^2 (KKT of min 1/2 ||v||^2 s.t. Y_i v^T r_i >= 1: v = sum_i lam_i Y_i r_i)
+    from skntp.svm import head_svm
+
+    rng = np.random.default_rng(4)
+    y = np.where(np.arange(6) % 2 == 0, 1.0, -1.0)
+    tokens = y[:, None] * (np.array([1.0, 0.0, 0.0]) + 0.3 * rng.standard_normal((6, 3)))
+    v1, r1 = head_svm(tokens, y, return_result=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        vs, rs = head_svm(scale * tokens, y, return_result=True)
+    np.testing.assert_allclose(vs, v1 / scale, rtol=1e-8)
+    np.testing.assert_allclose(vs, (rs.dual * y) @ (scale * tokens), rtol=1e-7)
+    np.testing.assert_allclose(rs.dual, r1.dual / scale**2, rtol=1e-7,
+                               atol=1e-9 * np.abs(r1.dual).max() / scale**2)
+
+
+def test_multipliers_beyond_float64_give_one_warning_and_an_exact_solution():
+    from skntp.svm import head_svm
+
+    y = np.array([1.0, -1.0, 1.0])
+    tokens = y[:, None] * np.array([[1.0, 0.2], [1.0, -0.1], [2.0, 0.5]])
+    v1 = head_svm(tokens, y)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        v, res = head_svm(1e-200 * tokens, y, return_result=True)  # lam ~ 1e400; max 2e-200
+    assert [str(w.message) for w in rec] == [
+        "head SVM: the multipliers overflow float64 at this data scale (2e-200); they are "
+        "reported as inf, the solution is exact."]
+    np.testing.assert_allclose(v, v1 * 1e200, rtol=1e-10)
+    assert np.isinf(res.dual).any()
