@@ -782,7 +782,9 @@ def test_relaxed_att_svm_takes_a_support_of_zeros_and_ones():
 # ------------------------------------------ run 7 (continued): the max-margin core (_core.py)
 
 
-def test_highs_answers_a_homogeneous_max_norm_program_by_its_fast_formulation(monkeypatch):
+@pytest.mark.parametrize("scale", [1.0, 0.01])  # margins gamma above and below 1
+def test_highs_answers_a_homogeneous_max_norm_program_by_its_fast_formulation(scale,
+                                                                              monkeypatch):
     # every skntp program is homogeneous (rhs >= 0 on inequalities, 0 on equalities):
     # HiGHS solves max gamma over the box |w_i| <= 1 (highs-ipm) and only hands a program it
     # cannot answer that way to the general LP, which would hide a broken fast path
@@ -791,6 +793,7 @@ def test_highs_answers_a_homogeneous_max_norm_program_by_its_fast_formulation(mo
     from skntp.svm import ntp_svm_problem, solve_max_margin
 
     H, S = _one_token_supports(3, 8, 10, 5, 5)  # Crammer-Singer, d > m: separable
+    H = scale * H
     y = S.argmax(axis=1)
     methods = []
     real = scipy.optimize.linprog
@@ -806,8 +809,11 @@ def test_highs_answers_a_homogeneous_max_norm_program_by_its_fast_formulation(mo
     assert methods == ["highs-ipm"]
     W = res.primal
     assert np.abs(W).max() == pytest.approx(1 / _onehot_optimum(H, y, 5, "max"), rel=1e-6)
-    assert _margin(H, y, W, "max") * np.abs(W).max() >= 1 - 1e-12  # every margin >= 1
-    assert res.status == "optimal" and res.gap <= 1e-9
+    # every margin-1 row met exactly (to one rounding), not to HiGHS's tolerance / gamma
+    L = H @ W.T
+    gaps = L[np.arange(8), y][:, None] - np.delete(L, y + 5 * np.arange(8)).reshape(8, 4)
+    assert gaps.min() >= 1 - 2e-16
+    assert res.status == "optimal" and res.gap <= 1e-9 and res.n_iter > 0
 
 
 @pytest.mark.parametrize("scale", [1e-7, 1e7])
@@ -843,3 +849,21 @@ def test_multipliers_beyond_float64_give_one_warning_and_an_exact_solution():
         "reported as inf, the solution is exact."]
     np.testing.assert_allclose(v, v1 * 1e200, rtol=1e-10)
     assert np.isinf(res.dual).any()
+
+
+@pytest.mark.parametrize("seed", [1, 3])  # instances whose >= 0 rows end active
+def test_highs_meets_the_margin_rows_of_a_relaxed_program_exactly(seed):
+    # eq. (10) in the max norm: rows >= 1 (support) and >= 0 (the others).  The answer is
+    # scaled so that every row >= 1 holds to one rounding; an active row >= 0, which sits
+    # at 0 to rounding, must not stop that scaling.
+    from skntp.svm import relaxed_att_svm_problem, solve_max_margin
+
+    X, _, mask = _padded(seed, (3, 3, 3, 3), d=4)
+    problem = relaxed_att_svm_problem(X, np.zeros(4, int), [True, True, False, False],
+                                      mask=mask, norm="max")
+    res = solve_max_margin(problem, method="highs", tol=1e-9)
+    vals = problem.constraint_matrix() @ res.primal.ravel()
+    rhs = problem.constraints.rhs
+    assert np.abs(vals[rhs == 0]).min() < 1e-12  # an active >= 0 row
+    assert vals[rhs == 1].min() >= 1 - 2e-16
+    assert vals[rhs == 0].min() >= -1e-12 and res.gap <= 1e-9
