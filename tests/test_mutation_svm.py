@@ -852,18 +852,87 @@ def test_multipliers_beyond_float64_give_one_warning_and_an_exact_solution():
 
 
 @pytest.mark.parametrize("seed", [1, 3])  # instances whose >= 0 rows end active
-def test_highs_meets_the_margin_rows_of_a_relaxed_program_exactly(seed):
+def test_highs_meets_the_margin_rows_of_a_relaxed_program_exactly(seed, monkeypatch):
     # eq. (10) in the max norm: rows >= 1 (support) and >= 0 (the others).  The answer is
     # scaled so that every row >= 1 holds to one rounding; an active row >= 0, which sits
     # at 0 to rounding, must not stop that scaling.
+    import scipy.optimize
+
     from skntp.svm import relaxed_att_svm_problem, solve_max_margin
 
     X, _, mask = _padded(seed, (3, 3, 3, 3), d=4)
     problem = relaxed_att_svm_problem(X, np.zeros(4, int), [True, True, False, False],
                                       mask=mask, norm="max")
+    methods = []
+    real = scipy.optimize.linprog
+
+    def spy(*args, **kwargs):
+        methods.append(kwargs.get("method"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scipy.optimize, "linprog", spy)
     res = solve_max_margin(problem, method="highs", tol=1e-9)
+    assert methods == ["highs-ipm"]  # rows >= 0 are homogeneous too
     vals = problem.constraint_matrix() @ res.primal.ravel()
     rhs = problem.constraints.rhs
     assert np.abs(vals[rhs == 0]).min() < 1e-12  # an active >= 0 row
     assert vals[rhs == 1].min() >= 1 - 2e-16
     assert vals[rhs == 0].min() >= -1e-12 and res.gap <= 1e-9
+
+
+def _ntp_svm_value_by_cvxpy(H, S, norm):
+    """``min ||W||`` s.t. (4a)-(4b) with the first token of each support as anchor."""
+    V = S.shape[1]
+    W = cp.Variable((V, H.shape[1]))
+    L = H @ W.T
+    cons = []
+    for j in range(len(H)):
+        support = np.flatnonzero(S[j])
+        cons += [L[j, support[0]] - L[j, v] >= 1 for v in range(V) if not S[j, v]]
+        cons += [L[j, support[0]] - L[j, z] == 0 for z in support[1:]]
+    objective = {"max": cp.max(cp.abs(W)), "l1": cp.sum(cp.abs(W))}[norm]
+    problem = cp.Problem(cp.Minimize(objective), cons)
+    problem.solve(solver=cp.CLARABEL)
+    return problem.value
+
+
+@pytest.mark.parametrize("norm", ["max", "l1"])
+def test_highs_general_formulations_against_cvxpy(norm, monkeypatch):
+    # the LPs over (w, t), -t <= w_i <= t (max: HiGHS's formulation when the fast one gives
+    # nothing) and over w = u - v (l1), on an NTP-SVM with equality rows (two-token
+    # supports); the reported violation recomputed from the problem's rows
+    import skntp.svm._core as core
+    from skntp.svm import ntp_svm_problem, solve_max_margin
+
+    H, S = _one_token_supports(5, 8, 10, 5, 5)
+    S[0, (S[0].argmax() + 1) % 5] = S[3, (S[3].argmax() + 2) % 5] = True
+    if norm == "max":
+        monkeypatch.setattr(core, "_solve_highs_max_homogeneous", lambda *args: None)
+    problem = ntp_svm_problem(H, S, norm=norm)
+    eq = problem.constraints.equality
+    assert eq.sum() == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = solve_max_margin(problem, method="highs", tol=1e-9)
+    W = res.primal
+    value = np.abs(W).max() if norm == "max" else np.abs(W).sum()
+    assert value == pytest.approx(_ntp_svm_value_by_cvxpy(H, S, norm), rel=1e-6)
+    vals = problem.constraint_matrix() @ W.ravel() - problem.constraints.rhs
+    violation = max(np.abs(vals[eq]).max(), np.maximum(-vals[~eq], 0.0).max())
+    assert violation <= 1e-9
+    assert res.max_violation == pytest.approx(violation, rel=1e-12, abs=1e-300)
+    assert res.status == "optimal" and res.gap <= 1e-9 and res.n_iter > 0
+
+
+def test_highs_reports_a_gap_above_tol_as_inaccurate_with_a_warning():
+    # HiGHS's own tolerances are on feasibility: a certified gap above tol is reported
+    from sklearn.exceptions import ConvergenceWarning
+
+    from skntp.svm import ntp_svm_problem, solve_max_margin
+
+    H, S = _one_token_supports(3, 8, 10, 5, 5)
+    with pytest.warns(ConvergenceWarning, match=r"\(highs\): the certified relative duality "
+                      r"gap is .* > tol=1e-18") as rec:
+        res = solve_max_margin(ntp_svm_problem(H, S, norm="max"), method="highs", tol=1e-18)
+    assert len(rec) == 1
+    assert res.status == "optimal_inaccurate" and 1e-18 < res.gap <= 1e-9
