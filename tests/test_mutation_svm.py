@@ -936,3 +936,39 @@ def test_highs_reports_a_gap_above_tol_as_inaccurate_with_a_warning():
         res = solve_max_margin(ntp_svm_problem(H, S, norm="max"), method="highs", tol=1e-18)
     assert len(rec) == 1
     assert res.status == "optimal_inaccurate" and 1e-18 < res.gap <= 1e-9
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_bilinear_pair_values_and_sparse_adjoint_against_the_score_table(scaled, monkeypatch):
+    # S[b, t] = s_t e_t^T W Q[b] (the decoder's scores, with the output scales of the
+    # exchangeable-token reduction): pair values S[b, pos] - has_ref S[b, ref] and the
+    # adjoint of a sparse table, against the dense table, in one, two and three chunks
+    import skntp.svm._core as core
+    from skntp.svm._core import BilinearScores
+
+    rng = np.random.default_rng(0)
+    B, T, q = 4, 5, 3
+    Q, W = rng.standard_normal((B, q)), rng.standard_normal((T, q))
+    s = rng.uniform(0.5, 2.0, T) if scaled else None
+    scores = BilinearScores(Q, None, n_outputs=T, output_scale=s)
+    S = Q @ (W * (1.0 if s is None else s[:, None])).T
+    block, pos, ref = rng.integers(0, B, 6), rng.integers(0, T, 6), rng.integers(0, T, 6)
+    has_ref = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    want = S[block, pos] - has_ref * S[block, ref]
+    for chunk in (None, 3 * q, 2 * q):  # 6 pairs: one chunk, two, three
+        if chunk is not None:
+            monkeypatch.setattr(core, "CHUNK_ELEMENTS", chunk)
+        np.testing.assert_allclose(scores.pair_values(np, W, block, pos, ref, has_ref), want,
+                                   rtol=1e-13)
+    one = scores.pair_values(np, W, block[:1], pos[:1], ref[:1], has_ref[:1])
+    np.testing.assert_allclose(one, want[:1], rtol=1e-13)
+    for dtype in (np.float64, np.float32):
+        none = scores.pair_values(np, W.astype(dtype), block[:0], pos[:0], ref[:0],
+                                  has_ref[:0])
+        assert none.shape == (0,) and none.dtype == dtype
+    table = np.zeros((B, T))
+    np.add.at(table, (block, pos), has_ref + 1.0)
+    np.testing.assert_allclose(scores.sparse_adjoint(np, block, pos, has_ref + 1.0),
+                               scores.adjoint(np, table), rtol=1e-13)
+    want_adjoint = table.T @ Q * (1.0 if s is None else s[:, None])
+    np.testing.assert_allclose(scores.adjoint(np, table), want_adjoint, rtol=1e-13)
