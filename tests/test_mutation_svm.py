@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
+from test_nuclear import _instance as _key_query_instance
+from test_nuclear import _margins as _key_query_margins
 from test_optimizer_limits import _margin, _onehot_optimum
 from test_references_ntp import numerical_grad
 from test_references_self_attention import graphs_by_hand
@@ -972,3 +974,25 @@ def test_bilinear_pair_values_and_sparse_adjoint_against_the_score_table(scaled,
                                scores.adjoint(np, table), rtol=1e-13)
     want_adjoint = table.T @ Q * (1.0 if s is None else s[:, None])
     np.testing.assert_allclose(scores.adjoint(np, table), want_adjoint, rtol=1e-13)
+
+
+def test_cvxpy_reference_path_reports_its_violation_gap_and_matrix_order():
+    from skntp.svm import att_svm_w, ntp_svm_problem, solve_max_margin
+
+    # the Frobenius NTP-SVM with equality rows: the violation from the problem's rows
+    H, S = _one_token_supports(5, 8, 10, 5, 5)
+    S[0, (S[0].argmax() + 1) % 5] = S[3, (S[3].argmax() + 2) % 5] = True
+    problem = ntp_svm_problem(H, S)
+    res = solve_max_margin(problem, method="cvxpy")
+    eq = problem.constraints.equality
+    vals = problem.constraint_matrix() @ res.primal.ravel() - problem.constraints.rhs
+    violation = max(np.abs(vals[eq]).max(), np.maximum(-vals[~eq], 0.0).max())
+    assert 0 < res.max_violation == pytest.approx(violation, rel=1e-12)
+    assert res.status == "optimal" and res.gap <= 1e-6 and res.n_iter > 0
+    # the nuclear program on a non-square W (k = 3, d = 5): the cvxpy answer meets the
+    # rows and is our interior-point method's answer, entry by entry
+    X, Z, sel = _key_query_instance(7, n=6, T=4, d=5, k=3)
+    W1 = att_svm_w(X, Z, sel, norm="nuclear")
+    W2, res = att_svm_w(X, Z, sel, norm="nuclear", method="cvxpy", return_result=True)
+    assert W2.shape == (3, 5) and _key_query_margins(W2, X, Z, sel) >= 1 - 1e-7
+    np.testing.assert_allclose(W2, W1, atol=1e-5 * np.abs(W1).max())
