@@ -784,19 +784,10 @@ def test_relaxed_att_svm_takes_a_support_of_zeros_and_ones():
 # ------------------------------------------ run 7 (continued): the max-margin core (_core.py)
 
 
-@pytest.mark.parametrize("scale", [1.0, 0.01])  # margins gamma above and below 1
-def test_highs_answers_a_homogeneous_max_norm_program_by_its_fast_formulation(scale,
-                                                                              monkeypatch):
-    # every skntp program is homogeneous (rhs >= 0 on inequalities, 0 on equalities):
-    # HiGHS solves max gamma over the box |w_i| <= 1 (highs-ipm) and only hands a program it
-    # cannot answer that way to the general LP, which would hide a broken fast path
+def _spy_on_linprog(monkeypatch):
+    """The ``method`` of every ``scipy.optimize.linprog`` call, in order."""
     import scipy.optimize
 
-    from skntp.svm import ntp_svm_problem, solve_max_margin
-
-    H, S = _one_token_supports(3, 8, 10, 5, 5)  # Crammer-Singer, d > m: separable
-    H = scale * H
-    y = S.argmax(axis=1)
     methods = []
     real = scipy.optimize.linprog
 
@@ -805,6 +796,21 @@ def test_highs_answers_a_homogeneous_max_norm_program_by_its_fast_formulation(sc
         return real(*args, **kwargs)
 
     monkeypatch.setattr(scipy.optimize, "linprog", spy)
+    return methods
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.01])  # margins gamma above and below 1
+def test_highs_answers_a_homogeneous_max_norm_program_by_its_fast_formulation(scale,
+                                                                              monkeypatch):
+    # every skntp program is homogeneous (rhs >= 0 on inequalities, 0 on equalities):
+    # HiGHS solves max gamma over the box |w_i| <= 1 (highs-ipm) and only hands a program it
+    # cannot answer that way to the general LP, which would hide a broken fast path
+    from skntp.svm import ntp_svm_problem, solve_max_margin
+
+    H, S = _one_token_supports(3, 8, 10, 5, 5)  # Crammer-Singer, d > m: separable
+    H = scale * H
+    y = S.argmax(axis=1)
+    methods = _spy_on_linprog(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         res = solve_max_margin(ntp_svm_problem(H, S, norm="max"), method="highs", tol=1e-9)
@@ -858,21 +864,12 @@ def test_highs_meets_the_margin_rows_of_a_relaxed_program_exactly(seed, monkeypa
     # eq. (10) in the max norm: rows >= 1 (support) and >= 0 (the others).  The answer is
     # scaled so that every row >= 1 holds to one rounding; an active row >= 0, which sits
     # at 0 to rounding, must not stop that scaling.
-    import scipy.optimize
-
     from skntp.svm import relaxed_att_svm_problem, solve_max_margin
 
     X, _, mask = _padded(seed, (3, 3, 3, 3), d=4)
     problem = relaxed_att_svm_problem(X, np.zeros(4, int), [True, True, False, False],
                                       mask=mask, norm="max")
-    methods = []
-    real = scipy.optimize.linprog
-
-    def spy(*args, **kwargs):
-        methods.append(kwargs.get("method"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(scipy.optimize, "linprog", spy)
+    methods = _spy_on_linprog(monkeypatch)
     res = solve_max_margin(problem, method="highs", tol=1e-9)
     assert methods == ["highs-ipm"]  # rows >= 0 are homogeneous too
     vals = problem.constraint_matrix() @ res.primal.ravel()
