@@ -141,9 +141,9 @@ def test_graph_ldp_multipliers_satisfy_the_kkt_conditions():
     assert 0.0 <= res.max_violation < 1e-9 and abs(res.gap) < 1e-12
 
 
-def test_graph_ldp_with_ties_only_gives_zero():
-    # _solve_graph_ldp 89: every graph one SCC (no i => j pair):
-    # W^mm = 0, with a zero gap and zero multipliers.
+def test_graph_svm_with_ties_only_gives_zero():
+    # every graph one SCC (no i => j pair): W^mm = 0, with a zero gap and zero multipliers
+    # (answered by solve_max_margin for any method: every right-hand side is 0)
     X = np.array([[0, 1, 2], [1, 0, 2], [0, 1, 2]])
     y = np.array([0, 1, 2])
     graphs = token_priority_graphs(X, y)
@@ -153,7 +153,7 @@ def test_graph_ldp_with_ties_only_gives_zero():
         warnings.simplefilter("error")  # no 0/0 in the gap
         W, res = graph_svm(E, graphs, method="graph-ldp", return_result=True)
     np.testing.assert_array_equal(W, np.zeros((4, 4)))
-    assert res.method == "graph-ldp" and res.gap == 0.0 and res.max_violation == 0.0
+    assert res.method == "trivial" and res.gap == 0.0 and res.max_violation == 0.0
     np.testing.assert_array_equal(res.dual, np.zeros(2))
 
 

@@ -216,6 +216,23 @@ def test_empty_program_is_the_zero_solution():
     assert calls == []
 
 
+@pytest.mark.parametrize("method, norm", [("cvxpy", "fro"), ("auto", "fro"), ("highs", "max"),
+                                          ("auto", "l1")])
+def test_a_program_of_zero_right_hand_sides_is_the_zero_solution(method, norm):
+    # rows >= 0 only (eq. (10) with no support vector): w = 0 is feasible with norm 0, so
+    # it is the optimum in every norm; Clarabel stopped at |p| ~ 6e-5 with gap 1
+    from skntp.svm import relaxed_att_svm
+
+    rng = np.random.default_rng(0)
+    keys = rng.standard_normal((4, 3, 2))
+    p, res = relaxed_att_svm(keys, [0, 1, 2, 0], np.zeros(4, bool), method=method,
+                             norm=norm, return_result=True)
+    np.testing.assert_array_equal(p, np.zeros(2))
+    assert res.method == "trivial" and res.status == "optimal" and res.gap == 0.0
+    assert res.max_violation == 0.0
+    np.testing.assert_array_equal(res.dual, np.zeros(8))  # 4 inputs x 2 other tokens
+
+
 def test_infeasible_programs_name_themselves():
     # w_0 >= 1 and -w_0 >= 1
     problem = key_problem([[[1.0]], [[-1.0]]], [0, 1], [0, 0], [-1, -1], [1.0, 1.0],

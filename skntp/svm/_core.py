@@ -1101,10 +1101,10 @@ def solve_max_margin(
     """
     _check_solver_options(tol, max_iter)
     c = problem.constraints
-    if len(c) == 0:
+    if not np.any(c.rhs):  # no row, or rows >= 0 and = 0 only: w = 0 is optimal in any norm
         return MaxMarginResult(
             primal=np.zeros(problem.shape),
-            dual=np.zeros(0),
+            dual=np.zeros(len(c)),
             method="trivial",
             status="optimal",
             gap=0.0,

@@ -148,24 +148,22 @@ def _solve_graph_ldp(problem, tol, max_iter, be, verbose, callback=None):
     eq, ineq = c.equality, ~c.equality
     N = scipy.linalg.null_space(A[eq]) if eq.any() else np.eye(n_var)
     dual = np.zeros(len(c))
-    if not ineq.any() or N.shape[1] == 0:
-        if ineq.any():
-            raise NotSeparableError(
-                f"{problem.name} is infeasible (the ties leave W = 0 only): "
-                f"{problem.infeasible_message}."
-            )
-        w = np.zeros(n_var)
-    else:
-        z, lam = solve_ldp(A[ineq] @ N, c.rhs[ineq])
-        if z is None:
-            raise NotSeparableError(
-                f"{problem.name} is infeasible (least-distance NNLS has zero residual): "
-                f"{problem.infeasible_message}."
-            )
-        w = N @ z
-        dual[ineq] = lam
-        if eq.any():
-            dual[eq] = np.linalg.lstsq(A[eq].T, w - A[ineq].T @ lam, rcond=None)[0]
+    # rows >= 1 are there: solve_max_margin answers a program of ties alone (w = 0)
+    if N.shape[1] == 0:
+        raise NotSeparableError(
+            f"{problem.name} is infeasible (the ties leave W = 0 only): "
+            f"{problem.infeasible_message}."
+        )
+    z, lam = solve_ldp(A[ineq] @ N, c.rhs[ineq])
+    if z is None:
+        raise NotSeparableError(
+            f"{problem.name} is infeasible (least-distance NNLS has zero residual): "
+            f"{problem.infeasible_message}."
+        )
+    w = N @ z
+    dual[ineq] = lam
+    if eq.any():
+        dual[eq] = np.linalg.lstsq(A[eq].T, w - A[ineq].T @ lam, rcond=None)[0]
     vals = A @ w - c.rhs
     viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
     viol = float(viol.max()) if viol.size else 0.0
