@@ -15,7 +15,8 @@ def test_ruff_clean():
     if importlib.util.find_spec("ruff") is None:
         pytest.fail("ruff is not installed; install the test extra: pip install -e '.[test]'")
     out = subprocess.run([sys.executable, "-m", "ruff", "check", "skntp", "tests",
-                          "benchmarks", "examples", "tools"], cwd=ROOT, capture_output=True, text=True)
+                          "benchmarks", "examples", "tools"],
+                         cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
