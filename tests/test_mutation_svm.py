@@ -993,3 +993,40 @@ def test_cvxpy_reference_path_reports_its_violation_gap_and_matrix_order():
     W2, res = att_svm_w(X, Z, sel, norm="nuclear", method="cvxpy", return_result=True)
     assert W2.shape == (3, 5) and _key_query_margins(W2, X, Z, sel) >= 1 - 1e-7
     np.testing.assert_allclose(W2, W1, atol=1e-5 * np.abs(W1).max())
+
+
+def test_norm_value_dual_norm_and_check_norm_against_their_definitions():
+    from skntp.svm import check_norm, dual_norm
+    from skntp.svm._core import norm_value
+
+    W = np.random.default_rng(0).standard_normal((3, 4))
+    want = {"fro": np.linalg.norm(W), "nuclear": np.linalg.norm(W, "nuc"),
+            "spectral": np.linalg.norm(W, 2), "max": np.abs(W).max(), "l1": np.abs(W).sum(),
+            ("lp", 3.0): np.sum(np.abs(W) ** 3) ** (1 / 3)}
+    for norm, value in want.items():
+        assert norm_value(W, norm) == pytest.approx(value, rel=1e-13)
+        assert norm_value(np.zeros((2, 3)), norm) == 0.0
+        assert norm_value(-W, norm) == norm_value(W, norm)
+    assert norm_value(np.zeros((0, 3)), "spectral") == 0.0
+    for scale in (1e200, 1e-200):  # |w|^p would overflow or underflow: scaled by max |w|
+        assert norm_value(scale * W, ["lp", 3]) == pytest.approx(scale * want[("lp", 3.0)],
+                                                                rel=1e-13)
+    assert [dual_norm(n) for n in ("fro", "nuclear", "spectral", "max", "l1")] == [
+        "fro", "spectral", "nuclear", "l1", "max"]
+    assert dual_norm(("lp", 3)) == ("lp", 1.5) and dual_norm(["lp", 1.5]) == ("lp", 3.0)
+    # the dual pair (lp 3, lq 1.5): W* = sign(V) |V|^(q-1) / ||V||_q^(q-1) has unit p-norm
+    # and <W*, V> = ||V||_q, the largest value of <W, V> over the unit p-ball (Hoelder)
+    q = dual_norm(("lp", 3))[1]
+    V = W[::-1, ::-1]
+    W_star = np.sign(V) * np.abs(V) ** (q - 1) / norm_value(V, ("lp", q)) ** (q - 1)
+    assert norm_value(W_star, ("lp", 3)) == pytest.approx(1.0, rel=1e-13)
+    assert np.sum(W_star * V) == pytest.approx(norm_value(V, ("lp", q)), rel=1e-13)
+    assert check_norm(["lp", np.int64(4)]) == ("lp", 4.0)
+    assert check_norm("nuclear") == "nuclear"
+    for bad, match in [(("lp", 1), "use norm='l1'"), (("lp", np.inf), "use norm='max'"),
+                       (("lp", 0.5), "finite number > 1"), (("lp", np.nan), "finite number"),
+                       (("lp", True), "must be a real number"), (("lp", "3"), "real number"),
+                       ("l2", "norm must be one of"), (("lq", 3), "norm must be one of"),
+                       (("lp", 3, 1), "norm must be one of")]:
+        with pytest.raises(ValueError, match=match):
+            check_norm(bad)
