@@ -240,11 +240,11 @@ def head_matrix(head, E):
     """``(C, Gamma = C E^T, identity)`` for a head parameter (Assumptions 3-4)."""
     K, d = E.shape
     scale = float(np.max(np.abs(E)))
-    square = scale * scale  # a Python float: inf or 0.0 past float64's range, no warning
     if scale == 0:
         raise ValueError(
             "the embeddings are all zero: every attention score e_x^T W e_k is 0 for every "
             "W, so attention cannot prefer any token; pass nonzero embeddings.")
+    square = scale * scale  # a Python float: inf or 0.0 past float64's range, no warning
     if not np.isfinite(square) or square < 1e-290:
         raise ValueError(
             f"the embeddings have entries of magnitude {scale:.3g}: the attention scores "
