@@ -39,7 +39,10 @@ def att_problem(rng, n, T, d, relaxed_frac=0.0, teacher=True):
     K = rng.standard_normal((n, T, d))
     sel = np.argmax(K @ rng.standard_normal(d), axis=1) if teacher else rng.integers(0, T, n)
     i, t = np.nonzero(np.arange(T)[None, :] != sel[:, None])
-    rhs = np.where(rng.random(n) < relaxed_frac, 0.0, 1.0)[i]
+    relaxed = rng.random(n) < relaxed_frac
+    if relaxed_frac < 1:  # rhs all 0 is the zero program, answered before any method
+        relaxed[0] &= not relaxed.all()
+    rhs = np.where(relaxed, 0.0, 1.0)[i]
     return MaxMarginProblem(
         KeyScores(K), Constraints(i, sel[i], t, rhs, np.zeros(i.size, bool)),
         name="ATT-SVM", infeasible_message="the selected tokens are not separable",
