@@ -1030,3 +1030,27 @@ def test_norm_value_dual_norm_and_check_norm_against_their_definitions():
                        (("lp", 3, 1), "norm must be one of")]:
         with pytest.raises(ValueError, match=match):
             check_norm(bad)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e7, 1e-7])
+def test_min_norm_solution_of_one_equation_in_closed_form(scale):
+    # one context h with p = (1/4, 3/4, 0): the log-odds equation (3) is
+    # (e_0 - e_1)^T W h = -log 3, whose minimum-norm solution is
+    # W* = (e_0 - e_1) h^T (-log 3) / (2 ||h||^2); scaled data scale W* by 1 / scale
+    from skntp.svm import finite_component
+
+    h = np.array([1.0, 2.0])
+    W = finite_component(scale * h[None, :], np.array([[0.25, 0.75, 0.0]]))
+    want = np.outer([1.0, -1.0, 0.0], h) * (-np.log(3.0)) / (2 * 5.0) / scale
+    np.testing.assert_allclose(W, want, rtol=1e-10, atol=1e-14 * np.abs(want).max())
+
+
+def test_bilinear_scores_keep_their_output_scales_on_another_backend():
+    from skntp._backend import get_backend
+    from skntp.svm._core import BilinearScores
+
+    rng = np.random.default_rng(1)
+    Q, W, s = rng.standard_normal((3, 2)), rng.standard_normal((4, 2)), np.arange(1.0, 5.0)
+    scores = BilinearScores(Q, None, n_outputs=4, output_scale=s)
+    moved = scores.to_backend(get_backend())
+    np.testing.assert_allclose(moved.forward(np, W), Q @ (W * s[:, None]).T, rtol=1e-14)
