@@ -1052,5 +1052,11 @@ def test_bilinear_scores_keep_their_output_scales_on_another_backend():
     rng = np.random.default_rng(1)
     Q, W, s = rng.standard_normal((3, 2)), rng.standard_normal((4, 2)), np.arange(1.0, 5.0)
     scores = BilinearScores(Q, None, n_outputs=4, output_scale=s)
-    moved = scores.to_backend(get_backend())
-    np.testing.assert_allclose(moved.forward(np, W), Q @ (W * s[:, None]).T, rtol=1e-14)
+    np.testing.assert_allclose(scores.to_backend(get_backend()).forward(np, W),
+                               Q @ (W * s[:, None]).T, rtol=1e-14)
+    torch = pytest.importorskip("torch")
+    be = get_backend("torch", "cpu")
+    moved = scores.to_backend(be)
+    assert isinstance(moved.output_scale, torch.Tensor)
+    np.testing.assert_allclose(moved.forward(be.xp, be.asarray(W)).numpy(),
+                               Q @ (W * s[:, None]).T, rtol=1e-14)
