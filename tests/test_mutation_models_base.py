@@ -417,8 +417,8 @@ def _blas_pool_sizes():
 @pytest.mark.parametrize("batch", [(), (2,)])
 def test_the_loop_runs_small_decoder_problems_on_one_blas_thread_and_keeps_the_pool(batch):
     # The loop decides the BLAS pool from the cross-entropy's largest product, the logits
-    # H W^T: B * m * V * d multiply-adds (eq. (2)).  Below SMALL_PRODUCT one thread, at or
-    # above it the pool (two threads here, whatever the machine's cores).
+    # H W^T: B * m * V * d multiply-adds (eq. (2)).  Below SMALL_PRODUCT one thread; at or
+    # above it the pool, as the libraries have it (two threads where they can).
     import scipy.sparse as sp
     from threadpoolctl import threadpool_limits
 
@@ -436,19 +436,20 @@ def test_the_loop_runs_small_decoder_problems_on_one_blas_thread_and_keeps_the_p
     rng = np.random.default_rng(0)
     B = batch[0] if batch else 1
     # m * V * d = SMALL_PRODUCT exactly for the large shape, one eighth of it for the small
-    for m, V, d, want in [(64, 64, 2**11 // B, {2}), (64, 64, 2**8 // B, {1})]:
-        assert B * m * V * d == (SMALL_PRODUCT if want == {2} else SMALL_PRODUCT // 8)
+    for m, V, d, pool in [(64, 64, 2**11 // B, True), (64, 64, 2**8 // B, False)]:
+        assert B * m * V * d == (SMALL_PRODUCT if pool else SMALL_PRODUCT // 8)
         H = rng.standard_normal((*batch, m, d))
         pi = np.full((*batch, m), 1.0 / m)
         P = sp.csr_matrix((np.ones(B * m), (np.arange(B * m), rng.integers(0, V, B * m))),
                           shape=(B * m, V))
         Spy.seen = set()
         with threadpool_limits(limits=2, user_api="blas"):
-            if _blas_pool_sizes() != {2}:
-                pytest.skip("this BLAS cannot run a pool of two threads")
+            outside = _blas_pool_sizes()
+            if max(outside) < 2:
+                pytest.skip("no BLAS here runs a pool of two threads")
             obj = Spy(get_backend(), H, pi, P)
             minimize(obj, [np.zeros((*batch, V, d))], xp=np, max_iter=2, batched=bool(batch))
-        assert Spy.seen == want, (m, V, d)
+        assert Spy.seen == (outside if pool else {1}), (m, V, d)
 
 
 def test_the_chunk_budget_bounds_the_memory_of_a_cross_entropy_call():
@@ -700,16 +701,17 @@ def test_the_loop_runs_small_self_attention_problems_on_one_blas_thread():
     K, d, T = 127, 256, 4
     assert K * d * d + 16_384 * T == SMALL_PRODUCT
     E = np.random.default_rng(0).standard_normal((K, d)) / 16
-    for n, want in [(16_384, {2}), (16_383, {1})]:
+    for n, pool in [(16_384, True), (16_383, False)]:
         ids = np.tile(np.arange(T), (n, 1))
         Spy.seen = set()
         with threadpool_limits(limits=2, user_api="blas"):
-            if _blas_pool_sizes() != {2}:
-                pytest.skip("this BLAS cannot run a pool of two threads")
+            outside = _blas_pool_sizes()
+            if max(outside) < 2:
+                pytest.skip("no BLAS here runs a pool of two threads")
             risk = Spy(get_backend(), E, np.eye(K), ids, np.ones(ids.shape, bool),
                        np.full(n, T - 1), np.zeros(n, int))
             minimize(risk, [np.zeros((d, d))], xp=np, max_iter=2)
-        assert Spy.seen == want, n
+        assert Spy.seen == (outside if pool else {1}), n
 
 
 def test_log_risk_refuses_a_label_only_at_padding():
