@@ -698,7 +698,7 @@ def test_joint_svm_heuristic_follows_its_documented_algorithm(seed, n_starts):
 
     X, y, mask = _padded(seed, (4, 3, 4, 2, 4, 3), d=5)  # 1 152 choices: the heuristic
     by_hand = _joint_heuristic_by_hand(X, y, mask, n_starts)
-    if by_hand is None:  # no fixed point is selectable by attention (11 of the 24 cases)
+    if by_hand is None:  # no fixed point is selectable by attention (6 of the 24 cases)
         with pytest.raises(NotSeparableError, match="alternating heuristic"):
             joint_svm(X, y, mask=mask, n_starts=n_starts)
         return
