@@ -14,10 +14,17 @@
   ``--cov``) print the line and the branch coverage of the run separately and
   fail it when either is below its goal (coverage's own ``fail_under`` only
   sees their combined total).
+* Under mutmut, Clarabel runs on one thread (``max_threads=1`` unless a test
+  sets it).  mutmut runs the suite once in its own process and then forks a
+  child per mutant; Clarabel's Rayon thread pool does not survive the fork, so
+  a child's first factorization large enough to go parallel waits forever on
+  the parent's threads, and mutmut reports the mutant as a timeout, counted as
+  killed, whatever the tests would have said (docs/mutation.md, run 8).
 """
 
 import json
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -33,6 +40,21 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("deterministic")
+
+
+def _clarabel_on_one_thread():
+    from cvxpy.reductions.solvers.conic_solvers.clarabel_conif import CLARABEL
+
+    parse = CLARABEL.parse_solver_opts
+
+    def parse_solver_opts(verbose, opts, settings=None):
+        return parse(verbose, {"max_threads": 1, **opts}, settings)
+
+    CLARABEL.parse_solver_opts = staticmethod(parse_solver_opts)
+
+
+if "mutmut" in sys.modules:
+    _clarabel_on_one_thread()
 
 
 def pytest_addoption(parser):
