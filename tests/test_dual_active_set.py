@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from test_fast_solver import rel_err, tight_cvxpy
 
 from skntp.svm import (
     Constraints,
@@ -75,7 +76,10 @@ def _build(kind, seed):
 
 
 def _check(problem, res, ref=None):
-    """KKT to roundoff, and agreement with cvxpy."""
+    """KKT to roundoff, and agreement with cvxpy: the core's path (``ref``) and the
+    program written in the test from the score map's definition (``tight_cvxpy``).
+
+    Returns whether the test's own program was solved to its tight tolerances."""
     assert res.method == METHOD and res.status == "optimal"
     A = problem.constraint_matrix().toarray()
     h = problem.constraints.rhs
@@ -99,6 +103,10 @@ def _check(problem, res, ref=None):
         # and the independent exact method (Lawson & Hanson NNLS) to roundoff
         x_nnls = solve_max_margin(problem, method="nnls").primal.ravel()
         assert np.linalg.norm(x - x_nnls) <= 1e-8 * max(1.0, np.linalg.norm(x_nnls))
+    tight = tight_cvxpy(problem)
+    if tight is not None:
+        assert rel_err(x, tight.ravel()) <= 1e-5
+    return tight is not None
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -106,7 +114,7 @@ def _check(problem, res, ref=None):
 def test_matches_cvxpy_and_kkt(kind, seed):
     problem = _build(kind, 1000 * (1 + ["head", "att", "degenerate"].index(kind)) + seed)
     res = solve_max_margin(problem, method=METHOD)
-    _check(problem, res, solve_max_margin(problem, method="cvxpy"))
+    assert _check(problem, res, solve_max_margin(problem, method="cvxpy"))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -115,7 +123,7 @@ def test_scan_paths(seed, monkeypatch):
     problem = _build("att", 50 + seed)
     ref = solve_max_margin(problem, method="cvxpy")
     monkeypatch.setattr(_attention, "_DAS_POOL", 10)
-    _check(problem, solve_max_margin(problem, method=METHOD), ref)
+    assert _check(problem, solve_max_margin(problem, method=METHOD), ref)
     monkeypatch.setattr(_attention, "_DAS_DENSE_MAX", 0)
     _check(problem, solve_max_margin(problem, method=METHOD), ref)
     monkeypatch.setattr(_attention, "_DAS_POOL", 1000)  # whole, but no dense rows
@@ -198,5 +206,5 @@ def test_declines_other_programs():
 def test_sweep(seed):
     kind = ("head", "att", "degenerate")[seed % 3]
     problem = _build(kind, 5000 + seed)
-    _check(problem, solve_max_margin(problem, method=METHOD),
-           solve_max_margin(problem, method="cvxpy"))
+    assert _check(problem, solve_max_margin(problem, method=METHOD),
+                  solve_max_margin(problem, method="cvxpy"))

@@ -19,6 +19,7 @@ from skntp.svm import (
     KeyScores,
     MaxMarginProblem,
     NotSeparableError,
+    QueryKeyScores,
     ntp_svm_problem,
     solve_max_margin,
 )
@@ -32,7 +33,9 @@ def ntp_problem(rng, m, d, V, smax=3):
     H = rng.standard_normal((m, d))
     k = rng.integers(1, smax + 1, size=m)
     ranks = np.argsort(np.argsort(rng.random((m, V)), axis=1), axis=1)
-    return ntp_svm_problem(H, ranks < k[:, None])
+    problem = ntp_svm_problem(H, ranks < k[:, None])
+    problem.info["by_hand"] = (H, ranks < k[:, None])  # for tight_cvxpy
+    return problem
 
 
 def att_problem(rng, n, T, d, relaxed_frac=0.0, teacher=True):
@@ -133,26 +136,87 @@ def rel_err(a, b):
     return np.linalg.norm(a - b) / nb if nb > 1e-4 else np.linalg.norm(a - b)
 
 
-def tight_cvxpy(problem):
-    """The cvxpy/Clarabel program with tight tolerances (the core's path stops
-    at a relative gap ~1e-8, i.e. a relative error up to ~1e-4 in ``w``)."""
+def score_gradient(scores, b, t):
+    """``d S[b, t] / d w`` flattened, from the score maps' definitions: ``k_bt^T p``
+    (KeyScores), ``e_t^T W q_b`` (BilinearScores; ``e_t = s_t`` times the t-th unit
+    vector without outputs) and ``z_b^T W x_bt`` (QueryKeyScores)."""
+    if isinstance(scores, KeyScores):
+        return scores.keys[b, t]
+    if isinstance(scores, QueryKeyScores):
+        return np.outer(scores.queries[b], scores.tokens[b, t]).ravel()
+    if scores.outputs is not None:
+        e = scores.outputs[t]
+    else:
+        e = np.zeros(scores.n_positions)
+        e[t] = 1.0 if scores.output_scale is None else scores.output_scale[t]
+    return np.outer(e, scores.queries[b]).ravel()
+
+
+def rows_by_definition(problem):
+    """Dense rows ``S[b, a] - S[b, r]`` (``S[b, a]`` for ``r = -1``) on ``w.ravel()``,
+    written from the definitions, not through ``problem.constraint_matrix()``."""
+    c, sc = problem.constraints, problem.scores
+    return np.array([
+        score_gradient(sc, b, a) - (score_gradient(sc, b, r) if r >= 0 else 0.0)
+        for b, a, r in zip(c.block, c.pos, c.ref)
+    ]).reshape(len(c), -1)
+
+
+def ntp_rows_by_hand(H, S):
+    """Eq. (4a)-(4b), on ``W.ravel()`` (``W`` of shape ``(V, d)``):
+    ``(e_z - e_z')^T W h_j = 0`` for consecutive ``z < z'`` in ``S_j`` (the other pairs
+    of (4b) follow) and ``(e_z - e_v)^T W h_j >= 1``
+    for ``z`` in ``S_j``, ``v`` not in ``S_j``.  Returns ``rows, rhs, equality``."""
+    m, V = S.shape
+    rows, rhs, eq = [], [], []
+    for j in range(m):
+        ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
+        pairs = [(a, b, 0.0, True) for a, b in zip(ins[:-1], ins[1:])]
+        pairs += [(a, v, 1.0, False) for a in ins for v in outs]
+        for a, b, r, e in pairs:
+            row = np.zeros((V, H.shape[1]))
+            row[a], row[b] = H[j], -H[j]
+            rows.append(row.ravel())
+            rhs.append(r)
+            eq.append(e)
+    return np.array(rows), np.array(rhs), np.array(eq, bool)
+
+
+def tight_qp(rows, rhs, equality, shape):
+    """``min 1/2 ||w||^2`` s.t. ``rows w >= rhs`` (``= rhs`` where ``equality``) by
+    cvxpy/Clarabel to tight tolerances (the core's cvxpy path stops at a relative gap
+    ~1e-8, i.e. a relative error up to ~1e-4 in ``w``); None if Clarabel cannot."""
     import cvxpy as cp
 
-    c = problem.constraints
-    A = problem.constraint_matrix()
-    w = cp.Variable(A.shape[1])
+    w = cp.Variable(rows.shape[1])
     cons = []
-    if (~c.equality).any():
-        cons.append(A[~c.equality] @ w >= c.rhs[~c.equality])
-    if c.equality.any():
-        cons.append(A[c.equality] @ w == c.rhs[c.equality])
+    if (~equality).any():
+        cons.append(rows[~equality] @ w >= rhs[~equality])
+    if equality.any():
+        cons.append(rows[equality] @ w == rhs[equality])
     prob = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(w)), cons)
     try:
         prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11,
                    max_iter=500)
     except cp.error.SolverError:  # Clarabel could not reach these tolerances
         return None
-    return np.asarray(w.value).reshape(problem.shape) if prob.status == "optimal" else None
+    return np.asarray(w.value).reshape(shape) if prob.status == "optimal" else None
+
+
+def tight_ntp_svm(H, S):
+    """The NTP-SVM of contexts ``H`` and supports ``S``, from (4a)-(4b) by hand."""
+    return tight_qp(*ntp_rows_by_hand(H, S), (S.shape[1], H.shape[1]))
+
+
+def tight_cvxpy(problem):
+    """An independent reference for ``problem``: the NTP-SVM from its data by hand
+    (:func:`tight_ntp_svm`) when the test built it from ``H, S``
+    (``problem.info["by_hand"]``), otherwise the test's constraints on rows written
+    from the score map's definition."""
+    if "by_hand" in problem.info:
+        return tight_ntp_svm(*problem.info["by_hand"])
+    c = problem.constraints
+    return tight_qp(rows_by_definition(problem), c.rhs, c.equality, problem.shape)
 
 
 def is_feasible_reference(problem):
