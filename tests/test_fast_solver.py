@@ -388,6 +388,7 @@ def test_working_set_matches_whole_program(seed):
     assert res.status == "optimal" and res.max_violation <= 1e-9
     assert rel_err(res.primal, whole.primal) <= 1e-6
     assert rel_err(res.primal, ref.primal) <= max(1e-5, 3 * np.sqrt(2 * abs(ref.gap)))
+    assert rel_err(res.primal, tight_cvxpy(problem)) <= 1e-5  # (4a)-(4b) from H, S
     assert res.dual.shape == (len(problem.constraints),)
     assert_kkt(problem, res)
 

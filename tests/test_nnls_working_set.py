@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from test_fast_solver import rel_err, rows_by_definition, tight_cvxpy
 
 from skntp.svm import (
     Constraints,
@@ -88,6 +89,8 @@ def test_nnls_matches_cvxpy_and_kkt(k, initial, monkeypatch):
     ref = solve_max_margin(problem, method="cvxpy")
     x, x_ref = res.primal.ravel(), ref.primal.ravel()
     assert np.linalg.norm(x - x_ref) <= 1e-5 * np.linalg.norm(x_ref)
+    # the program written in the test from the score map's definition
+    assert rel_err(res.primal, tight_cvxpy(problem)) <= 1e-5
 
     A = problem.constraint_matrix().toarray()
     h = problem.constraints.rhs
@@ -145,6 +148,7 @@ def test_dense_rows_match_constraint_matrix(kind):
                       "mixed": ("mixed", 30, 5, 4)}[kind], 7)
     rows = _attention._KeyRows(problem)
     A = problem.constraint_matrix().toarray()
+    np.testing.assert_array_equal(A, rows_by_definition(problem))
     np.testing.assert_array_equal(rows.rows(), A)
     idx = np.array([0, 3, len(A) - 1, 2])
     np.testing.assert_array_equal(rows.rows(idx), A[idx])
@@ -191,4 +195,5 @@ def test_working_set_when_the_rows_sum_to_zero():
     res = solve_max_margin(problem, method="nnls")
     ref = solve_max_margin(problem, method="cvxpy")
     np.testing.assert_allclose(res.primal, ref.primal, atol=1e-6)
+    assert rel_err(res.primal, tight_cvxpy(problem)) <= 1e-5
     assert res.max_violation <= 1e-9
