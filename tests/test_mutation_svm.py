@@ -1060,3 +1060,83 @@ def test_bilinear_scores_keep_their_output_scales_on_another_backend():
     assert isinstance(moved.output_scale, torch.Tensor)
     np.testing.assert_allclose(moved.forward(be.xp, be.asarray(W)).numpy(),
                                Q @ (W * s[:, None]).T, rtol=1e-14)
+
+
+# ------------------------------------------ run 8: the rest of the max-margin core (_core.py)
+@pytest.mark.parametrize("argument", ["queries", "outputs"])
+def test_bilinear_scores_name_the_array_that_is_not_finite(argument):
+    from skntp.svm._core import BilinearScores
+
+    arrays = {"queries": np.ones((2, 3)), "outputs": np.ones((4, 3))}
+    arrays[argument] = arrays[argument].copy()
+    arrays[argument][1, 1] = np.nan
+    with pytest.raises(ValueError, match=f"^{argument} must be finite"):
+        BilinearScores(arrays["queries"], arrays["outputs"])
+
+
+def test_bilinear_scores_magnitude_at_zero_one_and_the_end_of_float64():
+    from skntp.svm._core import BilinearScores
+
+    big = np.finfo(np.float64).max
+    # an all-zero factor is an empty map; a factor of exactly 1 changes nothing
+    assert BilinearScores(np.zeros((2, 3)), None, n_outputs=4).magnitude() == 0.0
+    assert BilinearScores(np.ones((2, 3)), 2.0 * np.ones((4, 3))).magnitude() == 2.0
+    # a product of exactly float64's largest number is still finite
+    mag = BilinearScores(np.array([[big]]), None, n_outputs=2).magnitude()
+    assert np.isfinite(mag) and mag == pytest.approx(big, rel=1e-12)
+    assert BilinearScores(np.array([[big]]), 2.0 * np.ones((2, 1))).magnitude() == np.inf
+
+
+def _equations(keys, rhs):
+    """``k_b^T w = rhs_b`` (one position per block, ``ref = -1``)."""
+    from skntp.svm import Constraints, KeyScores, MaxMarginProblem
+
+    n = len(rhs)
+    return MaxMarginProblem(KeyScores(np.asarray(keys, float)[:, None, :]), Constraints(
+        np.arange(n), np.zeros(n), -np.ones(n), rhs, np.ones(n, bool)), name="equations")
+
+
+def test_min_norm_relative_residual_of_an_inconsistent_system_in_closed_form():
+    from skntp.svm import solve_min_norm
+
+    # w_0 = 0.3 and w_0 = -0.3: the least-squares w is 0, the residual (-0.3, 0.3); with
+    # ||rhs|| < 1 it is divided by 1, not by ||rhs||
+    w, res = solve_min_norm(_equations([[1.0, 0.0], [1.0, 0.0]], np.array([0.3, -0.3])))
+    np.testing.assert_allclose(w, 0.0, atol=1e-15)
+    assert res == pytest.approx(0.3 * np.sqrt(2), rel=1e-12)
+    w, res = solve_min_norm(_equations([[1.0, 0.0], [1.0, 0.0]], np.array([3.0, -3.0])))
+    assert res == pytest.approx(1.0, rel=1e-12)  # ||rhs|| > 1: relative to it
+
+
+def test_min_norm_passes_its_iteration_limit_and_tolerance_to_lsqr(monkeypatch):
+    import scipy.sparse.linalg as spla
+
+    from skntp.svm import solve_min_norm
+
+    calls = []
+    lsqr = spla.lsqr
+
+    def spy(A, b, **kw):
+        calls.append(kw)
+        return lsqr(A, b, **kw)
+
+    monkeypatch.setattr(spla, "lsqr", spy)
+    rng = np.random.default_rng(3)
+    keys, rhs = rng.standard_normal((4, 6)), rng.standard_normal(4)
+    for scale in (1.0, 1e-9):  # 1e-9: solved at unit scale, then scaled back
+        calls.clear()
+        solve_min_norm(_equations(scale * keys, rhs))
+        assert calls == [{"atol": 1e-13, "btol": 1e-13, "iter_lim": 20 * 6}]
+        calls.clear()
+        solve_min_norm(_equations(scale * keys, rhs), tol=1e-3, max_iter=2)
+        assert calls == [{"atol": 1e-3, "btol": 1e-3, "iter_lim": 2}]
+
+
+def test_bilinear_scores_take_output_scales_as_a_column():
+    from skntp.svm._core import BilinearScores
+
+    rng = np.random.default_rng(2)
+    Q, W, s = rng.standard_normal((3, 2)), rng.standard_normal((4, 2)), np.arange(1.0, 5.0)
+    scores = BilinearScores(Q, None, n_outputs=4, output_scale=s[:, None])
+    assert scores.output_scale.shape == (4,)
+    np.testing.assert_allclose(scores.forward(np, W), Q @ (W * s[:, None]).T, rtol=1e-14)

@@ -1236,6 +1236,15 @@ def solve_min_norm(problem, *, tol=1e-13, max_iter=None):
     returns the minimum-norm solution; it lies in the row space of the
     constraints (for the NTP-SVM structure, in the subspace ``F`` of eq. (5)).
 
+    Parameters
+    ----------
+    problem : MaxMarginProblem
+        Equality constraints only.
+    tol : float, default=1e-13
+        LSQR's ``atol`` and ``btol``.
+    max_iter : int, optional
+        LSQR's iteration limit; by default 20 times the number of unknowns.
+
     Returns
     -------
     w : ndarray with the problem's shape
