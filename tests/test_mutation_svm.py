@@ -1063,12 +1063,16 @@ def test_bilinear_scores_keep_their_output_scales_on_another_backend():
 
 
 # ------------------------------------------ run 8: the rest of the max-margin core (_core.py)
-@pytest.mark.parametrize("argument", ["queries", "outputs"])
+@pytest.mark.parametrize("argument", ["queries", "outputs", "output_scale"])
 def test_bilinear_scores_name_the_array_that_is_not_finite(argument):
     from skntp.svm._core import BilinearScores
 
     arrays = {"queries": np.ones((2, 3)), "outputs": np.ones((4, 3))}
-    arrays[argument] = arrays[argument].copy()
+    if argument == "output_scale":
+        with pytest.raises(ValueError, match="^output_scale must be finite"):
+            BilinearScores(arrays["queries"], None, n_outputs=3,
+                           output_scale=[1.0, np.nan, 1.0])
+        return
     arrays[argument][1, 1] = np.nan
     with pytest.raises(ValueError, match=f"^{argument} must be finite"):
         BilinearScores(arrays["queries"], arrays["outputs"])
