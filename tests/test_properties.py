@@ -17,6 +17,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_fast_solver import rel_err, tight_ntp_svm, tight_qp
 
 from skntp import NTPDecoderClassifier
 from skntp.decoder import aggregate_contexts
@@ -147,6 +148,9 @@ def _head_instance(rng):
 
 
 def _build(kind, rng):
+    """``make(c)``, the package's program of the data scaled by ``c``, and
+    ``make.by_hand()``, the solution of the unscaled program written here from the
+    papers' constraints and solved by Clarabel to tight tolerances."""
     if kind == "ntp":
         m = int(rng.integers(1, 6))
         d = int(rng.integers(m + 1, m + 5))
@@ -154,16 +158,35 @@ def _build(kind, rng):
         support = rng.random((m, V)) < 0.4
         support[np.arange(m), rng.integers(V, size=m)] = True
         H = rng.standard_normal((m, d))
-        return lambda c: ntp_svm_problem(c * H, support)
-    if kind == "att":
+
+        def make(c):
+            return ntp_svm_problem(c * H, support)
+
+        make.by_hand = lambda: tight_ntp_svm(H, support)  # (4a)-(4b)
+        return make
+    if kind in ("att", "relaxed"):
         keys, selected = _att_instance(rng)
-        return lambda c: att_svm_problem(c * keys, selected)
-    if kind == "relaxed":
-        keys, selected = _att_instance(rng)
-        relaxed = rng.random(keys.shape[0]) < 0.5
-        return lambda c: att_svm_problem(c * keys, selected, relaxed)
+        relaxed = (rng.random(keys.shape[0]) < 0.5 if kind == "relaxed"
+                   else np.zeros(keys.shape[0], bool))
+
+        def make(c):
+            return att_svm_problem(c * keys, selected, relaxed)
+
+        # (ATT-SVM) and its relaxation (10): p^T (k_{i alpha_i} - k_it) >= 1 (>= 0 if relaxed)
+        i, t = np.nonzero(np.arange(keys.shape[1])[None, :] != selected[:, None])
+        rows = keys[i, selected[i]] - keys[i, t]
+        rhs = np.where(relaxed[i], 0.0, 1.0)
+        make.by_hand = lambda: tight_qp(rows, rhs, np.zeros(i.size, bool), (keys.shape[2],))
+        return make
     tokens, y = _head_instance(rng)
-    return lambda c: head_svm_problem(c * tokens, y)
+
+    def make(c):
+        return head_svm_problem(c * tokens, y)
+
+    n = len(y)  # (SVM): Y_i v^T r_i >= 1
+    make.by_hand = lambda: tight_qp(y[:, None] * tokens, np.ones(n), np.zeros(n, bool),
+                                    (tokens.shape[1],))
+    return make
 
 
 def _check_kkt(problem, res, atol):
@@ -191,9 +214,12 @@ def _check_kkt(problem, res, atol):
 @given(st.sampled_from(["ntp", "att", "relaxed", "head"]), st.integers(0, 2**31 - 1),
        st.sampled_from(["auto", "cvxpy"]))
 def test_core_solution_is_a_kkt_point(kind, seed, method):
-    problem = _build(kind, np.random.default_rng(seed))(1.0)
+    make = _build(kind, np.random.default_rng(seed))
+    problem = make(1.0)
     res = solve_max_margin(problem, method=method)
     _check_kkt(problem, res, 1e-7 if method == "auto" else 1e-5)
+    if method == "auto":
+        assert rel_err(res.primal, make.by_hand()) <= 1e-5
 
 
 @SETTINGS
@@ -214,8 +240,10 @@ def test_scaling_data_scales_the_margin(kind, seed, c):
 @SETTINGS
 @given(st.sampled_from(["ntp", "att", "relaxed", "head"]), st.integers(0, 2**31 - 1))
 def test_fast_methods_agree_with_cvxpy(kind, seed):
-    problem = _build(kind, np.random.default_rng(seed))(1.0)
+    make = _build(kind, np.random.default_rng(seed))
+    problem = make(1.0)
     ours = solve_max_margin(problem)
+    assert rel_err(ours.primal, make.by_hand()) <= 1e-5
     ref = solve_max_margin(problem, method="cvxpy")
     # Clarabel's own accuracy is ~1e-5 absolute (e.g. it returns |w| ~ 5e-5 when
     # every margin is relaxed to 0 and the exact answer is w = 0)
