@@ -1144,3 +1144,76 @@ def test_bilinear_scores_take_output_scales_as_a_column():
     scores = BilinearScores(Q, None, n_outputs=4, output_scale=s[:, None])
     assert scores.output_scale.shape == (4,)
     np.testing.assert_allclose(scores.forward(np, W), Q @ (W * s[:, None]).T, rtol=1e-14)
+
+
+def test_score_maps_count_the_multiply_adds_of_one_forward_product():
+    from skntp.svm._core import BilinearScores, KeyScores, QueryKeyScores
+
+    B, T, p, q = 2, 3, 5, 7
+    # S = Q W^T (q p multiply-adds per entry of the B x p product), then E: B T p more
+    assert BilinearScores(np.ones((B, q)), None, n_outputs=p).work_size == B * p * q
+    assert BilinearScores(np.ones((B, q)), np.ones((T, p))).work_size == B * p * q + B * T * p
+    assert KeyScores(np.ones((B, T, q))).work_size == B * T * q
+    # Q W (B k d), then the tokens (B T d)
+    assert QueryKeyScores(np.ones((B, T, q)), np.ones((B, p))).work_size == B * T * q + B * p * q
+
+
+def _random_constraints(rng, B, T, n, equality_frac=0.3):
+    """``n`` rows on random blocks and positions, some against 0 (``ref = -1``), some ties."""
+    from skntp.svm import Constraints
+
+    block, pos = rng.integers(0, B, n), rng.integers(0, T, n)
+    ref = np.where(rng.random(n) < 0.25, -1, (pos + rng.integers(1, T, n)) % T)
+    return Constraints(block, pos, ref, rng.choice([0.0, 1.0, 2.5], n),
+                       rng.random(n) < equality_frac)
+
+
+def _score_maps(rng, B, T):
+    from skntp.svm._core import BilinearScores, KeyScores, QueryKeyScores
+
+    return {
+        "keys": KeyScores(rng.standard_normal((B, T, 3))),
+        "decoder": BilinearScores(rng.standard_normal((B, 4)), None, n_outputs=T),
+        "decoder-scaled": BilinearScores(rng.standard_normal((B, 4)), None, n_outputs=T,
+                                         output_scale=rng.random(T) + 0.5),
+        "bilinear": BilinearScores(rng.standard_normal((B, 4)), rng.standard_normal((T, 3))),
+        "query-key": QueryKeyScores(rng.standard_normal((B, T, 3)), rng.standard_normal((B, 2))),
+    }
+
+
+@pytest.mark.parametrize("kind", ["keys", "decoder", "decoder-scaled", "bilinear", "query-key"])
+@pytest.mark.parametrize("n_rows", [3, 40])  # 3: the sparse-decoder path (4 n < B T)
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_constraint_rows_operators_and_class_against_the_definitions(kind, n_rows, backend):
+    from test_fast_solver import rows_by_definition
+
+    from skntp._backend import get_backend, to_numpy
+    from skntp.svm import MaxMarginProblem
+    from skntp.svm._core import constraint_operator, program_class
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    rng = np.random.default_rng(n_rows)
+    B, T = 4, 5
+    scores = _score_maps(rng, B, T)[kind]
+    problem = MaxMarginProblem(scores, _random_constraints(rng, B, T, n_rows))
+    assert problem.shape == scores.shape
+    A = rows_by_definition(problem)  # S[b, a] - S[b, r] from the map's definition
+    np.testing.assert_allclose(problem.constraint_matrix().toarray(), A, rtol=1e-13,
+                               atol=1e-14)
+    assert problem._is_sparse_decoder() == (kind.startswith("decoder") and n_rows == 3)
+    be = get_backend(backend)
+    values, dual_to_primal = problem.operators(be)
+    w = rng.standard_normal(problem.shape)
+    lam = rng.standard_normal(n_rows)
+    np.testing.assert_allclose(to_numpy(values(be.asarray(w))), A @ w.ravel(),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(to_numpy(dual_to_primal(be.asarray(lam))).ravel(),
+                               A.T @ lam, rtol=1e-12, atol=1e-12)
+    op = constraint_operator(problem)
+    assert op.shape == A.shape
+    np.testing.assert_allclose(op.matvec(w.ravel()), A @ w.ravel(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(op.rmatvec(lam), A.T @ lam, rtol=1e-12, atol=1e-12)
+    want = {"keys": "keys", "decoder": "decoder", "decoder-scaled": "decoder",
+            "bilinear": "bilinear", "query-key": "bilinear"}[kind]
+    assert program_class(problem) == want
