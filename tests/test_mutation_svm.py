@@ -7,6 +7,7 @@ kills the survivors of the run named in its comment; see ``docs/mutation.md``,
 """
 
 import itertools
+import re
 import warnings
 
 import cvxpy as cp
@@ -1217,3 +1218,74 @@ def test_constraint_rows_operators_and_class_against_the_definitions(kind, n_row
     want = {"keys": "keys", "decoder": "decoder", "decoder-scaled": "decoder",
             "bilinear": "bilinear", "query-key": "bilinear"}[kind]
     assert program_class(problem) == want
+
+
+def test_constraints_validate_concatenate_and_count():
+    from skntp.svm import Constraints
+
+    c = Constraints([0, 1], [1, 0], [-1, 2], [1, 0], [False, True])
+    assert len(c) == 2 and isinstance(len(c), int)
+    assert c.block.dtype == c.pos.dtype == c.ref.dtype == np.int64
+    assert c.rhs.dtype == np.float64 and c.equality.dtype == bool
+    for name in ("pos", "ref", "rhs", "equality"):
+        args = {"block": [0, 1], "pos": [1, 0], "ref": [-1, 2], "rhs": [1, 0],
+                "equality": [False, True]}
+        args[name] = args[name][:1]
+        with pytest.raises(ValueError, match=rf"^constraint array '{name}' must have shape \(2,\)"):
+            Constraints(**args)
+    empty = Constraints.concatenate([Constraints([], [], [], [], [])])
+    assert len(empty) == 0
+    assert [a.dtype for a in (empty.block, empty.pos, empty.ref, empty.rhs, empty.equality)] \
+        == [np.int64, np.int64, np.int64, np.float64, bool]
+    d = Constraints([3], [2], [0], [2.5], [False])
+    both = Constraints.concatenate([c, Constraints([], [], [], [], []), d])
+    np.testing.assert_array_equal(both.block, [0, 1, 3])
+    np.testing.assert_array_equal(both.pos, [1, 0, 2])
+    np.testing.assert_array_equal(both.ref, [-1, 2, 0])
+    np.testing.assert_array_equal(both.rhs, [1.0, 0.0, 2.5])
+    np.testing.assert_array_equal(both.equality, [False, True, False])
+
+
+def test_score_maps_refuse_bad_arrays_and_measure_their_magnitude():
+    from skntp.svm import Constraints, MaxMarginProblem
+    from skntp.svm._core import KeyScores, QueryKeyScores
+
+    with pytest.raises(ValueError, match=r"^keys must be 3-D .* got shape \(2, 3\)"):
+        KeyScores(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="^keys must be finite"):
+        KeyScores(np.full((1, 2, 3), np.inf))
+    X, Z = np.arange(24.0).reshape(2, 3, 4) - 10.0, np.array([[0.5, -3.0], [2.0, 1.0]])
+    with pytest.raises(ValueError, match="^tokens must be finite"):
+        QueryKeyScores(np.full((2, 3, 4), np.nan), Z)
+    with pytest.raises(ValueError, match="^queries must be finite"):
+        QueryKeyScores(X, np.full((2, 2), np.nan))
+    for tokens, queries in [(X[0], Z), (X, Z[0]), (X, Z[:1])]:
+        shapes = re.escape(f"got shapes {tokens.shape} and {queries.shape}.")
+        with pytest.raises(ValueError, match=rf"^tokens must be 3-D .* blocks, {shapes}$"):
+            QueryKeyScores(tokens, queries)
+    qk = QueryKeyScores(X, Z)
+    assert qk.shape == (2, 4) and (qk.n_blocks, qk.n_positions) == (2, 3)
+    assert qk.magnitude() == 13.0 * 3.0  # max |x| max |z|
+    assert KeyScores(X).magnitude() == 13.0
+    # the lifted keys vec(z_b x_bt^T): <vec(W), key> = z_b^T W x_bt
+    W = np.random.default_rng(0).standard_normal((2, 4))
+    lifted = qk.lifted()
+    assert lifted.shape == (2, 3, 8)
+    np.testing.assert_allclose(lifted @ W.ravel(), np.einsum("bk,kd,btd->bt", Z, W, X),
+                               rtol=1e-13)
+    # a matrix norm of a vector parameter is refused by name
+    one = Constraints([0], [0], [1], [1.0], [False])
+    for norm in ("nuclear", "spectral"):
+        with pytest.raises(ValueError, match=rf"^norm='{norm}' needs a matrix parameter .*"
+                                             r"got shape \(4,\)"):
+            MaxMarginProblem(KeyScores(X), one, norm=norm)
+    assert MaxMarginProblem(qk, one, norm="nuclear").norm == "nuclear"
+    assert MaxMarginProblem(KeyScores(X), one, norm=["lp", 3]).norm == ("lp", 3.0)
+
+
+def test_norm_kinds_and_labels():
+    from skntp.svm._core import norm_kind, norm_label
+
+    assert [norm_kind(n) for n in ("fro", "max", ("lp", 1.5))] == ["fro", "max", "lp"]
+    assert [norm_label(n) for n in ("fro", "nuclear", ("lp", 1.5), ("lp", 3.0))] == [
+        "fro", "nuclear", "l1.5", "l3"]
