@@ -1289,3 +1289,135 @@ def test_norm_kinds_and_labels():
     assert [norm_kind(n) for n in ("fro", "max", ("lp", 1.5))] == ["fro", "max", "lp"]
     assert [norm_label(n) for n in ("fro", "nuclear", ("lp", 1.5), ("lp", 3.0))] == [
         "fro", "nuclear", "l1.5", "l3"]
+
+
+def _fake_methods(monkeypatch, results, **attrs):
+    """Register methods ``m0, m1, ...`` returning ``results`` in order; return the calls."""
+    from skntp.svm import _core
+
+    calls = []
+    names = []
+    for k, result in enumerate(results):
+        name = f"m{k}"
+
+        def method(problem, tol, max_iter, be, verbose, callback, name=name, result=result):
+            calls.append((name, tol, max_iter, be.name, verbose, be.dtype))
+            return None if result is None else _core.MaxMarginResult(**result)
+
+        for key, value in attrs.get(name, {}).items():
+            setattr(method, key, value)
+        monkeypatch.setitem(_core._METHODS, name, method)
+        monkeypatch.setitem(_core._METHOD_NORMS, name, ("fro",))
+        names.append(name)
+    monkeypatch.setitem(_core.AUTO_ORDER, "keys", tuple(names))
+    return calls
+
+
+def _one_row():
+    from skntp.svm import Constraints, KeyScores, MaxMarginProblem
+
+    return MaxMarginProblem(KeyScores(np.array([[[1.0, 0.0], [0.0, 1.0]]])),
+                            Constraints([0], [0], [1], [1.0], [False]), name="toy SVM")
+
+
+def _answer(violation, status="optimal", method="m"):
+    return dict(primal=np.array([0.5, -0.5]), dual=np.array([0.5]), method=method,
+                status=status, n_iter=7, gap=1e-3, max_violation=violation)
+
+
+def test_auto_passes_over_undecided_answers_to_the_next_method(monkeypatch):
+    from skntp.svm import solve_max_margin
+
+    # m0 declines, m1 ends far from feasibility, m2 hands over at max_iter, m3 answers
+    calls = _fake_methods(
+        monkeypatch,
+        [None, _answer(2e-3), _answer(0.0, "max_iter"), _answer(1e-3, "max_iter", "m3")],
+        m2={"hands_over": True})
+    seen = []
+    res = solve_max_margin(_one_row(), tol=1e-6, max_iter=9, verbose=2,
+                           callback=lambda *a: seen.append(a))
+    assert [c[0] for c in calls] == ["m0", "m1", "m2", "m3"]
+    assert calls[0][1:] == (1e-6, 9, "numpy", 2, np.float64)
+    assert res.method == "m3" and res.status == "max_iter"  # the last method answers
+    assert seen == [(7, 1e-3, 1e-3)]  # the returned result's figures, once
+    assert isinstance(res.primal, np.ndarray) and isinstance(res.dual, np.ndarray)
+    # a violation of exactly the threshold decides; a method that does not hand over
+    # answers with its max_iter result
+    calls = _fake_methods(monkeypatch, [_answer(1e-3, "max_iter", "m0"), _answer(0.0)])
+    assert solve_max_margin(_one_row()).method == "m0" and len(calls) == 1
+    # every method declines
+    _fake_methods(monkeypatch, [None, None])
+    with pytest.raises(ValueError, match="^no max-margin method accepts the problem toy SVM"):
+        solve_max_margin(_one_row())
+
+
+def test_a_named_method_answers_even_when_undecided_and_warns_if_it_hands_over(monkeypatch):
+    from skntp.svm import solve_max_margin
+
+    calls = _fake_methods(monkeypatch, [_answer(0.5, "max_iter", "m0"), _answer(0.0)],
+                          m0={"hands_over": True})
+    with pytest.warns(ConvergenceWarning,
+                      match=r"^toy SVM \(m0\): the certified relative duality gap is "
+                            r"1\.00e-03 > tol=1e-05"):
+        res = solve_max_margin(_one_row(), method="m0", tol=1e-5)
+    assert res.method == "m0" and [c[0] for c in calls] == ["m0"]
+    _fake_methods(monkeypatch, [_answer(0.0, "optimal", "m0")], m0={"hands_over": True})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert solve_max_margin(_one_row(), method="m0").status == "optimal"
+    # and in auto, the last method's max_iter result warns too
+    _fake_methods(monkeypatch, [_answer(0.0, "max_iter", "m0")], m0={"hands_over": True})
+    with pytest.warns(ConvergenceWarning, match="certified relative duality gap"):
+        solve_max_margin(_one_row())
+
+
+@pytest.mark.parametrize("own, pool", [(False, "size"), (1, 0), (None, np.inf)])
+def test_methods_run_under_the_blas_threads_they_ask_for(own, pool, monkeypatch):
+    from skntp.svm import _core, solve_max_margin
+
+    sizes = []
+    real = _core.blas_threads
+
+    def spy(size, be=None):
+        sizes.append(size)
+        return real(size, be)
+
+    monkeypatch.setattr(_core, "blas_threads", spy)
+    attrs = {} if own is False else {"blas_threads": own}
+    _fake_methods(monkeypatch, [_answer(0.0)], m0=attrs)
+    problem = _one_row()
+    solve_max_margin(problem)
+    assert sizes == [problem.scores.work_size if pool == "size" else pool]
+
+
+def test_solve_max_margin_validates_the_array_layer_and_upcasts_float32(monkeypatch):
+    from skntp.svm import solve_max_margin
+
+    calls = _fake_methods(monkeypatch, [_answer(0.0)])
+    solve_max_margin(_one_row(), dtype="float32")
+    assert calls[0][3:] == ("numpy", 0, np.float64)  # explicit programs run in float64
+    with pytest.raises(ValueError, match="dtype"):
+        solve_max_margin(_one_row(), dtype="int8")
+    with pytest.raises(ValueError, match="backend"):
+        solve_max_margin(_one_row(), backend="jax")
+
+
+def test_unit_scale_at_the_ends_of_the_well_scaled_range():
+    from skntp.svm._core import BilinearScores, KeyScores, _unit_scale
+
+    def keys(mag):
+        return KeyScores(np.array([[[mag, -0.5 * mag]]]))
+
+    tiny = np.finfo(np.float64).smallest_normal
+    assert _unit_scale(keys(0.0)) == 1.0
+    assert _unit_scale(keys(1e-4)) == 1.0 and _unit_scale(keys(1e4)) == 1.0
+    assert _unit_scale(keys(2e4)) == 1 / 2e4 and _unit_scale(keys(5e-5)) == 1 / 5e-5
+    assert _unit_scale(keys(-3e5)) == 1 / 3e5  # the magnitude is of |k|
+    assert _unit_scale(keys(tiny)) == 1 / tiny
+    assert _unit_scale(object()) == 1.0  # a map without a magnitude is taken as is
+    with pytest.raises(FloatingPointError, match="^toy: the data make scores of magnitude "
+                                                 "beyond float64"):
+        _unit_scale(keys(tiny / 2), "toy")
+    big = np.full((1, 1), 1e200)
+    with pytest.raises(FloatingPointError, match="^the program: the data make scores"):
+        _unit_scale(BilinearScores(big, big))
