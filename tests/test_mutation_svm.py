@@ -1421,3 +1421,56 @@ def test_unit_scale_at_the_ends_of_the_well_scaled_range():
     big = np.full((1, 1), 1e200)
     with pytest.raises(FloatingPointError, match="^the program: the data make scores"):
         _unit_scale(BilinearScores(big, big))
+
+
+def test_available_memory_reads_memavailable_and_falls_back(monkeypatch):
+    import builtins
+    import io
+    import os
+
+    from skntp.svm import _core
+
+    real_open = builtins.open
+    meminfo = "MemTotal:       8000 kB\nMemFree:        1000 kB\nMemAvailable:   2048 kB\n"
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/meminfo":
+            return io.StringIO(meminfo)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert _core.available_memory() == 2048 * 1024
+    meminfo = "MemTotal:       8000 kB\n"  # no MemAvailable line: the physical memory
+
+    def no_meminfo(path, *args, **kwargs):
+        if path == "/proc/meminfo":
+            raise OSError("no /proc")
+        return real_open(path, *args, **kwargs)
+
+    for opener in (fake_open, no_meminfo):
+        monkeypatch.setattr(builtins, "open", opener)
+        assert _core.available_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+            "SC_PHYS_PAGES")
+
+    def no_sysconf(name):
+        raise ValueError(name)
+
+    monkeypatch.setattr(os, "sysconf", no_sysconf)
+    assert _core.available_memory() == 1 << 62
+
+
+def test_check_program_size_at_four_fifths_of_the_memory(monkeypatch):
+    from skntp.svm import ProgramTooLargeError, _core
+
+    monkeypatch.setattr(_core, "available_memory", lambda: 2**30)
+    per = 0.8 * 2**30 / 1000
+    _core.check_program_size("toy", 1000, "Use less.", bytes_per_constraint=per)  # fits
+    with pytest.raises(ProgramTooLargeError,
+                       match=r"^toy: the program has 1e\+03 constraints and needs about 0\.801 "
+                             r"GiB of memory to build and solve; 1 GiB are available\. Use "
+                             r"less\.$"):
+        _core.check_program_size("toy", 1001, "Use less.", bytes_per_constraint=per)
+    n = int(0.8 * 2**30 // _core.BYTES_PER_CONSTRAINT)  # the default per-constraint cost
+    _core.check_program_size("toy", n, "Use less.")
+    with pytest.raises(ProgramTooLargeError):
+        _core.check_program_size("toy", n + 1, "Use less.")
