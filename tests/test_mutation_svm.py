@@ -1474,3 +1474,61 @@ def test_check_program_size_at_four_fifths_of_the_memory(monkeypatch):
     _core.check_program_size("toy", n, "Use less.")
     with pytest.raises(ProgramTooLargeError):
         _core.check_program_size("toy", n + 1, "Use less.")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_operators_of_one_position_and_rows_against_zero(backend):
+    # one position per block (T = 1): a row without a reference must not gather another
+    from skntp._backend import get_backend, to_numpy
+    from skntp.svm import Constraints, MaxMarginProblem
+    from skntp.svm._core import BilinearScores, KeyScores
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    be = get_backend(backend)
+    rng = np.random.default_rng(4)
+    Q = rng.standard_normal((5, 3))
+    cases = [
+        (BilinearScores(Q, None, n_outputs=1), Constraints([2], [0], [-1], [1.0], [False])),
+        (KeyScores(Q[:1, None, :]), Constraints([0], [0], [-1], [1.0], [False])),
+        (BilinearScores(Q, None, n_outputs=2),  # sparse path, one row against 0
+         Constraints([4, 1], [1, 0], [-1, 1], [1.0, 1.0], [False, False])),
+    ]
+    for scores, cons in cases:
+        problem = MaxMarginProblem(scores, cons)
+        A = problem.constraint_matrix().toarray()
+        values, dual_to_primal = problem.operators(be)
+        w = rng.standard_normal(problem.shape)
+        lam = rng.standard_normal(len(cons))
+        np.testing.assert_allclose(to_numpy(values(be.asarray(w))), A @ w.ravel(), rtol=1e-12)
+        np.testing.assert_allclose(to_numpy(dual_to_primal(be.asarray(lam))).ravel(),
+                                   A.T @ lam, rtol=1e-12)
+    assert MaxMarginProblem(*cases[0])._is_sparse_decoder()
+    assert MaxMarginProblem(*cases[2])._is_sparse_decoder()
+
+
+def test_norm_gap_by_hand_and_at_zero():
+    from skntp.svm import Constraints, MaxMarginProblem
+    from skntp.svm._core import KeyScores, norm_gap
+
+    rng = np.random.default_rng(6)
+    K = rng.standard_normal((4, 3, 5))
+    c = Constraints([0, 1, 2, 3, 3], [0, 1, 2, 0, 1], [1, -1, 0, 2, 2], [1.0, 2.0, 1.0, 0.0, 1.0],
+                    [False, False, True, False, False])
+    A = np.array([K[b, a] - (K[b, r] if r >= 0 else 0) for b, a, r in
+                  zip(c.block, c.pos, c.ref)])
+    for norm, dual in [("max", "l1"), ("l1", "max")]:
+        problem = MaxMarginProblem(KeyScores(K), c, norm=norm)
+        W, lam = rng.standard_normal(5), np.array([0.7, -0.2, -0.4, 1.1, 0.3])
+        gap, scaled = norm_gap(problem, W, lam)  # A from the problem
+        clipped = np.array([0.7, 0.0, -0.4, 1.1, 0.3])  # >= 0 except on the equality
+        size = np.abs(W).max() if norm == "max" else np.abs(W).sum()
+        dual_size = np.abs(A.T @ clipped).sum() if dual == "l1" else np.abs(A.T @ clipped).max()
+        np.testing.assert_allclose(scaled, clipped / dual_size, rtol=1e-13)
+        assert gap == pytest.approx((size - c.rhs @ clipped / dual_size) / size, rel=1e-12)
+        # W = 0: no gap whatever the multipliers; multipliers 0 (or only negative ones on
+        # inequalities) with W != 0: the whole of it
+        assert norm_gap(problem, np.zeros(5), lam)[0] == 0.0
+        assert norm_gap(problem, W, np.zeros(5))[0] == 1.0
+        assert norm_gap(problem, W / size, -np.abs(lam) * ~c.equality)[0] == 1.0
+        assert norm_gap(problem, np.zeros(5), np.zeros(5))[0] == 0.0
