@@ -1346,6 +1346,7 @@ def test_auto_passes_over_undecided_answers_to_the_next_method(monkeypatch):
     # answers with its max_iter result
     calls = _fake_methods(monkeypatch, [_answer(1e-3, "max_iter", "m0"), _answer(0.0)])
     assert solve_max_margin(_one_row()).method == "m0" and len(calls) == 1
+    assert calls[0][1:3] == (1e-8, 100_000)  # the documented defaults
     # every method declines
     _fake_methods(monkeypatch, [None, None])
     with pytest.raises(ValueError, match="^no max-margin method accepts the problem toy SVM"):
@@ -1533,3 +1534,31 @@ def test_norm_gap_by_hand_and_at_zero():
         assert norm_gap(problem, W, np.zeros(5))[0] == 1.0
         assert norm_gap(problem, W / size, -np.abs(lam) * ~c.equality)[0] == 1.0
         assert norm_gap(problem, np.zeros(5), np.zeros(5))[0] == 0.0
+
+
+def test_solve_max_margin_keeps_the_requested_device_and_names_the_program(monkeypatch):
+    from skntp.svm import Constraints, MaxMarginProblem, _core, solve_max_margin
+    from skntp.svm._core import BilinearScores, KeyScores
+
+    pytest.importorskip("torch")
+    requests = []
+    real = _core.get_backend
+
+    def spy(backend="numpy", device=None, dtype="float64"):
+        requests.append((backend, device, dtype))
+        return real(backend, device, dtype)
+
+    monkeypatch.setattr(_core, "get_backend", spy)
+    _fake_methods(monkeypatch, [_answer(0.0)])
+    small = MaxMarginProblem(KeyScores(1e-7 * np.array([[[1.0, 0.0], [0.0, 1.0]]])),
+                             Constraints([0], [0], [1], [1.0], [False]))
+    for problem in (_one_row(), small):  # small: solved at unit scale, then scaled back
+        requests.clear()
+        solve_max_margin(problem, backend="torch", device="cpu", dtype="float32")
+        assert requests and {r[:2] for r in requests} == {("torch", "cpu")}
+        assert requests[-1][2] == "float64"
+    big = np.full((1, 1), 1e200)
+    overflow = MaxMarginProblem(BilinearScores(big, big), Constraints([0], [0], [-1], [1.0],
+                                                                      [False]), name="toy")
+    with pytest.raises(FloatingPointError, match="^toy: the data make scores of magnitude"):
+        solve_max_margin(overflow)
