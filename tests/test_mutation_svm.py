@@ -1549,14 +1549,22 @@ def test_solve_max_margin_keeps_the_requested_device_and_names_the_program(monke
         return real(backend, device, dtype)
 
     monkeypatch.setattr(_core, "get_backend", spy)
-    _fake_methods(monkeypatch, [_answer(0.0)])
+    calls = _fake_methods(monkeypatch, [_answer(0.5), _answer(0.0)])
     small = MaxMarginProblem(KeyScores(1e-7 * np.array([[[1.0, 0.0], [0.0, 1.0]]])),
                              Constraints([0], [0], [1], [1.0], [False]))
+    seen = []
     for problem in (_one_row(), small):  # small: solved at unit scale, then scaled back
         requests.clear()
-        solve_max_margin(problem, backend="torch", device="cpu", dtype="float32")
+        calls.clear()
+        seen.clear()
+        res = solve_max_margin(problem, method="m0", tol=1e-5, max_iter=3, verbose=1,
+                               backend="torch", device="cpu", dtype="float32",
+                               callback=lambda *a: seen.append(a))
         assert requests and {r[:2] for r in requests} == {("torch", "cpu")}
         assert requests[-1][2] == "float64"
+        # the named method, with every option, and the callback's final figures
+        assert [c[:5] for c in calls] == [("m0", 1e-5, 3, "torch", 1)]
+        assert seen == [(7, 1e-3, 0.5)] and res.method == "m"
     big = np.full((1, 1), 1e200)
     overflow = MaxMarginProblem(BilinearScores(big, big), Constraints([0], [0], [-1], [1.0],
                                                                       [False]), name="toy")
