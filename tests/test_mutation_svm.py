@@ -6,6 +6,7 @@ kills the survivors of the run named in its comment; see ``docs/mutation.md``,
 "Run 3".
 """
 
+import importlib.util
 import itertools
 import re
 import warnings
@@ -1381,7 +1382,7 @@ def test_methods_run_under_the_blas_threads_they_ask_for(own, pool, monkeypatch)
     real = _core.blas_threads
 
     def spy(size, be=None):
-        sizes.append(size)
+        sizes.append((size, be.name))
         return real(size, be)
 
     monkeypatch.setattr(_core, "blas_threads", spy)
@@ -1389,7 +1390,26 @@ def test_methods_run_under_the_blas_threads_they_ask_for(own, pool, monkeypatch)
     _fake_methods(monkeypatch, [_answer(0.0)], m0=attrs)
     problem = _one_row()
     solve_max_margin(problem)
-    assert sizes == [problem.scores.work_size if pool == "size" else pool]
+    assert sizes == [(problem.scores.work_size if pool == "size" else pool, "numpy")]
+    if pool == "size":  # a score map that does not count its work: the library's pool
+        from dataclasses import replace
+
+        class Uncounted:
+            def __init__(self, base):
+                self._base = base
+
+            def __getattr__(self, name):
+                if name == "work_size":
+                    raise AttributeError(name)
+                return getattr(self._base, name)
+
+        sizes.clear()
+        solve_max_margin(replace(problem, scores=Uncounted(problem.scores)), method="m0")
+        assert sizes == [(np.inf, "numpy")]
+        if importlib.util.find_spec("torch") is not None:
+            sizes.clear()
+            solve_max_margin(problem, backend="torch")
+            assert sizes == [(problem.scores.work_size, "torch")]
 
 
 def test_solve_max_margin_validates_the_array_layer_and_upcasts_float32(monkeypatch):
@@ -1400,6 +1420,16 @@ def test_solve_max_margin_validates_the_array_layer_and_upcasts_float32(monkeypa
     assert calls[0][3:] == ("numpy", 0, np.float64)  # explicit programs run in float64
     with pytest.raises(ValueError, match="dtype"):
         solve_max_margin(_one_row(), dtype="int8")
+    # a method that does not minimize the program's norm: the message lists those that do
+    from skntp.svm import MaxMarginProblem
+
+    max_norm = MaxMarginProblem(_one_row().scores, _one_row().constraints, norm="max")
+    with pytest.raises(ValueError, match=r"method 'dcd' minimizes the fro norm, not the max "
+                                         r"norm of .*; use one of \[(.*)\]\.$") as info:
+        solve_max_margin(max_norm, method="dcd")
+    able = re.search(r"use one of \[(.*)\]", str(info.value)).group(1)
+    assert {"'highs'", "'lp-ipm'", "'cvxpy'", "'auto'"} <= set(able.split(", "))
+    assert not {"'dcd'", "'fast'", "'nnls'"} & set(able.split(", "))
     with pytest.raises(ValueError, match="backend"):
         solve_max_margin(_one_row(), backend="jax")
 
