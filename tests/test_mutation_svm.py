@@ -1600,3 +1600,18 @@ def test_solve_max_margin_keeps_the_requested_device_and_names_the_program(monke
                                                                       [False]), name="toy")
     with pytest.raises(FloatingPointError, match="^toy: the data make scores of magnitude"):
         solve_max_margin(overflow)
+
+
+def test_solver_options_accepted_and_refused():
+    from skntp.svm._core import _check_solver_options
+
+    for tol in (0, 0.0, np.float32(1e-3), np.int64(0), 1e-8):
+        _check_solver_options(tol, 1)
+    for max_iter in (1, np.int64(3), 100_000):
+        _check_solver_options(1e-8, max_iter)
+    for tol in (-1e-9, np.inf, np.nan, "1e-3", None, True + 0j):
+        with pytest.raises(ValueError, match="^tol must be a finite number >= 0, got"):
+            _check_solver_options(tol, 1)
+    for max_iter in (0, -1, True, 2.5, "3", None):
+        with pytest.raises(ValueError, match="^max_iter must be an integer >= 1, got"):
+            _check_solver_options(1e-8, max_iter)
