@@ -1228,6 +1228,9 @@ def test_constraints_validate_concatenate_and_count():
     c = Constraints([0, 1], [1, 0], [-1, 2], [1, 0], [False, True])
     assert len(c) == 2 and isinstance(len(c), int)
     assert c.block.dtype == c.pos.dtype == c.ref.dtype == np.int64
+    small = Constraints(*(np.array(a, dtype=np.int32) for a in ([0], [1], [-1], [1], [0])))
+    assert [a.dtype for a in (small.block, small.pos, small.ref, small.rhs, small.equality)] \
+        == [np.int64, np.int64, np.int64, np.float64, bool]
     assert c.rhs.dtype == np.float64 and c.equality.dtype == bool
     for name in ("pos", "ref", "rhs", "equality"):
         args = {"block": [0, 1], "pos": [1, 0], "ref": [-1, 2], "rhs": [1, 0],
@@ -1265,6 +1268,9 @@ def test_score_maps_refuse_bad_arrays_and_measure_their_magnitude():
         shapes = re.escape(f"got shapes {tokens.shape} and {queries.shape}.")
         with pytest.raises(ValueError, match=rf"^tokens must be 3-D .* blocks, {shapes}$"):
             QueryKeyScores(tokens, queries)
+    # a map without entries has magnitude 0
+    assert KeyScores(np.zeros((0, 2, 3))).magnitude() == 0.0
+    assert QueryKeyScores(np.zeros((0, 2, 3)), np.zeros((0, 2))).magnitude() == 0.0
     qk = QueryKeyScores(X, Z)
     assert qk.shape == (2, 4) and (qk.n_blocks, qk.n_positions) == (2, 3)
     assert qk.magnitude() == 13.0 * 3.0  # max |x| max |z|
