@@ -1259,6 +1259,12 @@ def test_score_maps_refuse_bad_arrays_and_measure_their_magnitude():
         KeyScores(np.ones((2, 3)))
     with pytest.raises(ValueError, match="^keys must be finite"):
         KeyScores(np.full((1, 2, 3), np.inf))
+    with pytest.raises(ValueError, match=r"^keys must be real; got complex values \(dtype "
+                                         r"complex128\)"):
+        KeyScores(np.ones((1, 2, 3)) + 1e-3j)
+    with pytest.raises(ValueError, match="^keys must be numeric: "):
+        KeyScores(np.full((1, 2, 3), "a"))
+    assert KeyScores(np.ones((1, 2, 3), dtype=int)).keys.dtype == np.float64
     X, Z = np.arange(24.0).reshape(2, 3, 4) - 10.0, np.array([[0.5, -3.0], [2.0, 1.0]])
     with pytest.raises(ValueError, match="^tokens must be finite"):
         QueryKeyScores(np.full((2, 3, 4), np.nan), Z)
