@@ -12,6 +12,7 @@ import zlib
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
+from test_references_ntp import min_norm_on_rows, ntp_svm_all_pairs
 
 from skntp.svm import (
     BilinearScores,
@@ -162,50 +163,14 @@ def rows_by_definition(problem):
     ]).reshape(len(c), -1)
 
 
-def ntp_rows_by_hand(H, S):
-    """Eq. (4a)-(4b), on ``W.ravel()`` (``W`` of shape ``(V, d)``):
-    ``(e_z - e_z')^T W h_j = 0`` for consecutive ``z < z'`` in ``S_j`` (the other pairs
-    of (4b) follow) and ``(e_z - e_v)^T W h_j >= 1``
-    for ``z`` in ``S_j``, ``v`` not in ``S_j``.  Returns ``rows, rhs, equality``."""
-    m, V = S.shape
-    rows, rhs, eq = [], [], []
-    for j in range(m):
-        ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
-        pairs = [(a, b, 0.0, True) for a, b in zip(ins[:-1], ins[1:])]
-        pairs += [(a, v, 1.0, False) for a in ins for v in outs]
-        for a, b, r, e in pairs:
-            row = np.zeros((V, H.shape[1]))
-            row[a], row[b] = H[j], -H[j]
-            rows.append(row.ravel())
-            rhs.append(r)
-            eq.append(e)
-    return np.array(rows), np.array(rhs), np.array(eq, bool)
-
-
 def tight_qp(rows, rhs, equality, shape):
-    """``min 1/2 ||w||^2`` s.t. ``rows w >= rhs`` (``= rhs`` where ``equality``) by
-    cvxpy/Clarabel to tight tolerances (the core's cvxpy path stops at a relative gap
-    ~1e-8, i.e. a relative error up to ~1e-4 in ``w``); None if Clarabel cannot."""
-    import cvxpy as cp
-
-    w = cp.Variable(rows.shape[1])
-    cons = []
-    if (~equality).any():
-        cons.append(rows[~equality] @ w >= rhs[~equality])
-    if equality.any():
-        cons.append(rows[equality] @ w == rhs[equality])
-    prob = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(w)), cons)
-    try:
-        prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11,
-                   max_iter=500)
-    except cp.error.SolverError:  # Clarabel could not reach these tolerances
-        return None
-    return np.asarray(w.value).reshape(shape) if prob.status == "optimal" else None
+    """``min ||w||^2`` on the rows, by cvxpy/Clarabel to 1e-11; None if it cannot."""
+    return min_norm_on_rows(rows, rhs, equality, shape, tight=True)
 
 
 def tight_ntp_svm(H, S):
     """The NTP-SVM of contexts ``H`` and supports ``S``, from (4a)-(4b) by hand."""
-    return tight_qp(*ntp_rows_by_hand(H, S), (S.shape[1], H.shape[1]))
+    return ntp_svm_all_pairs(H, S, tight=True)
 
 
 def tight_cvxpy(problem):

@@ -419,7 +419,7 @@ def test_pseudo_limits_defaults_on_the_label_positions():
 # ------------------------------------------------- run 5: the NTP programs (_ntp.py)
 
 
-def _ntp_rows_by_hand(S):
+def _anchored_ntp_rows(S):
     """(4a)-(4b) with the first in-support token of each context as its anchor:
     ``{(j, z, anchor, 0, True)}`` for ``z in S_j``, ``{(j, anchor, v, 1, False)}`` else."""
     rows = set()
@@ -445,7 +445,7 @@ def test_ntp_svm_problem_rows_are_4a_4b_dense_and_sparse_with_stored_zeros():
     rng = np.random.default_rng(5)
     S = rng.random((7, 6)) < 0.4
     S[np.arange(7), rng.integers(0, 6, 7)] = True
-    ref = _ntp_rows_by_hand(S)
+    ref = _anchored_ntp_rows(S)
     assert _rows_of(ntp_svm_problem(rng.standard_normal((7, 3)), S)) == ref
     # a sparse support with explicitly stored False entries: they are out of support
     coo = sp.coo_matrix(S)
