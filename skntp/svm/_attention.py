@@ -453,8 +453,10 @@ def solve_ldp(G, h):
 
     With ``E = [G^T; h^T]`` and ``f = e_{d+1}``, let ``u = argmin_{u >= 0}
     ||E u - f||`` and ``r = E u - f``.  If ``r = 0`` the program is
-    infeasible; otherwise ``x = -r_{1:d} / r_{d+1}`` and the multipliers are
-    ``lam = u / (1 - h^T u)`` (``x = G^T lam``).
+    infeasible (numerically ``-r_{d+1} = 1 - h^T u <= 1e-12``: a margin ``1 / ||x||``
+    below about 1e-6); otherwise ``x = -r_{1:d} / r_{d+1}`` and the multipliers are
+    ``lam = u / (1 - h^T u)`` (``x = G^T lam``).  NNLS may take ``50 (m + d + 1)``
+    iterations; scipy raises ``RuntimeError`` beyond.
 
     Returns
     -------
@@ -554,7 +556,9 @@ def _initial_working_set(rows, h, k):
     """The ``k`` constraints tightest at a cheap point ``x0 = c u``.
 
     ``u`` is the normalized sum of the rows and ``c`` the smallest scale that
-    satisfies every constraint with ``row . u > 0``.
+    satisfies every constraint with ``row . u > 1e-12 max(1, max_i |row_i . u|)``
+    (``c = 1`` when that scale is not positive); the ``k`` smallest slacks
+    ``c row . u - h``.  When the rows sum to zero, the ``k`` largest ``h``.
     """
     u = rows.row_sum()
     nu = float(np.linalg.norm(u))
@@ -662,8 +666,11 @@ def _row_norms(rows, m):
 def _smallest(values, k):
     """Indices of about the ``k`` smallest values (exactly ``k`` for short arrays).
 
-    Long arrays are cut at the matching quantile of a strided sample, cheaper
-    than a full partition; the pool needs no exact size.
+    ``k >= m``: every index, in order.  ``m <= 16 k``: exactly the ``k`` smallest.
+    Longer arrays are cut at the matching quantile (``k / m``) of a strided sample
+    of about ``4 k`` values, cheaper than a full partition; the pool needs no exact
+    size: every value at most the cut, or the ``k`` smallest of those when there
+    are more than ``4 k`` (many ties at the cut).
     """
     m = values.size
     if k >= m:

@@ -1,0 +1,266 @@
+"""Tests added for mutation run 9: the attention programs and their methods
+(``skntp/svm/_attention.py``) and the nuclear-norm interior-point method
+(``skntp/svm/_nuclear.py``).
+
+Each test checks documented behaviour against a value written here by hand (the
+definition in a docstring, a closed form, a program in cvxpy) and names the
+survivors it kills; see ``docs/mutation.md``, "Run 9".
+"""
+
+import numpy as np
+import pytest
+from test_nuclear import _instance as _key_query_instance
+
+import skntp.svm._attention as svm_attention
+from skntp.svm import (
+    NotSeparableError,
+    att_svm_prime,
+    att_svm_w,
+    is_locally_optimal,
+    min_score_gap,
+)
+
+
+class _DenseRows:
+    """The interface of ``_KeyRows`` over a dense ``G``, recording what is read."""
+
+    def __init__(self, G):
+        self.G = np.asarray(G, dtype=float)
+        self.read = []
+
+    def rows(self, idx=None):
+        self.read.append(idx)
+        return (self.G if idx is None else self.G[idx]).copy()
+
+    def values(self, x):
+        return self.G @ x
+
+    def row_sum(self):
+        return self.G.sum(axis=0)
+
+
+# ------------------------------------------------- Def. 2: local optimality
+
+
+def test_local_optimality_is_strict_and_reads_only_the_neighbors():
+    # is_locally_optimal 3 (neighbors dropped), 7 (>= 0): gamma_{i alpha_i} - gamma_it
+    # over t in T_i, by hand
+    scores = np.array([[2.0, 1.0, 3.0], [1.0, 1.0, 0.0]])
+    selected = [0, 0]
+    below = np.array([[False, True, False], [False, False, True]])
+    tie = np.array([[False, True, False], [False, True, False]])
+    above = np.array([[False, False, True], [False, False, False]])
+    assert min_score_gap(scores, selected, below) == 1.0
+    assert is_locally_optimal(scores, selected, below)
+    assert min_score_gap(scores, selected, tie) == 0.0
+    assert not is_locally_optimal(scores, selected, tie)  # Def. 2 asks for strictly lower
+    assert min_score_gap(scores, selected, above) == -1.0
+    assert not is_locally_optimal(scores, selected, above)
+    assert min_score_gap(scores, selected, np.zeros((2, 3), bool)) == np.inf
+
+
+# ------------------------------------------------- App. D: ATT-SVM' by enumeration
+
+
+def test_att_svm_prime_enumerates_at_most_4096_choices_by_default(monkeypatch):
+    # att_svm_prime 3 (default 4097): 4097 = 17 * 241 choices are refused before any
+    # program is built; 4096 = 16 * 256 are enumerated (stopped here at the first build)
+    class Built(Exception):
+        pass
+
+    def build(*args, **kwargs):
+        raise Built
+
+    monkeypatch.setattr(svm_attention, "att_svm_problem", build)
+    keys = np.random.default_rng(0).standard_normal((2, 257, 2))
+    for sizes, refused in (((17, 241), True), ((16, 256), False)):
+        optimal = np.zeros((2, 257), bool)
+        optimal[0, :sizes[0]] = True
+        optimal[1, :sizes[1]] = True
+        if refused:
+            with pytest.raises(ValueError, match="4097 > max_combinations=4096"):
+                att_svm_prime(keys, optimal)
+        else:
+            with pytest.raises(Built):
+                att_svm_prime(keys, optimal)
+
+
+# ------------------------------------------------- least-distance programming by NNLS
+
+
+@pytest.mark.parametrize("norm_x, feasible", [(0.9e6, True), (1.2e6, False)])
+def test_solve_ldp_calls_a_margin_below_1e_6_infeasible(norm_x, feasible):
+    # solve_ldp 19 (f = 2 e_{d+1} halves the threshold): min |x| s.t. x / norm_x >= 1
+    # is x = norm_x, 1 - h^T u = 1 / (1 + norm_x^2) = 1.23e-12 resp. 6.9e-13
+    x, lam = svm_attention.solve_ldp([[1.0 / norm_x]], [1.0])
+    if feasible:
+        assert x == pytest.approx([norm_x], rel=1e-3)
+        assert lam == pytest.approx([norm_x ** 2], rel=1e-3)  # x = G^T lam
+    else:
+        assert x is None and lam is None
+
+
+def test_solve_ldp_allows_nnls_50_m_d_1_iterations(monkeypatch):
+    # solve_ldp 23, 26 (scipy's default 3 m), 28, 29, 31 (other counts)
+    import scipy.optimize
+
+    seen, exact = [], scipy.optimize.nnls
+
+    def spy(A, b, maxiter=None, **kwargs):
+        seen.append(maxiter)
+        return exact(A, b, maxiter=maxiter, **kwargs)
+
+    monkeypatch.setattr(scipy.optimize, "nnls", spy)
+    G = np.random.default_rng(1).standard_normal((7, 3))
+    x, _ = svm_attention.solve_ldp(G, np.ones(7))
+    assert seen == [50 * (7 + 3 + 1)]
+    monkeypatch.setattr(scipy.optimize, "nnls", exact)
+    ref, _ = svm_attention.solve_ldp(G, np.ones(7))
+    np.testing.assert_array_equal(x, ref)
+
+
+# ------------------------------------------------- the working set's helpers
+
+
+def test_smallest_returns_what_its_docstring_says():
+    rng = np.random.default_rng(2)
+    smallest = svm_attention._smallest
+    # _smallest 2: k >= m is every index, in order
+    v = rng.random(10)
+    np.testing.assert_array_equal(smallest(v, 10), np.arange(10))
+    np.testing.assert_array_equal(smallest(v, 11), np.arange(10))
+    # _smallest 4 (m = 16 k not exact), 11, 12 (k + 1, k - 2): exactly the k smallest
+    for m, k in ((10, 3), (48, 3), (80, 5), (160, 10)):
+        for _ in range(20):
+            v = rng.random(m)
+            got = smallest(v, k)
+            assert sorted(got) == sorted(np.argsort(v)[:k]), (m, k)
+    # long arrays: every value at most the cut, about k of them
+    for _ in range(20):
+        v = rng.random(4000)
+        got = np.sort(smallest(v, 20))
+        assert 1 <= got.size <= 80
+        np.testing.assert_array_equal(got, np.flatnonzero(v <= v[got].max()))
+
+
+def test_smallest_cuts_ties_at_the_quantile_to_k():
+    smallest = svm_attention._smallest
+    m, k = 1000, 5  # a sample of every 50th value, cut at its smallest
+    # _smallest 29 (< cut): all values tied, the pool must not be empty
+    got = smallest(np.ones(m), k)
+    assert got.size == k
+    # _smallest 30 (>= 4 k): exactly 4 k = 20 values at the cut are all kept
+    v = np.ones(m)
+    v[np.arange(0, 1000, 50)] = 0.0
+    assert sorted(smallest(v, k)) == list(range(0, 1000, 50))
+    # _smallest 32 (> 5 k), 38, 39: 24 distinct values at most the cut (23 below it)
+    # are cut to the k smallest of them
+    rng = np.random.default_rng(3)
+    off_sample = np.setdiff1d(np.arange(m), np.arange(0, m, 50))
+    for _ in range(20):
+        v = np.ones(m)
+        low = rng.choice(off_sample, 23, replace=False)
+        v[low] = 0.5 * rng.random(23)
+        v[0] = 0.6  # the smallest sample value: the cut
+        got = smallest(v, k)
+        assert sorted(got) == sorted(low[np.argsort(v[low])[:k]])
+
+
+def test_row_norms_reads_each_row_once_in_chunks(monkeypatch):
+    # _row_norms 7, 8, 11, 12, 13, 14: chunks of _DAS_NORM_CHUNK rows, each read once
+    monkeypatch.setattr(svm_attention, "_DAS_NORM_CHUNK", 3)
+    G = np.random.default_rng(4).standard_normal((10, 4))
+    rows = _DenseRows(G)
+    np.testing.assert_allclose(svm_attention._row_norms(rows, 10),
+                               np.sqrt((G ** 2).sum(axis=1)), rtol=1e-14)
+    spans = [range(10)[s] for s in rows.read]
+    assert all(len(s) <= 3 for s in spans)
+    assert sorted(i for s in spans for i in s) == list(range(10))
+
+
+def _initial_by_hand(G, h, k):
+    """The docstring of ``_initial_working_set``, on dense rows."""
+    u = G.sum(axis=0)
+    if np.linalg.norm(u) == 0:
+        order = np.argsort(-h)
+    else:
+        au = G @ (u / np.linalg.norm(u))
+        pos = au > 1e-12 * max(1.0, np.abs(au).max())
+        c = max(h[pos] / au[pos]) if pos.any() else 1.0
+        order = np.argsort((c if c > 0 else 1.0) * au - h)
+    return set(order[:k].tolist())
+
+
+def _rows_along_e1(a, b_scale=1.0, rng=None):
+    """Rows ``(a_i, b_i)`` with ``sum_i b_i = 0``: their sum is along ``e_1``, so
+    ``row_i . u = a_i`` (for ``sum a > 0``)."""
+    b = b_scale * rng.standard_normal(len(a))
+    b -= b.mean()
+    return np.column_stack([a, b])
+
+
+def test_initial_working_set_is_the_tightest_at_the_scaled_row_sum():
+    # _initial_working_set 6, 32, 34, 39, 42, 43, 48, 49: random rows and right-hand
+    # sides, every regime of the scale c
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        m, d, k = rng.integers(8, 30), rng.integers(2, 6), rng.integers(2, 6)
+        G = rng.standard_normal((m, d)) + (trial % 3) * rng.standard_normal(d)
+        h = [np.ones(m), rng.random(m), 0.1 * rng.random(m), -rng.random(m),
+             rng.standard_normal(m)][trial % 5]
+        got = svm_attention._initial_working_set(_DenseRows(G), h, k)
+        assert len(got) == k
+        assert set(got.tolist()) == _initial_by_hand(G, h, k), trial
+
+
+def test_initial_working_set_edge_cases():
+    rng = np.random.default_rng(6)
+    iws = svm_attention._initial_working_set
+    # _initial_working_set 15, 16: rows that sum to zero give the k largest h
+    for _ in range(20):
+        g = rng.integers(-5, 6, (6, 3)).astype(float)  # sums exactly to zero
+        G = np.vstack([g, -g])
+        h = rng.random(12)
+        assert set(iws(_DenseRows(G), h, 4).tolist()) == set(np.argsort(-h)[:4].tolist())
+    # _initial_working_set 38: h = 0 (relaxed inputs) keeps c = 1, the smallest a_i
+    a = rng.permutation(np.arange(1.0, 13.0))
+    G = _rows_along_e1(a - 4.0, rng=rng)
+    assert set(iws(_DenseRows(G), np.zeros(12), 3).tolist()) == set(np.argsort(a)[:3].tolist())
+    # _initial_working_set 35, 37, 40: no positive ratio (h <= 0 where a_i > 0): c = 1,
+    # rows 0-3, 5, 7 (c = 2 would take row 4 for row 7; c = max ratio < 0 differs too)
+    G = _rows_along_e1(np.arange(-3.0, 9.0), rng=rng)
+    h = np.r_[1.0, 2.0, 3.0, 4.0, -np.array([5.0, 0.5, 4.0, 1.0, 3.0, 2.0, 0.1, 6.0])]
+    assert set(iws(_DenseRows(G), h, 6).tolist()) == {0, 1, 2, 3, 5, 7}
+    # _initial_working_set 20 (every row), 23: a row orthogonal to u with h > 0 is not
+    # used for c
+    a = np.r_[rng.random(11) + 0.5, 0.0]
+    G = _rows_along_e1(a, rng=rng)
+    h = np.ones(12)
+    assert set(iws(_DenseRows(G), h, 3).tolist()) == _initial_by_hand(G, h, 3)
+    assert 11 in _initial_by_hand(G, h, 3)
+    # the cut at 1e-12 max(1, max |a_i|): 22 (1e-12 / max), 28 (max(2, .)), 19 (c u
+    # computed from u ||u||, which moves the cut when max |a_i| < 1 < ||u||)
+    # A row with a_i = -1, h_i = -50 is among the tightest only when the tiny row sets c.
+    for a_tiny, big, n_big, used in ((1e-11, 100.0, 11, False), (1.5e-12, 0.999, 11, True),
+                                     (5e-13, 0.1, 40, False)):
+        a = np.r_[big * (1 + 0.01 * np.arange(n_big)), a_tiny, -1.0]
+        G = _rows_along_e1(a, rng=rng)
+        h = np.r_[np.ones(n_big + 1), -50.0]
+        expected = _initial_by_hand(G, h, 2)
+        assert set(iws(_DenseRows(G), h, 2).tolist()) == expected, a_tiny
+        assert (a.size - 1 in expected) == used, a_tiny
+
+
+# ------------------------------------------------- the nuclear-norm interior-point method
+
+
+def test_nuclear_ipm_certifies_infeasibility_exactly():
+    # _raise_if_infeasible 6 (the Frobenius program on its bilinear scores): the
+    # docstring promises an exact certificate (a Farkas ray of a key-score method),
+    # not the fast method's "normalized margin below 1e-9"
+    X, Z, sel = _key_query_instance(0, n=10, T=6, d=4, self_attention=True)
+    with pytest.raises(NotSeparableError) as info:
+        att_svm_w(X, Z, sel, norm="nuclear", method="nuclear-ipm")
+    assert "not separable" in str(info.value)
+    assert "below 1e-09" not in str(info.value)
+    assert "dual active set" in str(info.value) or "NNLS" in str(info.value)
