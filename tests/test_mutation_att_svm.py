@@ -9,10 +9,15 @@ survivors it kills; see ``docs/mutation.md``, "Run 9".
 
 import numpy as np
 import pytest
+from test_fast_solver import rel_err, rows_by_definition, tight_qp
+from test_nnls_working_set import _att
 from test_nuclear import _instance as _key_query_instance
 
 import skntp.svm._attention as svm_attention
 from skntp.svm import (
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
     NotSeparableError,
     att_svm_prime,
     att_svm_w,
@@ -264,3 +269,153 @@ def test_nuclear_ipm_certifies_infeasibility_exactly():
     assert "not separable" in str(info.value)
     assert "below 1e-09" not in str(info.value)
     assert "dual active set" in str(info.value) or "NNLS" in str(info.value)
+
+
+# ------------------------------------------------- the "nnls" method
+
+
+def _head_program(n, d, seed=0, rhs=None):
+    """Head-SVM rows ``y_i r_i^T v >= rhs_i`` of a separable sample."""
+    rng = np.random.default_rng(seed)
+    R = rng.standard_normal((n, d))
+    y = np.sign(R @ rng.standard_normal(d))
+    rhs = np.ones(n) if rhs is None else np.asarray(rhs, dtype=float)
+    return MaxMarginProblem(
+        KeyScores((y[:, None] * R)[:, None, :]),
+        Constraints(np.arange(n), np.zeros(n), -np.ones(n), rhs, np.zeros(n, bool)),
+        name="head SVM")
+
+
+def _record_nnls(problem, monkeypatch):
+    """Solve with "nnls", recording each LDP's rows (``None``: all) and answer."""
+    rounds = []
+    exact_rows, exact_ldp = svm_attention._KeyRows.rows, svm_attention._solve_ldp_checked
+
+    def rows(self, idx=None):
+        rounds.append([None if idx is None else np.array(idx)])
+        return exact_rows(self, idx)
+
+    def ldp(G, h, problem):
+        out = exact_ldp(G, h, problem)
+        rounds[-1].append(out)
+        return out
+
+    monkeypatch.setattr(svm_attention._KeyRows, "rows", rows)
+    monkeypatch.setattr(svm_attention, "_solve_ldp_checked", ldp)
+    res = svm_attention._solve_nnls(problem, 1e-8, 100, None, 0)
+    monkeypatch.setattr(svm_attention._KeyRows, "rows", exact_rows)
+    monkeypatch.setattr(svm_attention, "_solve_ldp_checked", exact_ldp)
+    return res, rounds
+
+
+def test_nnls_solves_a_small_program_whole_with_loose_negative_rhs(monkeypatch):
+    # _solve_nnls 24, 25 (n_iter), 45 (g x + h as the slack): rows with rhs -5 are
+    # loose; one LDP of all rows; the answer is (ATT-SVM)'s on rows by definition
+    problem = _head_program(40, 5, rhs=np.r_[np.ones(30), np.full(10, -5.0)])
+    res, rounds = _record_nnls(problem, monkeypatch)
+    assert len(rounds) == 1 and rounds[0][0] is None
+    assert res.n_iter == 1 and res.method == "nnls"
+    G = rows_by_definition(problem)
+    ref = tight_qp(G, problem.constraints.rhs, problem.constraints.equality, problem.shape)
+    assert rel_err(res.primal, ref) <= 1e-6
+    x = res.primal.ravel()
+    assert res.max_violation == max(0.0, float((problem.constraints.rhs - G @ x).max()))
+    assert res.max_violation <= 1e-12
+    np.testing.assert_allclose(G.T @ res.dual, x, atol=1e-10)  # x = G^T lam
+
+
+@pytest.mark.parametrize("initial", [None, 10, 40])
+def test_nnls_working_set_rounds_follow_the_rule(initial, monkeypatch):
+    # _solve_nnls 59 (n_iter), 78 (no stop at a feasible point), 90 (keeps rows with
+    # zero multiplier), 92 (dropped rows never return), 100, 101, 102 (rows added):
+    # each round checked by hand on rows written from the definition; a small first
+    # working set (_WS_INITIAL) makes more rounds
+    if initial is not None:
+        monkeypatch.setattr(svm_attention, "_WS_INITIAL", initial)
+    size = svm_attention._WS_INITIAL
+    total = 0
+    for args, seed in (((400, 10, 30), 1), ((120, 16, 30), 0), ((200, 6, 8), 2)):
+        problem = _att(np.random.default_rng(seed), *args)
+        h, n, d = problem.constraints.rhs, len(problem.constraints), args[2]
+        G = rows_by_definition(problem)
+        res, rounds = _record_nnls(problem, monkeypatch)
+        assert res is not None and res.n_iter == len(rounds)
+        total += len(rounds)
+        assert set(rounds[0][0].tolist()) == _initial_by_hand(G, h, size)
+        for k, (work, (x, lam)) in enumerate(rounds):
+            vals = G @ x - h
+            outside = np.setdiff1d(np.arange(n), work)
+            violated = -vals[outside].min() > max(1e-9, -vals[work].min())
+            if k == len(rounds) - 1:
+                assert not violated
+                break
+            assert violated, k
+            keep = work[lam > 0]
+            others = np.setdiff1d(np.arange(n), keep)
+            n_add = min(2 * (d + 1), n - keep.size)
+            added = others[np.argsort(vals[others])[:n_add]]
+            assert set(rounds[k + 1][0].tolist()) == set(keep.tolist()) | set(added.tolist())
+        np.testing.assert_array_equal(res.dual[work], lam)
+        assert not res.dual[outside].any()
+    assert total >= 6
+
+
+def test_nnls_stops_after_the_round_limit(monkeypatch):
+    # _solve_nnls 59, 60, 61: _WS_MAX_ROUNDS rounds at most; one short of the rounds
+    # needed, the answer violates its program and is declined
+    monkeypatch.setattr(svm_attention, "_WS_INITIAL", 10)
+    problem = _att(np.random.default_rng(1), 400, 10, 30)
+    needed = svm_attention._solve_nnls(problem, 1e-8, 100, None, 0).n_iter
+    assert needed >= 3
+    monkeypatch.setattr(svm_attention, "_WS_MAX_ROUNDS", needed)
+    assert svm_attention._solve_nnls(problem, 1e-8, 100, None, 0).n_iter == needed
+    monkeypatch.setattr(svm_attention, "_WS_MAX_ROUNDS", needed - 1)
+    assert svm_attention._solve_nnls(problem, 1e-8, 100, None, 0) is None
+
+
+@pytest.mark.parametrize("h_scale", [1.0, 1e3])
+def test_nnls_declines_an_answer_violating_by_more_than_1e_6_scale(h_scale, monkeypatch):
+    # _solve_nnls 12 (scale 1), 18 (scale at least 2): the answer x (1 - delta) violates
+    # the active rows by delta * h; accepted up to 1e-6 max(1, max |h|)
+    problem = _head_program(40, 5, rhs=np.full(40, h_scale))
+    exact = svm_attention._solve_ldp_checked
+    for delta, accepted in ((0.5e-6, True), (1.5e-6, False)):
+        monkeypatch.setattr(svm_attention, "_solve_ldp_checked",
+                            lambda G, h, p, delta=delta: ((1 - delta) * exact(G, h, p)[0],
+                                                          exact(G, h, p)[1]))
+        res = svm_attention._solve_nnls(problem, 1e-8, 100, None, 0)
+        assert (res is not None) == accepted, delta
+        if accepted:
+            assert res.max_violation == pytest.approx(delta * h_scale, rel=1e-2)
+
+
+def test_nnls_size_limits(monkeypatch):
+    # _solve_nnls 6 (2000 parameters declined), 31, 32, 33, 34 (the whole-program size
+    # max(300, 2 (d + 1)) = 402 for d = 200)
+    for d, solved in ((2000, True), (2001, False)):
+        res = svm_attention._solve_nnls(_head_program(3, d), 1e-8, 100, None, 0)
+        assert (res is not None) == solved, d
+    for n, whole in ((402, True), (403, False)):
+        _, rounds = _record_nnls(_head_program(n, 200), monkeypatch)
+        assert (rounds[0][0] is None) == whole, n
+        if not whole:
+            assert rounds[0][0].size == 300
+
+
+def test_solve_ldp_without_constraints_is_zero():
+    x, lam = svm_attention.solve_ldp(np.zeros((0, 3)), np.zeros(0))
+    np.testing.assert_array_equal(x, np.zeros(3))
+    assert lam.shape == (0,)
+
+
+def test_att_svm_prime_reads_optimal_as_booleans():
+    # att_svm_prime 12, 14: a 0/1 float array is the same selection as booleans
+    rng = np.random.default_rng(3)
+    K = rng.standard_normal((3, 4, 5))
+    opt = np.zeros((3, 4), bool)
+    opt[:, :2] = True
+    p, alpha, tied = att_svm_prime(K, opt)
+    p2, alpha2, tied2 = att_svm_prime(K, opt.astype(float))
+    np.testing.assert_array_equal(p2, p)
+    np.testing.assert_array_equal(alpha2, alpha)
+    assert tied2 == tied

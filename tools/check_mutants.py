@@ -3,8 +3,10 @@
 mutmut runs in its own worktree (its results are lost when a source file there changes),
 so tests written for its survivors live in another checkout.  For each named mutant this
 applies the diff that ``mutmut show`` prints to a scratch copy of that checkout, runs the
-given tests there, and says whether they fail (the mutant is killed) or pass.  A diff
-whose removed lines occur more than once in the file is reported as ambiguous and not run.
+given tests there, and says whether they fail (the mutant is killed) or pass.  The diff
+is applied inside the mutated function, with the diff's context lines where the removed
+lines occur there more than once; one still not unique is reported as ambiguous and not
+run.
 
 Usage (see docs/mutation.md)::
 
@@ -21,15 +23,49 @@ import tempfile
 from pathlib import Path
 
 
-def mutant_diff(mutmut_dir, name):
-    """``(removed, added)`` source text of one mutant, from ``mutmut show``."""
+def mutant_diff(mutmut_dir, name, context=False):
+    """``(removed, added)`` source text of one mutant, from ``mutmut show``; with
+    ``context``, each with the diff's unchanged lines around it."""
     out = subprocess.run(["mutmut", "show", name], cwd=mutmut_dir, capture_output=True,
                          text=True, check=False).stdout
-    lines = [line for line in out.splitlines()
-             if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    removed = "\n".join(line[1:] for line in lines if line[0] == "-")
-    added = "\n".join(line[1:] for line in lines if line[0] == "+")
+    lines = out.splitlines()
+    if any(line.startswith("@@") for line in lines):
+        lines = lines[next(i for i, line in enumerate(lines) if line.startswith("@@")) + 1:]
+    keep = (" ", "-", "+") if context else ("-", "+")
+    lines = [line for line in lines if line[:1] in keep and not line.startswith(("+++", "---"))]
+    removed = "\n".join(line[1:] for line in lines if line[0] in " -")
+    added = "\n".join(line[1:] for line in lines if line[0] in " +")
     return removed, added
+
+
+def function_span(text, label):
+    """``(start, end)`` of the mutated function's text (the whole text if not found).
+
+    mutmut names a function ``x_NAME__mutmut_K`` and a method
+    ``xǁCLASSǁNAME__mutmut_K``; the span runs from its ``def`` to the next line that is
+    indented no deeper and is not blank, a comment or a closing bracket.
+    """
+    stem = label.rsplit("__mutmut_", 1)[0]
+    parts = stem.split("ǁ")
+    func = parts[2] if len(parts) == 3 else stem[2:]
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    in_class = len(parts) != 3
+    for i, line in enumerate(lines):
+        if len(parts) == 3 and line.startswith(f"class {parts[1]}"):
+            in_class = True
+        stripped = line.lstrip()
+        if in_class and stripped.startswith(f"def {func}("):
+            indent = len(line) - len(stripped)
+            for j in range(i + 1, len(lines)):
+                body = lines[j].lstrip()
+                if body and not body.startswith(("#", ")", "]", "}")) \
+                        and len(lines[j]) - len(body) <= indent:
+                    return offsets[i], offsets[j]
+            return offsets[i], offsets[-1]
+    return 0, len(text)
 
 
 def main(argv=None):
@@ -55,10 +91,15 @@ def main(argv=None):
         for name in args.names:
             removed, added = mutant_diff(args.mutmut_dir, name)
             label = name.rsplit(".", 1)[-1]
-            if not removed or original.count(removed) != 1:
+            start, end = function_span(original, label)
+            span = original[start:end]
+            if removed and span.count(removed) > 1:  # the same line twice: add the context
+                removed, added = mutant_diff(args.mutmut_dir, name, context=True)
+            if not removed or span.count(removed) != 1:
                 print(f"{label}: ambiguous", flush=True)
                 continue
-            target.write_text(original.replace(removed, added))
+            target.write_text(original[:start] + span.replace(removed, added)
+                              + original[end:])
             cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                    *args.tests] + (["-k", args.k] if args.k else [])
             run = subprocess.run(cmd, cwd=scratch, capture_output=True, text=True,

@@ -456,7 +456,7 @@ def solve_ldp(G, h):
     infeasible (numerically ``-r_{d+1} = 1 - h^T u <= 1e-12``: a margin ``1 / ||x||``
     below about 1e-6); otherwise ``x = -r_{1:d} / r_{d+1}`` and the multipliers are
     ``lam = u / (1 - h^T u)`` (``x = G^T lam``).  NNLS may take ``50 (m + d + 1)``
-    iterations; scipy raises ``RuntimeError`` beyond.
+    iterations; scipy raises ``RuntimeError`` beyond.  Without constraints ``x = 0``.
 
     Returns
     -------
@@ -469,6 +469,8 @@ def solve_ldp(G, h):
     G = np.asarray(G, dtype=float)
     h = np.asarray(h, dtype=float)
     m, d = G.shape
+    if m == 0:  # no constraint (scipy's nnls does not take a matrix without columns)
+        return np.zeros(d), np.zeros(0)
     E = np.vstack([G.T, h[None, :]])
     f = np.zeros(d + 1)
     f[d] = 1.0
@@ -573,6 +575,19 @@ def _initial_working_set(rows, h, k):
 
 
 def _solve_nnls(problem, tol, max_iter, be, verbose, callback=None):
+    """The "nnls" method: key-score programs without equalities, by least distance.
+
+    Declines (None) other programs and those of more than ``_NNLS_MAX_DIM`` (2000)
+    parameters.  At most ``max(_WS_INITIAL, 2 (d + 1))`` constraints (``_WS_INITIAL =
+    300``): one :func:`solve_ldp` of the whole program.  More: a working set ``W``,
+    first the ``_WS_INITIAL`` rows of :func:`_initial_working_set`; each round solves
+    the LDP on ``W``, stops when no row outside ``W`` is violated beyond ``max(1e-9
+    scale, the violation on W)`` (``scale = max(1, max |h|)``), else keeps the rows of
+    ``W`` with positive multipliers and adds the ``min(2 (d + 1), m - |keep|)`` other
+    rows of smallest ``g_i x - h_i``; at most ``_WS_MAX_ROUNDS`` (500) rounds.
+    ``n_iter`` is the number of LDP solves.  An answer that violates a constraint by
+    more than ``1e-6 scale`` is declined.
+    """
     c = problem.constraints
     if not isinstance(problem.scores, KeyScores) or c.equality.any():
         return None
