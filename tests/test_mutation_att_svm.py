@@ -419,3 +419,75 @@ def test_att_svm_prime_reads_optimal_as_booleans():
     np.testing.assert_array_equal(p2, p)
     np.testing.assert_array_equal(alpha2, alpha)
     assert tied2 == tied
+
+
+def test_nnls_reports_the_duality_gap_of_its_pair(monkeypatch):
+    # _solve_nnls 138, 139, 143, 144, 145: gap = (||x||^2 - h^T lam) / ||x||^2 of the
+    # returned pair (1/2 with half the multipliers, here with ||x|| < 1), and 0 at x = 0
+    problem = _head_program(40, 5)
+    big = MaxMarginProblem(KeyScores(10.0 * problem.scores.keys), problem.constraints)
+    exact = svm_attention._solve_ldp_checked
+    monkeypatch.setattr(svm_attention, "_solve_ldp_checked",
+                        lambda G, h, p: (exact(G, h, p)[0], 0.5 * exact(G, h, p)[1]))
+    res = svm_attention._solve_nnls(big, 1e-8, 100, None, 0)
+    assert float(res.primal @ res.primal) < 1.0
+    assert res.gap == pytest.approx(0.5, rel=1e-6)
+    monkeypatch.setattr(svm_attention, "_solve_ldp_checked", exact)
+    relaxed = _head_program(40, 5, rhs=np.zeros(40))  # every row relaxed: x = 0
+    with np.errstate(all="raise"):
+        res = svm_attention._solve_nnls(relaxed, 1e-8, 100, None, 0)
+    assert not res.primal.any() and res.gap == 0.0
+
+
+@pytest.mark.parametrize("solve, args", [
+    ("att_svm", lambda: (np.random.default_rng(0).standard_normal((4, 3, 2)), [0, 1, 2, 0])),
+    ("att_svm_w", lambda: (*_key_query_instance(1, n=4, T=3, d=2)[:2], [0, 1, 2, 0])),
+])
+def test_att_svm_passes_its_solver_options(solve, args, monkeypatch):
+    # att_svm 4, 27, 28; att_svm_w 6 and the like: tol=1e-8 and max_iter=100_000 by
+    # default, and what the caller gives, reach solve_max_margin
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(problem, **kwargs):
+        seen.append(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(svm_attention, "solve_max_margin", spy)
+    with pytest.raises(Stop):
+        getattr(svm_attention, solve)(*args())
+    with pytest.raises(Stop):
+        getattr(svm_attention, solve)(*args(), tol=1e-5, max_iter=7, method="cvxpy")
+    assert seen[0]["tol"] == 1e-8 and seen[0]["max_iter"] == 100_000
+    assert seen[0]["method"] == "auto" and seen[0]["callback"] is None
+    assert seen[1]["tol"] == 1e-5 and seen[1]["max_iter"] == 7
+    assert seen[1]["method"] == "cvxpy"
+
+
+def test_nuclear_certificate_by_hand():
+    # nuclear_certificate 9 (b >= 0 scaled), 13 (values above 1 only), 19, 26, 33 (the
+    # violations): W = I and rows z_j = e_1, a_j = (v_j, 0.3), so z_j^T W a_j = v_j
+    from skntp.svm._nuclear import nuclear_certificate
+
+    def rows(v):
+        v = np.asarray(v, dtype=float)
+        return np.tile([1.0, 0.0], (v.size, 1)), np.column_stack([v, np.full(v.size, 0.3)])
+
+    z, a = rows([0.5, 0.25, -0.1, 0.3])
+    b = np.array([1.0, 1.0, 0.0, 0.0])
+    y = np.array([1.0, 0.5, -2.0, 0.0])
+    W, y_out, gap, violation = nuclear_certificate(z, a, b, np.eye(2), y)
+    np.testing.assert_allclose(W, 4.0 * np.eye(2), rtol=1e-15)  # b_j / v_j at most 4
+    assert violation == pytest.approx(0.4, rel=1e-12)  # -4 * (-0.1), the b = 0 row
+    spec = np.linalg.norm(a[0] + 0.5 * a[1])  # ||sum_j max(y_j, 0) z_j a_j^T||_2
+    np.testing.assert_allclose(y_out, np.array([1.0, 0.5, 0.0, 0.0]) / spec, rtol=1e-14)
+    assert gap == pytest.approx((8.0 - 1.5 / spec) / 8.0, rel=1e-12)
+    # a row with b > 0 and z^T W a <= 0 cannot be fixed by scaling: gap inf, and the
+    # violation is max_j b_j - z_j^T W a_j over those rows
+    z, a = rows([0.5, -0.2, 3.0])
+    W, _, gap, violation = nuclear_certificate(z, a, np.array([1.0, 1.0, 0.0]), np.eye(2),
+                                               np.ones(3))
+    assert gap == np.inf and violation == pytest.approx(1.2, rel=1e-12)
+    np.testing.assert_array_equal(W, np.eye(2))
