@@ -491,3 +491,55 @@ def test_nuclear_certificate_by_hand():
                                                np.ones(3))
     assert gap == np.inf and violation == pytest.approx(1.2, rel=1e-12)
     np.testing.assert_array_equal(W, np.eye(2))
+
+
+def test_nuclear_certificate_degenerate_values():
+    # nuclear_certificate 34 (violation of b > 0 rows), 59, 60 (||W||_* = 1 and 0), 62, 63
+    # (spectral norm 1 and 0): the relative gap (||W||_* - b^T y) / ||W||_* by hand
+    from skntp.svm._nuclear import nuclear_certificate
+
+    e1 = np.array([[1.0, 0.0]])
+    # ||W||_* = 1 exactly, no rescaling (b / z^T W a = 1): gap 1 - b y / ||a||
+    a = np.array([[0.5, 0.3]])
+    W, y, gap, violation = nuclear_certificate(e1, a, np.array([0.25]), 0.5 * np.eye(2),
+                                               np.ones(1))
+    np.testing.assert_array_equal(W, 0.5 * np.eye(2))
+    assert gap == pytest.approx(1.0 - 0.25 / np.linalg.norm(a), rel=1e-12)
+    assert violation == 0.0
+    # ||sum_j y_j z_j a_j^T||_2 = 1 exactly: y is kept, gap (2 - 1) / 2
+    W, y, gap, _ = nuclear_certificate(e1, np.array([[1.0, 0.0]]), np.array([1.0]),
+                                       np.eye(2), np.ones(1))
+    np.testing.assert_array_equal(W, np.eye(2))
+    np.testing.assert_array_equal(y, [1.0])
+    assert gap == pytest.approx(0.5, rel=1e-12)
+    # every multiplier clipped to 0: the dual bound is 0, gap 1
+    assert nuclear_certificate(e1, a, np.array([0.25]), np.eye(2), -np.ones(1))[2] == 1.0
+    # W = 0 with only b = 0 rows: optimal, gap 0
+    z2, a2 = np.tile(e1, (2, 1)), np.array([[0.5, 0.3], [-1.0, 0.2]])
+    W, _, gap, violation = nuclear_certificate(z2, a2, np.zeros(2), np.zeros((2, 2)),
+                                               np.ones(2))
+    assert gap == 0.0 and violation == 0.0
+    # violations are those of the b = 0 rows only, after the scaling
+    W, _, _, violation = nuclear_certificate(z2, a2, np.array([1.0, 0.0]), np.eye(2),
+                                             np.ones(2))
+    assert violation == pytest.approx(2.0, rel=1e-12)  # scale 2, z^T W a = -1 * 2
+
+
+def test_max_step_is_the_largest_step_keeping_definiteness():
+    # _max_step 17, 19, 21: the largest t <= 1 with L L^T + t D positive definite, by a
+    # generalized eigenvalue problem (min eig of (D, A) = e: t = -1 / e where e < -1)
+    import scipy.linalg as sla
+
+    from skntp.svm._nuclear import _max_step
+
+    rng = np.random.default_rng(7)
+    B = rng.standard_normal((4, 4))
+    A = B @ B.T + np.eye(4)
+    L = np.linalg.cholesky(A)
+    for D, expected in ((A, 1.0), (-0.5 * A, 1.0), (-4.0 * A, 0.25)):
+        assert _max_step(L, D) == pytest.approx(expected, rel=1e-12)
+    for _ in range(10):
+        C = rng.standard_normal((4, 4))
+        D = 3.0 * (C + C.T)
+        e = sla.eigh(D, A, eigvals_only=True)[0]
+        assert _max_step(L, D) == pytest.approx(1.0 if e >= -1.0 else -1.0 / e, rel=1e-9)
