@@ -543,3 +543,14 @@ def test_max_step_is_the_largest_step_keeping_definiteness():
         D = 3.0 * (C + C.T)
         e = sla.eigh(D, A, eigvals_only=True)[0]
         assert _max_step(L, D) == pytest.approx(1.0 if e >= -1.0 else -1.0 / e, rel=1e-9)
+
+
+def test_max_step_vec_keeps_the_vector_nonnegative():
+    # _max_step_vec 2 (dx = 0 counted as decreasing), 10, 15: the largest t <= 1 with
+    # x + t dx >= 0
+    from skntp.svm._nuclear import _max_step_vec
+
+    x = np.array([1.0, 2.0, 3.0])
+    assert _max_step_vec(x, np.array([0.0, 1.0, 0.0])) == 1.0
+    assert _max_step_vec(x, np.array([-0.5, 0.0, 1.0])) == 1.0  # could go to 2
+    assert _max_step_vec(x, np.array([-4.0, -1.0, 0.0])) == 0.25
