@@ -554,3 +554,45 @@ def test_max_step_vec_keeps_the_vector_nonnegative():
     assert _max_step_vec(x, np.array([0.0, 1.0, 0.0])) == 1.0
     assert _max_step_vec(x, np.array([-0.5, 0.0, 1.0])) == 1.0  # could go to 2
     assert _max_step_vec(x, np.array([-4.0, -1.0, 0.0])) == 0.25
+
+
+def test_rank_one_factors_of_differences_and_of_rows_against_zero():
+    # _rank_one_factors 4: z_j^T W a_j >= b_j with a_j = x_pos - x_ref, or x_pos where
+    # ref = -1
+    from skntp.svm import QueryKeyScores
+    from skntp.svm._nuclear import _rank_one_factors
+
+    rng = np.random.default_rng(8)
+    X, Z = rng.standard_normal((3, 4, 2)), rng.standard_normal((3, 5))
+    c = Constraints([0, 1, 2, 2], [1, 0, 3, 2], [2, -1, 0, -1], [1.0, 0.5, 1.0, 0.0],
+                    np.zeros(4, bool))
+    z, a, b = _rank_one_factors(MaxMarginProblem(QueryKeyScores(X, Z), c, norm="nuclear"))
+    np.testing.assert_array_equal(z, Z[[0, 1, 2, 2]])
+    np.testing.assert_array_equal(a, [X[0, 1] - X[0, 2], X[1, 0], X[2, 3] - X[2, 0], X[2, 2]])
+    np.testing.assert_array_equal(b, c.rhs)
+
+
+def test_nuclear_ipm_takes_its_programs_and_declines_others():
+    # _solve_nuclear_ipm 2, 3, 4 (what it declines), 9, 10 (rhs 0 and 1/2 are its
+    # programs): rows rhs_j >= 0 without equalities, nuclear norm, query-key scores
+    from dataclasses import replace
+
+    from skntp.svm import att_svm_w_problem
+    from skntp.svm._nuclear import _solve_nuclear_ipm
+
+    X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
+    problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
+    c = problem.constraints
+    m = len(c)
+    solve = lambda p: _solve_nuclear_ipm(p, 1e-8, 100, None, 0)  # noqa: E731
+    for rhs in (np.where(np.arange(m) % 3 == 0, 0.0, 1.0), np.full(m, 0.5)):
+        res = solve(replace(problem, constraints=Constraints(c.block, c.pos, c.ref, rhs,
+                                                             c.equality)))
+        assert res is not None and res.gap <= 1e-8
+    equal = replace(problem, constraints=Constraints(c.block, c.pos, c.ref, c.rhs,
+                                                     np.arange(m) == 0))
+    assert solve(equal) is None
+    assert solve(replace(problem, norm="fro")) is None
+    negative = replace(problem, constraints=Constraints(c.block, c.pos, c.ref,
+                                                        np.r_[-1.0, c.rhs[1:]], c.equality))
+    assert solve(negative) is None
