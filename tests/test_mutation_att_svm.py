@@ -596,3 +596,44 @@ def test_nuclear_ipm_takes_its_programs_and_declines_others():
     negative = replace(problem, constraints=Constraints(c.block, c.pos, c.ref,
                                                         np.r_[-1.0, c.rhs[1:]], c.equality))
     assert solve(negative) is None
+
+
+def test_nuclear_ipm_memory_estimate_is_a_dozen_m_by_m_matrices(monkeypatch):
+    # _solve_nuclear_ipm 18, 20, 23, 24, 27-30: refused when m * 12 * 8 (m + k + d) bytes
+    # exceed 4/5 of the available memory, with the program's name and the advice
+    import skntp.svm._core as core
+    from skntp.svm import ProgramTooLargeError, att_svm_w_problem
+    from skntp.svm._nuclear import _solve_nuclear_ipm
+
+    X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
+    problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
+    m = len(problem.constraints)
+    need = m * 12 * 8 * (m + Z.shape[1] + X.shape[2])
+    monkeypatch.setattr(core, "available_memory", lambda: need / 0.8 * (1 + 1e-9))
+    assert _solve_nuclear_ipm(problem, 1e-8, 100, None, 0) is not None
+    monkeypatch.setattr(core, "available_memory", lambda: need / 0.8 * (1 - 1e-9))
+    with pytest.raises(ProgramTooLargeError) as info:
+        _solve_nuclear_ipm(problem, 1e-8, 100, None, 0)
+    assert str(info.value).startswith(problem.name + ": ")
+    assert str(info.value).endswith(
+        " are available. the interior-point method stores m x m matrices; use fewer "
+        "inputs or tokens, or method='cvxpy'.")
+
+
+def test_nuclear_ipm_within_tol_but_violating_is_max_iter():
+    # _solve_nuclear_ipm 40, 41: three iterations reach a gap of 0.42 < tol = 0.5 while
+    # the rows with b_j = 0 are violated by 0.98: not optimal, status "max_iter"
+    from dataclasses import replace
+
+    from skntp.svm import att_svm_w_problem
+    from skntp.svm._nuclear import _solve_nuclear_ipm
+
+    X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
+    problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
+    c = problem.constraints
+    rhs = np.where(np.arange(len(c)) % 2 == 0, 0.0, 1.0)
+    problem = replace(problem, constraints=Constraints(c.block, c.pos, c.ref, rhs,
+                                                       c.equality))
+    res = _solve_nuclear_ipm(problem, 0.5, 3, None, 0)
+    assert res.gap <= 0.5 < res.max_violation
+    assert res.status == "max_iter" and res.n_iter == 3
