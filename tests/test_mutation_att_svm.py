@@ -637,3 +637,28 @@ def test_nuclear_ipm_within_tol_but_violating_is_max_iter():
     res = _solve_nuclear_ipm(problem, 0.5, 3, None, 0)
     assert res.gap <= 0.5 < res.max_violation
     assert res.status == "max_iter" and res.n_iter == 3
+
+
+def test_nuclear_ipm_reports_each_iterate_to_the_callback():
+    # _solve_nuclear_ipm 73, 78 (iterations), 92-95 (the callback's arguments):
+    # callback(iteration, gap, violation) of each iterate's certificate; the result is
+    # the best of them
+    from skntp.svm import att_svm_w_problem
+    from skntp.svm._nuclear import _solve_nuclear_ipm
+
+    X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
+    problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
+    calls = []
+
+    def callback(it, gap, violation):
+        calls.append((it, gap, violation))
+
+    res = _solve_nuclear_ipm(problem, 1e-8, 4, None, 0, callback=callback)
+    assert res.status == "max_iter" and res.n_iter == 4
+    assert [c[0] for c in calls] == [1, 2, 3, 4]
+    gaps = [c[1] for c in calls]
+    assert all(isinstance(g, float) for g in gaps) and min(gaps) == res.gap
+    assert calls[gaps.index(res.gap)][2] == res.max_violation
+    calls.clear()
+    res = _solve_nuclear_ipm(problem, 1e-8, 100, None, 0, callback=callback)
+    assert res.status == "optimal" and len(calls) == res.n_iter and calls[-1][1] == res.gap
