@@ -662,3 +662,167 @@ def test_nuclear_ipm_reports_each_iterate_to_the_callback():
     calls.clear()
     res = _solve_nuclear_ipm(problem, 1e-8, 100, None, 0, callback=callback)
     assert res.status == "optimal" and len(calls) == res.n_iter and calls[-1][1] == res.gap
+
+
+# ------------------------------------------------- the ATT-SVM builders, by hand
+
+
+def _selection_by_hand(mask, selected, against=None, relaxed=None):
+    """``{(i, alpha_i, t, rhs_i, False)}`` over real tokens ``t != alpha_i`` (among
+    ``against``), ``rhs_i = 0`` for relaxed inputs (eq. (10)), else 1."""
+    n, T = mask.shape
+    return {(i, int(selected[i]), t, 0.0 if relaxed is not None and relaxed[i] else 1.0,
+             False)
+            for i in range(n) for t in range(T)
+            if t != selected[i] and mask[i, t] and (against is None or against[i, t])}
+
+
+def _constraint_set(problem):
+    c = problem.constraints
+    return {(int(b), int(p), int(r), float(h), bool(e))
+            for b, p, r, h, e in zip(c.block, c.pos, c.ref, c.rhs, c.equality)}
+
+
+def test_att_svm_problem_rows_by_hand():
+    from skntp.svm import att_svm_problem
+
+    rng = np.random.default_rng(9)
+    K = rng.standard_normal((6, 5, 3))
+    mask = rng.random((6, 5)) < 0.8
+    sel = np.array([int(np.flatnonzero(row)[0]) if row.any() else 0 for row in mask])
+    mask[np.arange(6), sel] = True
+    against = rng.random((6, 5)) < 0.7
+    relaxed = np.array([True, False, True, False, False, False])
+    for kw, expected in (
+            ({}, _selection_by_hand(mask, sel)),
+            ({"relaxed": relaxed}, _selection_by_hand(mask, sel, relaxed=relaxed)),
+            ({"against": against}, _selection_by_hand(mask, sel, against=against))):
+        args = (kw.pop("relaxed"),) if "relaxed" in kw else ()
+        problem = att_svm_problem(K, sel, *args, mask=mask, **kw)
+        assert _constraint_set(problem) == expected
+        np.testing.assert_array_equal(problem.scores.keys, K)
+        np.testing.assert_array_equal(problem.info["selected"], sel)
+        np.testing.assert_array_equal(problem.info["mask"], mask)
+        assert problem.name == ("relaxed ATT-SVM (10)" if args else "ATT-SVM")
+        assert problem.norm == "fro"
+    assert att_svm_problem(K, sel, mask=mask, norm="max").norm == "max"
+    none_relaxed = att_svm_problem(K, sel, np.zeros(6, bool), mask=mask)
+    assert none_relaxed.name == "ATT-SVM"
+    # one input given as a 2-D (T, k) array
+    problem = att_svm_problem(K[0], [2])
+    assert problem.scores.keys.shape == (1, 5, 3)
+    assert _constraint_set(problem) == {(0, 2, t, 1.0, False) for t in (0, 1, 3, 4)}
+
+
+def test_att_svm_problem_same_key_is_infeasible_unless_relaxed():
+    from skntp.svm import att_svm_problem
+
+    K = np.random.default_rng(10).standard_normal((3, 4, 2))
+    K[1, 3] = K[1, 0]
+    with pytest.raises(NotSeparableError, match="in input 1 the selected token 0 has the "
+                                                "same key as token 3"):
+        att_svm_problem(K, [0, 0, 0])
+    relaxed = att_svm_problem(K, [0, 0, 0], np.array([False, True, False]))
+    assert (1, 0, 3, 0.0, False) in _constraint_set(relaxed)
+    # a padded copy of the selected key is no constraint
+    mask = np.ones((3, 4), bool)
+    mask[1, 3] = False
+    assert (1, 0, 3, 1.0, False) not in _constraint_set(att_svm_problem(K, [0, 0, 0],
+                                                                        mask=mask))
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuclear", "spectral", "max"])
+def test_att_svm_w_problem_rows_and_scores_by_hand(norm):
+    from skntp.svm import QueryKeyScores, att_svm_w_problem
+
+    rng = np.random.default_rng(11)
+    X, Z = rng.standard_normal((4, 5, 3)), rng.standard_normal((4, 2))
+    mask = np.ones((4, 5), bool)
+    mask[2, 4] = mask[3, 0] = False
+    sel = np.array([1, 0, 3, 2])
+    problem = att_svm_w_problem(X, Z, sel, mask=mask, norm=norm)
+    assert _constraint_set(problem) == _selection_by_hand(mask, sel)
+    assert problem.info["shape"] == (2, 3)
+    np.testing.assert_array_equal(problem.info["selected"], sel)
+    label = {"fro": "Frobenius"}.get(norm, norm)
+    assert problem.name == f"ATT-SVM ({label} norm, key-query W)"
+    if norm in ("nuclear", "spectral"):
+        assert isinstance(problem.scores, QueryKeyScores) and problem.shape == (2, 3)
+    else:  # the lifted keys vec(z_i x_it^T), W flattened row-major
+        assert isinstance(problem.scores, KeyScores) and problem.shape == (6,)
+        lifted = np.einsum("ik,itd->itkd", Z, X).reshape(4, 5, 6)
+        np.testing.assert_allclose(problem.scores.keys, lifted, rtol=1e-15)
+
+
+def test_att_svm_w_problem_refuses_zero_queries_and_bad_shapes():
+    from skntp.svm import att_svm_w_problem
+
+    rng = np.random.default_rng(12)
+    X, Z = rng.standard_normal((4, 3, 2)), rng.standard_normal((4, 2))
+    Z[[1, 3]] = 0.0
+    with pytest.raises(NotSeparableError, match=r"the queries of inputs \[1, 3\] are zero"):
+        att_svm_w_problem(X, Z, [0, 0, 0, 0])
+    with pytest.raises(ValueError, match=r"queries must have shape \(4, k\), got \(3, 2\)"):
+        att_svm_w_problem(X, Z[:3], [0, 0, 0, 0])
+    with pytest.raises(ValueError, match=r"queries must have shape \(4, k\), got \(8,\)"):
+        att_svm_w_problem(X, Z.ravel(), [0, 0, 0, 0])
+
+
+def test_svm_neighbors_by_hand():
+    # Def. 2: t in T_i when p^T (k_{i alpha_i} - k_it) <= rhs_i + tol, t real, t != alpha_i
+    from skntp.svm import svm_neighbors
+
+    rng = np.random.default_rng(13)
+    K = rng.standard_normal((5, 4, 3))
+    p = rng.standard_normal(3)
+    sel = np.array([0, 1, 2, 3, 0])
+    mask = rng.random((5, 4)) < 0.8
+    mask[np.arange(5), sel] = True
+    gaps = (K @ p)[np.arange(5), sel][:, None] - K @ p
+    for rhs in (1.0, np.array([1.0, 0.0, 1.0, 0.5, 2.0])):
+        for tol in (1e-6, 0.3):
+            r = np.broadcast_to(rhs, (5,))
+            expected = mask & (gaps <= r[:, None] + tol)
+            expected[np.arange(5), sel] = False
+            got = svm_neighbors(K, sel, p, mask=mask, rhs=rhs, tol=tol)
+            np.testing.assert_array_equal(got, expected)
+    # exactly at rhs + tol is active: logits (2, 1, 1/2), gaps (0, 1, 3/2)
+    p1 = np.array([1.0, 0.0])
+    K1 = np.array([[[2.0, 0.0], [1.0, 5.0], [0.5, 0.0]]])
+    for rhs, tol, expected in ((1.0, 0.5, [False, True, True]),
+                               (1.0, 0.49, [False, True, False]),
+                               (1.0, 0.0, [False, True, False]),
+                               (0.5, 0.5, [False, True, False]),
+                               (0.5, 0.49, [False, False, False])):
+        np.testing.assert_array_equal(svm_neighbors(K1, [0], p1, rhs=rhs, tol=tol),
+                                      [expected])
+
+
+def test_att_svm_problem_input_checks():
+    from skntp.svm import att_svm_problem
+
+    K = np.random.default_rng(14).standard_normal((3, 4, 2))
+    for keys, match in ((K[0, 0], r"keys must be 3-D \(n, T, k\), got shape \(2,\)"),
+                        (K[None], r"keys must be 3-D \(n, T, k\), got shape \(1, 3, 4, 2\)")):
+        with pytest.raises(ValueError, match=match):
+            att_svm_problem(keys, [0, 0, 0])
+    bad = K.copy()
+    bad[2, 1, 0] = np.inf
+    with pytest.raises(ValueError, match="keys must be finite; it contains NaN or infinity"):
+        att_svm_problem(bad, [0, 0, 0])
+    with pytest.raises(ValueError, match=r"mask must have shape \(3, 4\), got \(3, 3\)"):
+        att_svm_problem(K, [0, 0, 0], mask=np.ones((3, 3), bool))
+    for sel in ([0, 0], [0.0, 0.0, 0.0], [[0, 0, 0]]):
+        with pytest.raises(ValueError, match=r"selected must be an integer array of shape "
+                                             r"\(3,\)"):
+            att_svm_problem(K, sel)
+    for sel in ([0, -1, 0], [0, 4, 0]):
+        with pytest.raises(ValueError, match=r"selected token indices must lie in \[0, 4\)"):
+            att_svm_problem(K, sel)
+    mask = np.ones((3, 4), bool)
+    mask[[0, 2], 3] = False
+    with pytest.raises(ValueError, match=r"selected tokens of inputs \[0, 2\] are padding"):
+        att_svm_problem(K, [3, 0, 3], mask=mask)
+    problem = att_svm_problem(K, np.array([3, 0, 1], dtype=np.uint8), mask=None)
+    assert problem.info["selected"].dtype == np.int64
+    assert problem.info["mask"].all() and problem.info["mask"].shape == (3, 4)

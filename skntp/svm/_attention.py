@@ -73,8 +73,6 @@ def _check_keys(keys, mask):
         keys = keys[None]
     if keys.ndim != 3:
         raise ValueError(f"keys must be 3-D (n, T, k), got shape {keys.shape}.")
-    if not np.all(np.isfinite(keys)):
-        raise ValueError("keys contain NaN or infinity.")
     n, T, _ = keys.shape
     if mask is None:
         mask = np.ones((n, T), dtype=bool)
