@@ -744,6 +744,7 @@ def test_att_svm_w_problem_rows_and_scores_by_hand(norm):
     assert _constraint_set(problem) == _selection_by_hand(mask, sel)
     assert problem.info["shape"] == (2, 3)
     np.testing.assert_array_equal(problem.info["selected"], sel)
+    np.testing.assert_array_equal(problem.info["mask"], mask)
     label = {"fro": "Frobenius"}.get(norm, norm)
     assert problem.name == f"ATT-SVM ({label} norm, key-query W)"
     if norm in ("nuclear", "spectral"):
@@ -826,3 +827,32 @@ def test_att_svm_problem_input_checks():
     problem = att_svm_problem(K, np.array([3, 0, 1], dtype=np.uint8), mask=None)
     assert problem.info["selected"].dtype == np.int64
     assert problem.info["mask"].all() and problem.info["mask"].shape == (3, 4)
+
+
+def test_nuclear_ipm_keeps_its_best_iterate_when_a_step_fails(monkeypatch, capsys):
+    # _solve_nuclear_ipm 133 (a failed factorization declines), 142 (the printed gap),
+    # 145, 146 (the Frobenius feasibility check runs only without convergence)
+    import skntp.svm._nuclear as nuclear
+    from skntp.svm import att_svm_w_problem
+
+    X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
+    problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
+    checked, calls = [], []
+    exact_check, exact_step = nuclear._raise_if_infeasible, nuclear._predictor_corrector
+    monkeypatch.setattr(nuclear, "_raise_if_infeasible",
+                        lambda p: checked.append(p) or exact_check(p))
+    res = nuclear._solve_nuclear_ipm(problem, 1e-8, 100, None, 1,
+                                     callback=lambda *a: calls.append(a))
+    assert res.status == "optimal" and not checked
+    printed = [line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("nuclear-ipm")]
+    assert len(printed) == res.n_iter - 1  # the last iterate is certified, not stepped
+    for line, (it, gap, _) in zip(printed, calls):
+        assert line.startswith(f"nuclear-ipm {it:3d}: mu ") and f" gap {gap:.2e} " in line
+    steps = []
+    monkeypatch.setattr(nuclear, "_predictor_corrector",
+                        lambda *a: None if len(steps) == 5 else steps.append(1) or
+                        exact_step(*a))
+    res = nuclear._solve_nuclear_ipm(problem, 1e-8, 100, None, 0)
+    assert res is not None and res.n_iter == 6 and res.status == "max_iter"
+    assert len(checked) == 1 and res.gap > 1e-8
