@@ -62,6 +62,8 @@ def test_local_optimality_is_strict_and_reads_only_the_neighbors():
     assert min_score_gap(scores, selected, above) == -1.0
     assert not is_locally_optimal(scores, selected, above)
     assert min_score_gap(scores, selected, np.zeros((2, 3), bool)) == np.inf
+    # min_score_gap 24, 26: no input at all
+    assert min_score_gap(np.zeros((0, 3)), np.zeros(0, int), np.zeros((0, 3), bool)) == np.inf
 
 
 # ------------------------------------------------- App. D: ATT-SVM' by enumeration
