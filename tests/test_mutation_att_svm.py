@@ -708,6 +708,10 @@ def test_att_svm_problem_rows_by_hand():
         assert problem.name == ("relaxed ATT-SVM (10)" if args else "ATT-SVM")
         assert problem.norm == "fro"
     assert att_svm_problem(K, sel, mask=mask, norm="max").norm == "max"
+    # _selection_constraints 10: against given as 0/1 numbers is the same selection
+    for numbers in (against.astype(int), against.astype(float)):
+        assert _constraint_set(att_svm_problem(K, sel, mask=mask, against=numbers)) == \
+            _selection_by_hand(mask, sel, against=against)
     none_relaxed = att_svm_problem(K, sel, np.zeros(6, bool), mask=mask)
     assert none_relaxed.name == "ATT-SVM"
     # one input given as a 2-D (T, k) array
