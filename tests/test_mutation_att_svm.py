@@ -714,6 +714,12 @@ def test_att_svm_problem_rows_by_hand():
             _selection_by_hand(mask, sel, against=against)
     none_relaxed = att_svm_problem(K, sel, np.zeros(6, bool), mask=mask)
     assert none_relaxed.name == "ATT-SVM"
+    # relaxed given as a list, or as 0/1 numbers (a list raised AttributeError before)
+    for given in (relaxed.tolist(), relaxed.astype(int), relaxed.astype(float)):
+        problem = att_svm_problem(K, sel, given, mask=mask)
+        assert problem.name == "relaxed ATT-SVM (10)"
+        assert _constraint_set(problem) == _selection_by_hand(mask, sel, relaxed=relaxed)
+    assert att_svm_problem(K, sel, [False] * 6, mask=mask).name == "ATT-SVM"
     # one input given as a 2-D (T, k) array
     problem = att_svm_problem(K[0], [2])
     assert problem.scores.keys.shape == (1, 5, 3)

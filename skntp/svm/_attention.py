@@ -132,7 +132,8 @@ def att_svm_problem(keys, selected, relaxed=None, *, mask=None, against=None, no
     selected = _check_selected(selected, mask)
     cons = _selection_constraints(keys, selected, mask, relaxed, against, "key",
                                   "attention weight p")
-    name = "ATT-SVM" if relaxed is None or not relaxed.any() else "relaxed ATT-SVM (10)"
+    relaxed_any = relaxed is not None and np.asarray(relaxed, dtype=bool).any()
+    name = "relaxed ATT-SVM (10)" if relaxed_any else "ATT-SVM"
     return MaxMarginProblem(
         KeyScores(keys),
         cons,
