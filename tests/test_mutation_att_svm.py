@@ -708,6 +708,11 @@ def test_att_svm_problem_rows_by_hand():
         assert problem.name == ("relaxed ATT-SVM (10)" if args else "ATT-SVM")
         assert problem.norm == "fro"
     assert att_svm_problem(K, sel, mask=mask, norm="max").norm == "max"
+    # _check_keys 25: a mask of 0/1 numbers is the same mask
+    for numbers in (mask.astype(int), mask.astype(float)):
+        problem = att_svm_problem(K, sel, mask=numbers)
+        assert _constraint_set(problem) == _selection_by_hand(mask, sel)
+        assert problem.info["mask"].dtype == bool
     # _selection_constraints 10: against given as 0/1 numbers is the same selection
     for numbers in (against.astype(int), against.astype(float)):
         assert _constraint_set(att_svm_problem(K, sel, mask=mask, against=numbers)) == \
@@ -798,6 +803,9 @@ def test_svm_neighbors_by_hand():
             expected = mask & (gaps <= r[:, None] + tol)
             expected[np.arange(5), sel] = False
             got = svm_neighbors(K, sel, p, mask=mask, rhs=rhs, tol=tol)
+            np.testing.assert_array_equal(got, expected)
+            got = svm_neighbors(K, sel, p, mask=mask.astype(float), rhs=rhs, tol=tol)
+            assert got.dtype == bool
             np.testing.assert_array_equal(got, expected)
     # exactly at rhs + tol is active: logits (2, 1, 1/2), gaps (0, 1, 3/2)
     p1 = np.array([1.0, 0.0])
