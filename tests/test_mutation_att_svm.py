@@ -876,3 +876,37 @@ def test_nuclear_ipm_keeps_its_best_iterate_when_a_step_fails(monkeypatch, capsy
     res = nuclear._solve_nuclear_ipm(problem, 1e-8, 100, None, 0)
     assert res is not None and res.n_iter == 6 and res.status == "max_iter"
     assert len(checked) == 1 and res.gap > 1e-8
+
+
+# ------------------------------------------------- the dual active-set method
+
+
+def test_dual_active_set_allows_50_d_plus_1_additions_by_default(monkeypatch):
+    # _dual_active_set_loop 6, 7: max_add = _DAS_MAX_ADD (d + 1); with _DAS_MAX_ADD
+    # set so that the limit is exactly the additions needed (or half one less), the
+    # method ends (or gives up)
+    problem = _head_program(300, 10, seed=3)
+    rows, h, d = svm_attention._KeyRows(problem), problem.constraints.rhs, 10
+    needed = svm_attention._dual_active_set(rows, h, d)[2]
+    assert needed > d
+    assert svm_attention._DAS_MAX_ADD == 50
+    monkeypatch.setattr(svm_attention, "_DAS_MAX_ADD", needed / (d + 1))
+    assert svm_attention._dual_active_set(rows, h, d)[2] == needed
+    monkeypatch.setattr(svm_attention, "_DAS_MAX_ADD", (needed - 0.5) / (d + 1))
+    assert svm_attention._dual_active_set(rows, h, d) is None
+
+
+@pytest.mark.parametrize("m, pool", [(1000, 100), (10_000, 200), (120_000, 2000)])
+def test_dual_active_set_pool_is_m_over_50_within_100_and_2000(m, pool, monkeypatch):
+    # _dual_active_set_loop 20 and the like: the pool of rows scanned between full
+    # scans holds m / 50 rows, at least _DAS_POOL = 100 and at most 2000
+    sizes, exact = [], svm_attention._smallest
+
+    def spy(values, k):
+        sizes.append(k)
+        return exact(values, k)
+
+    monkeypatch.setattr(svm_attention, "_smallest", spy)
+    problem = _head_program(m, 3, seed=4)
+    res = svm_attention._solve_dual_active_set(problem, 1e-8, 100, None, 0)
+    assert res is not None and sizes and set(sizes) == {pool}
