@@ -910,3 +910,30 @@ def test_dual_active_set_pool_is_m_over_50_within_100_and_2000(m, pool, monkeypa
     problem = _head_program(m, 3, seed=4)
     res = svm_attention._solve_dual_active_set(problem, 1e-8, 100, None, 0)
     assert res is not None and sizes and set(sizes) == {pool}
+
+
+@pytest.mark.parametrize("h_scale", [1.0, 1e3])
+def test_dual_active_set_declines_an_answer_violating_by_more_than_1e_9_scale(
+        h_scale, monkeypatch):
+    # _solve_dual_active_set 21 (scale 1), 27 (scale at least 2): the answer x (1 - delta)
+    # violates the active rows by delta * h; accepted up to 1e-9 max(1, max |h|), else
+    # declined for another method
+    problem = _head_program(40, 5, rhs=np.full(40, h_scale))
+    exact = svm_attention._dual_active_set
+    for delta, accepted in ((0.5e-9, True), (1.5e-9, False)):
+        def shrunk(rows, h, d, delta=delta):
+            x, lam, n_add = exact(rows, h, d)
+            return (1 - delta) * x, lam, n_add
+
+        monkeypatch.setattr(svm_attention, "_dual_active_set", shrunk)
+        res = svm_attention._solve_dual_active_set(problem, 1e-8, 100, None, 0)
+        assert (res is not None) == accepted, delta
+        if accepted:
+            assert res.max_violation == pytest.approx(delta * h_scale, rel=1e-2)
+
+
+def test_dual_active_set_takes_2000_parameters():
+    # _solve_dual_active_set 7: 2000 parameters solved, 2001 declined
+    for d, solved in ((2000, True), (2001, False)):
+        res = svm_attention._solve_dual_active_set(_head_program(3, d), 1e-8, 100, None, 0)
+        assert (res is not None) == solved, d
