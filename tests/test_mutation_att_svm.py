@@ -937,3 +937,30 @@ def test_dual_active_set_takes_2000_parameters():
     for d, solved in ((2000, True), (2001, False)):
         res = svm_attention._solve_dual_active_set(_head_program(3, d), 1e-8, 100, None, 0)
         assert (res is not None) == solved, d
+
+
+def test_dual_active_set_reports_its_additions_and_the_gap_of_its_pair(monkeypatch):
+    # _solve_dual_active_set: n_iter is the number of additions; gap = (||x||^2 -
+    # h^T lam) / ||x||^2 of the returned pair (1/2 with half the multipliers, here with
+    # ||x|| < 1), 0 at x = 0; the multipliers are those of the method
+    problem = _head_program(40, 5)
+    big = MaxMarginProblem(KeyScores(10.0 * problem.scores.keys), problem.constraints)
+    rows, h = svm_attention._KeyRows(big), big.constraints.rhs
+    x, lam, n_add = svm_attention._dual_active_set(rows, h, 5)
+    res = svm_attention._solve_dual_active_set(big, 1e-8, 100, None, 0)
+    assert res.method == "dual-active-set" and res.status == "optimal"
+    assert res.n_iter == n_add
+    np.testing.assert_array_equal(res.primal, x)
+    np.testing.assert_array_equal(res.dual, lam)
+    assert abs(res.gap) <= 1e-12
+    exact = svm_attention._dual_active_set
+    monkeypatch.setattr(svm_attention, "_dual_active_set",
+                        lambda r, h, d: (lambda o: (o[0], 0.5 * o[1], o[2]))(exact(r, h, d)))
+    res = svm_attention._solve_dual_active_set(big, 1e-8, 100, None, 0)
+    assert float(res.primal @ res.primal) < 1.0
+    assert res.gap == pytest.approx(0.5, rel=1e-9)
+    monkeypatch.setattr(svm_attention, "_dual_active_set", exact)
+    with np.errstate(all="raise"):
+        res = svm_attention._solve_dual_active_set(_head_program(40, 5, rhs=np.zeros(40)),
+                                                   1e-8, 100, None, 0)
+    assert not res.primal.any() and res.gap == 0.0 and res.n_iter == 0
