@@ -964,3 +964,24 @@ def test_dual_active_set_reports_its_additions_and_the_gap_of_its_pair(monkeypat
         res = svm_attention._solve_dual_active_set(_head_program(40, 5, rhs=np.zeros(40)),
                                                    1e-8, 100, None, 0)
     assert not res.primal.any() and res.gap == 0.0 and res.n_iter == 0
+
+
+def _rows_program(G, rhs):
+    """``G x >= rhs`` as a key-score program (rows against 0)."""
+    n = len(rhs)
+    return MaxMarginProblem(KeyScores(np.asarray(G, float)[:, None, :]),
+                            Constraints(np.arange(n), np.zeros(n), -np.ones(n), rhs,
+                                        np.zeros(n, bool)))
+
+
+def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
+    # _dual_active_set_loop 35 (the tolerance doubled): a row is violated when its slack
+    # is below -1e-10 max(1, |h|) (-1e-10 max(1, |h|) / ||g|| normalized).  x1 >= 1
+    # first, then x1 + x2 >= 1 + 1.5e-10 is violated by 1.5e-10 and must be added; the
+    # solution is (1, 1.5e-10) by hand
+    delta = 1.5e-10
+    res = svm_attention._solve_dual_active_set(
+        _rows_program([[1.0, 0.0], [1.0, 1.0]], np.array([1.0, 1.0 + delta])),
+        1e-8, 100, None, 0)
+    assert res.n_iter == 2
+    np.testing.assert_allclose(res.primal, [1.0, delta], rtol=0, atol=1e-14)
