@@ -985,3 +985,21 @@ def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
         1e-8, 100, None, 0)
     assert res.n_iter == 2
     np.testing.assert_allclose(res.primal, [1.0, delta], rtol=0, atol=1e-14)
+
+
+def test_dual_active_set_keeps_rows_densely_up_to_its_limit(monkeypatch):
+    # _dual_active_set_loop 38-43: the normalized rows are formed once (rows() of all)
+    # when m (d + 1) <= _DAS_DENSE_MAX, else read on demand; the answer is the same
+    monkeypatch.setattr(svm_attention, "_DAS_DENSE_MAX", 1200)
+    read, exact = [], svm_attention._KeyRows.rows
+    monkeypatch.setattr(svm_attention._KeyRows, "rows",
+                        lambda self, idx=None: read.append(idx is None) or exact(self, idx))
+    for m, dense in ((300, True), (301, False)):
+        read.clear()
+        problem = _head_program(m, 3, seed=5)
+        res = svm_attention._solve_dual_active_set(problem, 1e-8, 100, None, 0)
+        assert any(read) == dense, m
+        G = rows_by_definition(problem)
+        ref = tight_qp(G, problem.constraints.rhs, problem.constraints.equality,
+                       problem.shape)
+        assert rel_err(res.primal, ref) <= 1e-6
