@@ -985,6 +985,15 @@ def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
         1e-8, 100, None, 0)
     assert res.n_iter == 2
     np.testing.assert_allclose(res.primal, [1.0, delta], rtol=0, atol=1e-14)
+    # _dual_active_set_loop 72 (the tolerance divided by the scale): with rhs 1000 the
+    # tolerance is 1e-7; a row violated by 0.5e-7 is within it, one by 1.5e-7 is added
+    for delta, added in ((0.5e-7, False), (1.5e-7, True)):
+        res = svm_attention._solve_dual_active_set(
+            _rows_program([[1.0, 0.0], [1.0, 1.0]], np.array([1e3, 1e3 + delta])),
+            1e-8, 100, None, 0)
+        assert res.n_iter == (2 if added else 1)
+        np.testing.assert_allclose(res.primal, [1e3, delta if added else 0.0], rtol=0,
+                                   atol=1e-11)
 
 
 def test_dual_active_set_keeps_rows_densely_up_to_its_limit(monkeypatch):
