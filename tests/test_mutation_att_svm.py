@@ -1012,3 +1012,16 @@ def test_dual_active_set_keeps_rows_densely_up_to_its_limit(monkeypatch):
         ref = tight_qp(G, problem.constraints.rhs, problem.constraints.equality,
                        problem.shape)
         assert rel_err(res.primal, ref) <= 1e-6
+
+
+def test_dual_active_set_scans_every_row_of_small_programs(monkeypatch):
+    # _dual_active_set_loop 85 and the like: up to 2 * pool (= 200) rows every row is
+    # looked at in every step, without a pool; above, a pool is drawn (_smallest)
+    sizes, exact = [], svm_attention._smallest
+    monkeypatch.setattr(svm_attention, "_smallest",
+                        lambda values, k: sizes.append(k) or exact(values, k))
+    for m, pooled in ((200, False), (201, True)):
+        sizes.clear()
+        res = svm_attention._solve_dual_active_set(_head_program(m, 3, seed=6), 1e-8, 100,
+                                                   None, 0)
+        assert res is not None and bool(sizes) == pooled, m
