@@ -10,6 +10,7 @@ survivors it kills; see ``docs/mutation.md``, "Run 9".
 import numpy as np
 import pytest
 from test_fast_solver import rel_err, rows_by_definition, tight_qp
+from test_mutation_svm import _rows_of
 from test_nnls_working_set import _att
 from test_nuclear import _instance as _key_query_instance
 
@@ -679,12 +680,6 @@ def _selection_by_hand(mask, selected, against=None, relaxed=None):
             if t != selected[i] and mask[i, t] and (against is None or against[i, t])}
 
 
-def _constraint_set(problem):
-    c = problem.constraints
-    return {(int(b), int(p), int(r), float(h), bool(e))
-            for b, p, r, h, e in zip(c.block, c.pos, c.ref, c.rhs, c.equality)}
-
-
 def test_att_svm_problem_rows_by_hand():
     from skntp.svm import att_svm_problem
 
@@ -701,7 +696,7 @@ def test_att_svm_problem_rows_by_hand():
             ({"against": against}, _selection_by_hand(mask, sel, against=against))):
         args = (kw.pop("relaxed"),) if "relaxed" in kw else ()
         problem = att_svm_problem(K, sel, *args, mask=mask, **kw)
-        assert _constraint_set(problem) == expected
+        assert _rows_of(problem) == expected
         np.testing.assert_array_equal(problem.scores.keys, K)
         np.testing.assert_array_equal(problem.info["selected"], sel)
         np.testing.assert_array_equal(problem.info["mask"], mask)
@@ -711,11 +706,11 @@ def test_att_svm_problem_rows_by_hand():
     # _check_keys 25: a mask of 0/1 numbers is the same mask
     for numbers in (mask.astype(int), mask.astype(float)):
         problem = att_svm_problem(K, sel, mask=numbers)
-        assert _constraint_set(problem) == _selection_by_hand(mask, sel)
+        assert _rows_of(problem) == _selection_by_hand(mask, sel)
         assert problem.info["mask"].dtype == bool
     # _selection_constraints 10: against given as 0/1 numbers is the same selection
     for numbers in (against.astype(int), against.astype(float)):
-        assert _constraint_set(att_svm_problem(K, sel, mask=mask, against=numbers)) == \
+        assert _rows_of(att_svm_problem(K, sel, mask=mask, against=numbers)) == \
             _selection_by_hand(mask, sel, against=against)
     none_relaxed = att_svm_problem(K, sel, np.zeros(6, bool), mask=mask)
     assert none_relaxed.name == "ATT-SVM"
@@ -723,12 +718,12 @@ def test_att_svm_problem_rows_by_hand():
     for given in (relaxed.tolist(), relaxed.astype(int), relaxed.astype(float)):
         problem = att_svm_problem(K, sel, given, mask=mask)
         assert problem.name == "relaxed ATT-SVM (10)"
-        assert _constraint_set(problem) == _selection_by_hand(mask, sel, relaxed=relaxed)
+        assert _rows_of(problem) == _selection_by_hand(mask, sel, relaxed=relaxed)
     assert att_svm_problem(K, sel, [False] * 6, mask=mask).name == "ATT-SVM"
     # one input given as a 2-D (T, k) array
     problem = att_svm_problem(K[0], [2])
     assert problem.scores.keys.shape == (1, 5, 3)
-    assert _constraint_set(problem) == {(0, 2, t, 1.0, False) for t in (0, 1, 3, 4)}
+    assert _rows_of(problem) == {(0, 2, t, 1.0, False) for t in (0, 1, 3, 4)}
 
 
 def test_att_svm_problem_same_key_is_infeasible_unless_relaxed():
@@ -740,11 +735,11 @@ def test_att_svm_problem_same_key_is_infeasible_unless_relaxed():
                                                 "same key as token 3"):
         att_svm_problem(K, [0, 0, 0])
     relaxed = att_svm_problem(K, [0, 0, 0], np.array([False, True, False]))
-    assert (1, 0, 3, 0.0, False) in _constraint_set(relaxed)
+    assert (1, 0, 3, 0.0, False) in _rows_of(relaxed)
     # a padded copy of the selected key is no constraint
     mask = np.ones((3, 4), bool)
     mask[1, 3] = False
-    assert (1, 0, 3, 1.0, False) not in _constraint_set(att_svm_problem(K, [0, 0, 0],
+    assert (1, 0, 3, 1.0, False) not in _rows_of(att_svm_problem(K, [0, 0, 0],
                                                                         mask=mask))
 
 
@@ -758,7 +753,7 @@ def test_att_svm_w_problem_rows_and_scores_by_hand(norm):
     mask[2, 4] = mask[3, 0] = False
     sel = np.array([1, 0, 3, 2])
     problem = att_svm_w_problem(X, Z, sel, mask=mask, norm=norm)
-    assert _constraint_set(problem) == _selection_by_hand(mask, sel)
+    assert _rows_of(problem) == _selection_by_hand(mask, sel)
     assert problem.info["shape"] == (2, 3)
     np.testing.assert_array_equal(problem.info["selected"], sel)
     np.testing.assert_array_equal(problem.info["mask"], mask)
