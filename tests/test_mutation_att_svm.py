@@ -9,6 +9,7 @@ survivors it kills; see ``docs/mutation.md``, "Run 9".
 
 import numpy as np
 import pytest
+from test_dual_active_set import _head_from_rows
 from test_fast_solver import rel_err, rows_by_definition, tight_qp
 from test_mutation_svm import _rows_of
 from test_nnls_working_set import _att
@@ -282,11 +283,7 @@ def _head_program(n, d, seed=0, rhs=None):
     rng = np.random.default_rng(seed)
     R = rng.standard_normal((n, d))
     y = np.sign(R @ rng.standard_normal(d))
-    rhs = np.ones(n) if rhs is None else np.asarray(rhs, dtype=float)
-    return MaxMarginProblem(
-        KeyScores((y[:, None] * R)[:, None, :]),
-        Constraints(np.arange(n), np.zeros(n), -np.ones(n), rhs, np.zeros(n, bool)),
-        name="head SVM")
+    return _head_from_rows(y[:, None] * R, None if rhs is None else np.asarray(rhs, float))
 
 
 def _record_nnls(problem, monkeypatch):
@@ -961,14 +958,6 @@ def test_dual_active_set_reports_its_additions_and_the_gap_of_its_pair(monkeypat
     assert not res.primal.any() and res.gap == 0.0 and res.n_iter == 0
 
 
-def _rows_program(G, rhs):
-    """``G x >= rhs`` as a key-score program (rows against 0)."""
-    n = len(rhs)
-    return MaxMarginProblem(KeyScores(np.asarray(G, float)[:, None, :]),
-                            Constraints(np.arange(n), np.zeros(n), -np.ones(n), rhs,
-                                        np.zeros(n, bool)))
-
-
 def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
     # _dual_active_set_loop 35 (the tolerance doubled): a row is violated when its slack
     # is below -1e-10 max(1, |h|) (-1e-10 max(1, |h|) / ||g|| normalized).  x1 >= 1
@@ -976,7 +965,7 @@ def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
     # solution is (1, 1.5e-10) by hand
     delta = 1.5e-10
     res = svm_attention._solve_dual_active_set(
-        _rows_program([[1.0, 0.0], [1.0, 1.0]], np.array([1.0, 1.0 + delta])),
+        _head_from_rows(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1.0, 1.0 + delta])),
         1e-8, 100, None, 0)
     assert res.n_iter == 2
     np.testing.assert_allclose(res.primal, [1.0, delta], rtol=0, atol=1e-14)
@@ -984,7 +973,7 @@ def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
     # tolerance is 1e-7; a row violated by 0.5e-7 is within it, one by 1.5e-7 is added
     for delta, added in ((0.5e-7, False), (1.5e-7, True)):
         res = svm_attention._solve_dual_active_set(
-            _rows_program([[1.0, 0.0], [1.0, 1.0]], np.array([1e3, 1e3 + delta])),
+            _head_from_rows(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1e3, 1e3 + delta])),
             1e-8, 100, None, 0)
         assert res.n_iter == (2 if added else 1)
         np.testing.assert_allclose(res.primal, [1e3, delta if added else 0.0], rtol=0,
