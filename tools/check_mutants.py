@@ -16,6 +16,7 @@ Usage (see docs/mutation.md)::
 """
 
 import argparse
+import ast
 import shutil
 import subprocess
 import sys
@@ -42,30 +43,25 @@ def function_span(text, label):
     """``(start, end)`` of the mutated function's text (the whole text if not found).
 
     mutmut names a function ``x_NAME__mutmut_K`` and a method
-    ``xǁCLASSǁNAME__mutmut_K``; the span runs from its ``def`` to the next line that is
-    indented no deeper and is not blank, a comment or a closing bracket.
+    ``xǁCLASSǁNAME__mutmut_K``.
     """
     stem = label.rsplit("__mutmut_", 1)[0]
     parts = stem.split("ǁ")
-    func = parts[2] if len(parts) == 3 else stem[2:]
-    lines = text.splitlines(keepends=True)
+    cls, func = (parts[1], parts[2]) if len(parts) == 3 else (None, stem[2:])
+    tree = ast.parse(text)
+    scope = tree.body
+    if cls is not None:
+        scope = next((n.body for n in scope if isinstance(n, ast.ClassDef) and n.name == cls),
+                     [])
+    node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == func), None)
+    if node is None:
+        return 0, len(text)
     offsets = [0]
-    for line in lines:
+    for line in text.splitlines(keepends=True):
         offsets.append(offsets[-1] + len(line))
-    in_class = len(parts) != 3
-    for i, line in enumerate(lines):
-        if len(parts) == 3 and line.startswith(f"class {parts[1]}"):
-            in_class = True
-        stripped = line.lstrip()
-        if in_class and stripped.startswith(f"def {func}("):
-            indent = len(line) - len(stripped)
-            for j in range(i + 1, len(lines)):
-                body = lines[j].lstrip()
-                if body and not body.startswith(("#", ")", "]", "}")) \
-                        and len(lines[j]) - len(body) <= indent:
-                    return offsets[i], offsets[j]
-            return offsets[i], offsets[-1]
-    return 0, len(text)
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return offsets[first - 1], offsets[node.end_lineno]
 
 
 def main(argv=None):
