@@ -1009,3 +1009,15 @@ def test_dual_active_set_scans_every_row_of_small_programs(monkeypatch):
         res = svm_attention._solve_dual_active_set(_head_program(m, 3, seed=6), 1e-8, 100,
                                                    None, 0)
         assert res is not None and bool(sizes) == pooled, m
+
+
+def test_dual_active_set_picks_among_rows_violated_beyond_their_tolerance():
+    # _dual_active_set_loop 162-169: the row of smallest normalized slack is within the
+    # tolerance (slack -0.9e-10 > -1e-10), another row is beyond it (slack -2e-10, but
+    # normalized -2e-11 as its norm is 10): the step adds that row, never the first
+    # (multiplier 0, x1 = 0); x = (0, 2e-10 / 10) by hand
+    G = np.array([[1.0, 0.0], [0.0, 10.0]])
+    h = np.array([0.9e-10, 2e-10])
+    res = svm_attention._solve_dual_active_set(_head_from_rows(G, h), 1e-8, 100, None, 0)
+    assert res.n_iter == 1 and res.dual[0] == 0.0 and res.dual[1] > 0
+    np.testing.assert_allclose(res.primal, [0.0, 2e-11], rtol=1e-12, atol=0)

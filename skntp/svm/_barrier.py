@@ -122,9 +122,6 @@ class _Program:
             return g, H
         return self.N.T @ g, self.N.T @ H @ self.N
 
-    def lift(self, dz):
-        return dz if self.N is None else self.N @ dz
-
     def dim(self):
         return self.n if self.N is None else self.N.shape[1]
 
@@ -145,7 +142,13 @@ def _barrier_hessian(A_I, weight):
 
 
 def _newton_direction(g, H):
-    """``-H^{-1} g`` by Cholesky; a tiny ridge when ``H`` is singular to working precision."""
+    """``-H^{-1} g`` by Cholesky; a tiny ridge when ``H`` is singular to working precision.
+
+    When the factorization fails, ``H + rho I`` with ``rho = 1e-14 s``, then ``100``
+    times larger up to ``1e-6 s`` (``s`` the largest ``|H_ii|``, ``1`` when every
+    diagonal entry is zero); ``None`` when ``H + 1e-6 s I`` is not positive definite
+    either.
+    """
     ridge = 0.0
     scale = float(np.max(np.abs(np.diag(H)), initial=0.0)) or 1.0
     for _ in range(6):
@@ -277,6 +280,20 @@ def _certificate(problem, prog, model, w, x, mu):
 
 
 def _barrier(problem, model, prog, w0, tol, max_iter, verbose, callback, name):
+    """Follow the central path from ``w0``; the best certified iterate.
+
+    ``mu`` starts at ``model.mu0`` and is divided by ``_SHRINK`` (10) after each
+    centering (at most 50 damped Newton steps, ended when the Newton decrement
+    ``-g.dx / mu`` is at most 1e-12, when no step halving down to 1e-12 decreases
+    ``F_mu`` by a quarter of the decrement, or when the Newton system cannot be
+    solved).  Each centering's certificate (:func:`_certificate`) is passed to
+    ``callback(newton_steps, gap, violation)`` and printed when ``verbose``.  The
+    method stops when the gap is at most ``tol`` and the violation at most ``max(tol,
+    1e-9)`` (``status="optimal"``), after two centerings that do not lower the best
+    gap, when ``mu < 1e-30``, or after ``min(max_iter, 600)`` Newton steps in all
+    (``n_iter``).  A best gap above ``tol`` is warned about and gives
+    ``status="max_iter"``.
+    """
     x = model.start(w0)
     mu = model.mu0(w0, x)
     best, status, it, newton = None, "max_iter", 0, 0
@@ -353,9 +370,13 @@ def _prepare(problem):
                        bytes_per_constraint=16 * n)
     w_fro = _frobenius_start(problem)  # raises NotSeparableError when infeasible
     prog = _Program(problem)
-    w0 = prog.project_start(2.0 * w_fro if not np.any(prog.r_E) else w_fro)
+    # twice the Frobenius solution moved back onto the equalities: 2 w_fro when r_E = 0
+    # (strictly feasible unless a row of rhs 0 is tight); else, with w_fro = A_E^+ r_E + v
+    # (v in the null space of A_E), A_E^+ r_E + 2 v, whose slacks are those of w_fro
+    # plus A_I v
+    w0 = prog.project_start(2.0 * w_fro)
     s = prog.A_I @ w0 - prog.r_I
-    if s.size and not np.all(s > 0):  # no strictly feasible start (tight rows of rhs 0)
+    if s.size and not np.all(s > 0):  # not strictly feasible (e.g. a tight row of rhs 0)
         return None
     return prog, w0
 
@@ -372,7 +393,7 @@ def _solve_pnorm_barrier(problem, tol, max_iter, be, verbose, callback=None):
 
 
 def _solve_spectral_barrier(problem, tol, max_iter, be, verbose, callback=None):
-    if problem.norm != "spectral" or len(problem.shape) != 2:
+    if problem.norm != "spectral":  # (a spectral program has a matrix parameter)
         return None
     prep = _prepare(problem)
     if prep is None:
