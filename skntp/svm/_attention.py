@@ -706,14 +706,16 @@ def _dual_active_set(rows, h, d, *, max_add=None, pool=None, scan_every=None):
     convex quadratic programs", *Math. Programming* 27 (1983), with the
     identity Hessian.  From ``x = 0`` (the unconstrained minimum, active set
     ``A`` empty) each step picks the most violated constraint ``p`` (largest
-    violation over row norm) and moves along the dual direction: the primal
+    violation over row norm, among the rows violated by more than ``1e-10 max(1,
+    max_i |h_i|)``) and moves along the dual direction: the primal
     step is ``z = Z g_p``, the part of ``g_p`` orthogonal to the active rows,
     and the active multipliers change by ``-t r`` with ``r = N g_p``
     (``g_p = G_A^T r + z``).  A full step makes ``p`` active; a partial step
     stops where an active multiplier reaches zero and drops that constraint
     first.  Every iterate is optimal for the constraints in ``A``
     (``x = G_A^T u``, ``u >= 0``, ``G_A x = h_A``) and the objective grows at
-    each step, so the method ends when no constraint is violated.
+    each step, so the method ends when no constraint is violated by more than
+    that tolerance.
 
     The operators of the paper are kept explicitly and updated by rank-one
     terms (cheaper in numpy than the updates of a QR factorization):
