@@ -233,6 +233,37 @@ def test_a_program_of_zero_right_hand_sides_is_the_zero_solution(method, norm):
     np.testing.assert_array_equal(res.dual, np.zeros(8))  # 4 inputs x 2 other tokens
 
 
+@pytest.mark.parametrize("method, norm", [
+    ("cvxpy", "fro"), ("auto", "fro"), ("pnorm-barrier", ("lp", 3.0)), ("auto", "max"),
+    ("spectral-barrier", "spectral"), ("nuclear-ipm", "nuclear")])
+def test_nonpositive_right_hand_sides_are_the_zero_solution(method, norm):
+    # rows ">= r" with r <= 0 and "= 0": w = 0 is feasible, so it is the optimum in every
+    # norm (the barrier methods divided by mu0 = f(0) / m = 0, or reported a gap of
+    # 6e23, before the core answered these programs)
+    from dataclasses import replace
+
+    from skntp.svm import att_svm_w_problem
+
+    rng = np.random.default_rng(0)
+    X, Z = rng.standard_normal((4, 3, 2)), rng.standard_normal((4, 2))
+    problem = att_svm_w_problem(X, Z, [0, 1, 2, 0], norm=norm)
+    c = problem.constraints
+    rhs = -rng.uniform(0.0, 1.0, len(c))
+    rhs[0] = 0.0
+    problem = replace(problem, constraints=Constraints(c.block, c.pos, c.ref, rhs,
+                                                       c.equality))
+    res = solve_max_margin(problem, method=method)
+    np.testing.assert_array_equal(res.primal, np.zeros(problem.shape))
+    assert res.method == "trivial" and res.status == "optimal" and res.gap == 0.0
+    np.testing.assert_array_equal(res.dual, np.zeros(len(c)))
+    # an equality of nonzero rhs is not met by w = 0: w_0 = 1 and w_0 + w_1 >= -1
+    problem = key_problem([[[1.0, 0.0]], [[1.0, 1.0]]], [0, 1], [0, 0], [-1, -1],
+                          [1.0, -1.0], [True, False])
+    res = solve_max_margin(problem, method="cvxpy")
+    assert res.method == "cvxpy"
+    np.testing.assert_allclose(res.primal, [1.0, 0.0], atol=1e-8)
+
+
 def test_infeasible_programs_name_themselves():
     # w_0 >= 1 and -w_0 >= 1
     problem = key_problem([[[1.0]], [[-1.0]]], [0, 1], [0, 0], [-1, -1], [1.0, 1.0],

@@ -1097,11 +1097,15 @@ def solve_max_margin(
     ``1 / alpha^2``.  A map of magnitude outside ``[1e-4, 1e4]`` is scaled to
     unit magnitude, solved, and the answer scaled back, so every method sees
     well-scaled numbers whatever the units of the data (``1e-150`` to
-    ``1e150`` and beyond).
+    ``1e150`` and beyond).  A program that ``w = 0`` satisfies (no rows, or
+    inequalities of rhs ``<= 0`` and equalities of rhs 0) has the optimum
+    ``w = 0`` in every norm; it is answered without a method (``method="trivial"``).
     """
     _check_solver_options(tol, max_iter)
     c = problem.constraints
-    if not np.any(c.rhs):  # no row, or rows >= 0 and = 0 only: w = 0 is optimal in any norm
+    if not np.any(c.rhs[c.equality]) and not np.any(c.rhs[~c.equality] > 0):
+        # w = 0 is feasible (no row, or rows ">= rhs <= 0" and "= 0" only), hence optimal
+        # in any norm
         return MaxMarginResult(
             primal=np.zeros(problem.shape),
             dual=np.zeros(len(c)),
