@@ -1021,3 +1021,20 @@ def test_dual_active_set_picks_among_rows_violated_beyond_their_tolerance():
     res = svm_attention._solve_dual_active_set(_head_from_rows(G, h), 1e-8, 100, None, 0)
     assert res.n_iter == 1 and res.dual[0] == 0.0 and res.dual[1] > 0
     np.testing.assert_allclose(res.primal, [0.0, 2e-11], rtol=1e-12, atol=0)
+
+
+def test_dual_active_set_with_duplicated_rows_in_the_pooled_regime():
+    # _dual_active_set_loop 191 (every row of slack below +tolerance "violated"): a
+    # repeated row (a repeated input) is tight but not active once its twin is; it must
+    # not be picked.  300 rows (> 2 pools of 100: the pooled regime), each twice; the
+    # answer is that of the 150 distinct rows (tight_qp, written from the KKT system)
+    rng = np.random.default_rng(7)
+    R = rng.standard_normal((150, 4))
+    R *= np.sign(R @ rng.standard_normal(4))[:, None]
+    G = np.vstack([R, R])
+    res = svm_attention._solve_dual_active_set(_head_from_rows(G), 1e-8, 100, None, 0)
+    assert res is not None and res.n_iter <= 3 * (4 + 1)
+    ref = tight_qp(R, np.ones(150), np.zeros(150, bool), (4,))
+    assert rel_err(res.primal, ref) <= 1e-10
+    lam = res.dual[:150] + res.dual[150:]
+    np.testing.assert_allclose(R.T @ lam, res.primal, atol=1e-10)
