@@ -1038,3 +1038,16 @@ def test_dual_active_set_with_duplicated_rows_in_the_pooled_regime():
     assert rel_err(res.primal, ref) <= 1e-10
     lam = res.dual[:150] + res.dual[150:]
     np.testing.assert_allclose(R.T @ lam, res.primal, atol=1e-10)
+
+
+def test_dual_active_set_full_scan_allows_the_roundoff_of_the_slacks():
+    # _dual_active_set_loop 192: a row counts as violated when its normalized slack is
+    # below -(1e-10 scale / ||g|| + 1e-14 ||x||) (the second term: the roundoff of the
+    # slacks).  x1 >= 1 and x1 + x2 >= 1 + 1e-10 (normalized slack -1e-10 / sqrt 2 at
+    # x = e1, within the allowance) among 250 rows that hold with room: the pooled regime,
+    # and the answer stays x = e1
+    G = np.vstack([[1.0, 0.0], [1.0, 1.0], np.tile([0.0, 1.0], (250, 1))])
+    h = np.r_[1.0, 1.0 + 1e-10, -np.ones(250)]
+    res = svm_attention._solve_dual_active_set(_head_from_rows(G, h), 1e-8, 100, None, 0)
+    assert res.n_iter == 1
+    np.testing.assert_array_equal(res.primal, [1.0, 0.0])
