@@ -707,7 +707,8 @@ def _dual_active_set(rows, h, d, *, max_add=None, pool=None, scan_every=None):
     identity Hessian.  From ``x = 0`` (the unconstrained minimum, active set
     ``A`` empty) each step picks the most violated constraint ``p`` (largest
     violation over row norm, among the rows violated by more than ``1e-10 max(1,
-    max_i |h_i|)``) and moves along the dual direction: the primal
+    max_i |h_i|)``, with ``1e-14 ||x|| ||g_i||`` more for the roundoff of the slack)
+    and moves along the dual direction: the primal
     step is ``z = Z g_p``, the part of ``g_p`` orthogonal to the active rows,
     and the active multipliers change by ``-t r`` with ``r = N g_p``
     (``g_p = G_A^T r + z``).  A full step makes ``p`` active; a partial step
