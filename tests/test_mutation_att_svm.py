@@ -1051,3 +1051,40 @@ def test_dual_active_set_full_scan_allows_the_roundoff_of_the_slacks():
     res = svm_attention._solve_dual_active_set(_head_from_rows(G, h), 1e-8, 100, None, 0)
     assert res.n_iter == 1
     np.testing.assert_array_equal(res.primal, [1.0, 0.0])
+
+
+def test_dual_active_set_rescans_every_scan_every_additions(monkeypatch):
+    # _dual_active_set_loop 174-176, 219-221 (the rescan counter, p = 0 taken for "no
+    # pick"): rows read on demand (_DAS_DENSE_MAX = 0) and a pool of every row, so no
+    # pool runs dry.  The method scans all rows (rows.values) and reads the picked row
+    # alone (rows.rows([p])) at its first addition and after every scan_every = 3
+    # additions, and scans once more to find nothing violated
+    monkeypatch.setattr(svm_attention, "_DAS_DENSE_MAX", 0)
+    rng = np.random.default_rng(8)
+    R = rng.standard_normal((60, 8))
+    R *= np.sign(R @ rng.standard_normal(8))[:, None]
+
+    class Counted(_DenseRows):
+        def values(self, x):
+            self.read.append("scan")
+            return super().values(x)
+
+        def single(self):
+            return [int(i[0]) for i in self.read if isinstance(i, np.ndarray) and i.size == 1]
+
+    # the order of the picks, each by a full scan (scan_every = 1)
+    rows = Counted(R)
+    *_, n_add = svm_attention._dual_active_set(rows, np.ones(60), 8, pool=60, scan_every=1)
+    picks = rows.single()
+    assert len(picks) == n_add >= 7
+    # the second pick (from the pool below) made row 0
+    order = np.r_[picks[1], np.delete(np.arange(60), picks[1])]
+    new_index = np.argsort(order)
+    rows = Counted(R[order])
+    x, lam, n_add = svm_attention._dual_active_set(rows, np.ones(60), 8, pool=60,
+                                                   scan_every=3)
+    assert n_add == len(picks) and lam[0] > 0
+    assert rows.single() == [int(new_index[p]) for p in picks[::3]]
+    assert sum(isinstance(i, str) for i in rows.read) == -(-n_add // 3) + 1
+    np.testing.assert_allclose(x, tight_qp(R, np.ones(60), np.zeros(60, bool), (8,)),
+                               atol=1e-10)

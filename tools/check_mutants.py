@@ -3,10 +3,10 @@
 mutmut runs in its own worktree (its results are lost when a source file there changes),
 so tests written for its survivors live in another checkout.  For each named mutant this
 applies the diff that ``mutmut show`` prints to a scratch copy of that checkout, runs the
-given tests there, and says whether they fail (the mutant is killed) or pass.  The diff
-is applied inside the mutated function, with the diff's context lines where the removed
-lines occur there more than once; one still not unique is reported as ambiguous and not
-run.
+given tests there, and says whether they fail (the mutant is killed) or pass; the tests
+must pass on the unmutated copy first, or the tool stops.  The diff is applied inside the
+mutated function, with the diff's context lines where the removed lines occur there more
+than once; one still not unique is reported as ambiguous and not run.
 
 Usage (see docs/mutation.md)::
 
@@ -84,6 +84,12 @@ def main(argv=None):
                 shutil.copy(src, Path(scratch, part))
         target = Path(scratch, args.file)
         original = target.read_text()
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+               *args.tests] + (["-k", args.k] if args.k else [])
+        # the tests must pass on the code as it is, or every "killed" below is void
+        base = subprocess.run(cmd, cwd=scratch, capture_output=True, text=True, check=False)
+        if base.returncode:
+            sys.exit(f"the tests fail without a mutant:\n{base.stdout[-2000:]}")
         for name in args.names:
             removed, added = mutant_diff(args.mutmut_dir, name)
             label = name.rsplit(".", 1)[-1]
@@ -96,8 +102,6 @@ def main(argv=None):
                 continue
             target.write_text(original[:start] + span.replace(removed, added)
                               + original[end:])
-            cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                   *args.tests] + (["-k", args.k] if args.k else [])
             run = subprocess.run(cmd, cwd=scratch, capture_output=True, text=True,
                                  check=False)
             print(f"{label}: {'killed' if run.returncode else 'survived'}", flush=True)
