@@ -1088,3 +1088,22 @@ def test_dual_active_set_rescans_every_scan_every_additions(monkeypatch):
     assert sum(isinstance(i, str) for i in rows.read) == -(-n_add // 3) + 1
     np.testing.assert_allclose(x, tight_qp(R, np.ones(60), np.zeros(60, bool), (8,)),
                                atol=1e-10)
+
+
+@pytest.mark.parametrize("u, r, k, t", [
+    ([1.0, 2.0, 4.0], [0.5, 4.0, -1.0], 1, 0.5),   # min u_k / r_k over r_k > 0
+    ([1.0, 2.0], [-1.0, 0.0], None, np.inf),      # no r_k > 0: no block
+    ([0.0, 3.0], [2.0, 1.0], 0, 0.0),             # u_k = 0 with r_k > 0 blocks at once
+    ([0.0, 1.0, 2.0], [0.0, 1.0, 4.0], 2, 0.5),   # 0 / 0 at 0: the r_k > 0 decide
+    ([0.0, 3.0, 1.0], [0.0, -1.0, 0.0], None, np.inf),  # 0 / 0 and no r_k > 0
+    ([2.0, 0.0, 1.0], [1.0, 0.0, 4.0], 2, 0.25),  # 0 / 0 after the blocking row
+])
+def test_blocking_step_by_hand(u, r, k, t):
+    # _dual_active_set_loop 112, 114, 243-253 (run 10: the ratio test, now a function):
+    # the largest t with u - t r >= 0, and the k it blocks
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kk, tt = svm_attention._blocking_step(np.array(u), np.array(r))
+    assert tt == t and (k is None or kk == k)
+    if np.isfinite(tt):
+        after = np.array(u) - tt * np.array(r)
+        assert after.min() >= 0 and after[kk] == 0

@@ -699,6 +699,26 @@ def _smallest(values, k):
     return idx
 
 
+def _blocking_step(u, r):
+    """``(k, t)``: the largest step ``t`` keeping ``u - t r >= 0``, and the ``k`` it blocks.
+
+    ``t = min u_k / r_k`` over ``r_k > 0`` (``inf`` when no ``r_k > 0``), found as the
+    largest ``r_k / u_k``; where some ``u_k = r_k = 0`` (``0 / 0``) over the ``r_k > 0``
+    directly.  ``k`` is meaningful only for a finite ``t``.  Called under
+    ``np.errstate(divide="ignore", invalid="ignore")``.
+    """
+    w = r / u
+    k = int(w.argmax())
+    wk = w[k]
+    if wk > 0:
+        return k, float(u[k] / r[k])
+    if wk != wk:  # argmax stops at a NaN: some u_k = r_k = 0
+        ratios = np.divide(u, r, out=np.full(u.size, np.inf), where=r > 0)
+        k = int(ratios.argmin())
+        return k, float(ratios[k])
+    return k, math.inf
+
+
 def _dual_active_set(rows, h, d, *, max_add=None, pool=None, scan_every=None):
     """``min 1/2 ||x||^2`` s.t. ``G x >= h`` exactly, by the dual active-set method.
 
@@ -799,7 +819,6 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
     Z = np.eye(d, order="F")
     NT = np.zeros((d, d), order="F")  # column j: row j of N
     u = np.zeros(d)
-    infs = np.full(d, np.inf)
     zeros = np.zeros(d)
     act = np.zeros(d, dtype=np.intp)
     isact = np.zeros(m, dtype=bool)
@@ -857,15 +876,7 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
             t1 = math.inf  # largest dual step keeping u >= 0, blocked by k
             if q:
                 r = n_p.dot(NT[:, :q])
-                w = r / u[:q]  # the blocking k maximizes r_k / u_k > 0
-                k = int(w.argmax())
-                wk = w[k]
-                if wk > 0:
-                    t1 = float(u[k] / r[k])
-                elif wk != wk:  # 0 / 0: u_k = r_k = 0
-                    ratios = np.divide(u[:q], r, out=infs[:q].copy(), where=r > 0)
-                    k = int(ratios.argmin())
-                    t1 = float(ratios[k])
+                k, t1 = _blocking_step(u[:q], r)
             # g_p in span(G_A^T) (||g_p|| = 1: zn >= 1e-8 implies ||z|| >= 1e-8)
             if q == d or zn <= 1e-20 or (zn < 1e-8 and z.dot(z) <= 1e-20):
                 if t1 == math.inf:
