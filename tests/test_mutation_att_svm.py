@@ -1097,6 +1097,7 @@ def test_dual_active_set_rescans_every_scan_every_additions(monkeypatch):
     ([0.0, 1.0, 2.0], [0.0, 1.0, 4.0], 2, 0.5),   # 0 / 0 at 0: the r_k > 0 decide
     ([0.0, 3.0, 1.0], [0.0, -1.0, 0.0], None, np.inf),  # 0 / 0 and no r_k > 0
     ([2.0, 0.0, 1.0], [1.0, 0.0, 4.0], 2, 0.25),  # 0 / 0 after the blocking row
+    ([0.0, 0.1, 2.0], [0.0, 0.5, 4.0], 1, 0.2),   # 0 / 0, the block at r_k < 1
 ])
 def test_blocking_step_by_hand(u, r, k, t):
     # _dual_active_set_loop 112, 114, 243-253 (run 10: the ratio test, now a function):
