@@ -1108,3 +1108,26 @@ def test_blocking_step_by_hand(u, r, k, t):
     if np.isfinite(tt):
         after = np.array(u) - tt * np.array(r)
         assert after.min() >= 0 and after[kk] == 0
+
+
+def test_dual_active_set_solves_the_final_active_set_afresh(monkeypatch):
+    # _dual_active_set_loop 432 (the final QR solve skipped): the rank-one updates of Z
+    # drift (here made to, by 1e-5 of noise on each update); the answer is solved afresh
+    # from the final active rows, G_A x = h_A with x = G_A^T u, so the drift stays out of it
+    noise = np.random.default_rng(9)
+    exact = svm_attention.dger
+
+    def drifting(alpha, x, y, a, overwrite_a=0):
+        out = exact(alpha, x, y, a=a, overwrite_a=overwrite_a)
+        if out.shape[0] == out.shape[1]:  # Z (d x d), not N
+            out += 1e-5 * noise.standard_normal(out.shape)
+        return out
+
+    monkeypatch.setattr(svm_attention, "dger", drifting)
+    rng = np.random.default_rng(3)
+    R = rng.standard_normal((150, 6))
+    R *= np.sign(R @ rng.standard_normal(6))[:, None]
+    res = svm_attention._solve_dual_active_set(_head_from_rows(R), 1e-8, 100, None, 0)
+    ref = tight_qp(R, np.ones(150), np.zeros(150, bool), (6,))
+    assert rel_err(res.primal, ref) <= 1e-12
+    np.testing.assert_allclose(R.T @ res.dual, res.primal, atol=1e-12)
