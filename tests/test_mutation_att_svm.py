@@ -1131,3 +1131,19 @@ def test_dual_active_set_solves_the_final_active_set_afresh(monkeypatch):
     ref = tight_qp(R, np.ones(150), np.zeros(150, bool), (6,))
     assert rel_err(res.primal, ref) <= 1e-12
     np.testing.assert_allclose(R.T @ res.dual, res.primal, atol=1e-12)
+
+
+def test_dual_active_set_silences_its_own_zero_divisions():
+    # _dual_active_set 8, 9 (np.errstate dropped): on this instance the ratio test divides
+    # by a multiplier clamped to 0 at a near tie (r_k / 0 = inf: no block, as intended);
+    # the method sets its own floating-point state, so a caller's "raise" does not stop it
+    G = np.array([[0, 1, -1], [-1, 1, 1], [1, 0, -1], [-1, 0, -1], [-1, 1, 0], [1, 1, -1],
+                  [-1, 1, 1]], dtype=float)
+    h = np.array([2.0, 0.0, 2.0, 2.0, 0.0, 2.0, 0.0])
+    with np.errstate(all="raise"):
+        with pytest.raises(FloatingPointError):  # the loop does divide by zero here
+            svm_attention._dual_active_set_loop(svm_attention._KeyRows(_head_from_rows(G, h)),
+                                                h, 3, None, None, None)
+        res = svm_attention._solve_dual_active_set(_head_from_rows(G, h), 1e-8, 100, None, 0)
+    ref = tight_qp(G, h, np.zeros(7, bool), (3,))
+    assert rel_err(res.primal, ref) <= 1e-10
