@@ -1147,3 +1147,16 @@ def test_dual_active_set_silences_its_own_zero_divisions():
         res = svm_attention._solve_dual_active_set(_head_from_rows(G, h), 1e-8, 100, None, 0)
     ref = tight_qp(G, h, np.zeros(7, bool), (3,))
     assert rel_err(res.primal, ref) <= 1e-10
+
+
+def test_dual_active_set_passes_its_pool_size(monkeypatch):
+    # _dual_active_set 20 (pool dropped): the pool of the selection is the one asked for
+    sizes, exact = [], svm_attention._smallest
+    monkeypatch.setattr(svm_attention, "_smallest",
+                        lambda values, k: sizes.append(k) or exact(values, k))
+    problem = _head_program(300, 4, seed=10)
+    h = problem.constraints.rhs
+    x, _, _ = svm_attention._dual_active_set(svm_attention._KeyRows(problem), h, 4, pool=7)
+    assert sizes and set(sizes) == {7}
+    ref = tight_qp(rows_by_definition(problem), h, problem.constraints.equality, (4,))
+    assert rel_err(x, ref) <= 1e-10
