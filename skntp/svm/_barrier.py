@@ -283,10 +283,12 @@ def _barrier(problem, model, prog, w0, tol, max_iter, verbose, callback, name):
     """Follow the central path from ``w0``; the best certified iterate.
 
     ``mu`` starts at ``model.mu0`` and is divided by ``_SHRINK`` (10) after each
-    centering (at most 50 damped Newton steps, ended when the Newton decrement
-    ``-g.dx / mu`` is at most 1e-12, when no step halving down to 1e-12 decreases
-    ``F_mu`` by a quarter of the decrement, or when the Newton system cannot be
-    solved).  Each centering's certificate (:func:`_certificate`) is passed to
+    centering: at most 50 damped Newton steps, each accepted at the first halving of
+    the step (from 1, down to 1e-12) where ``F_mu`` is finite and, for a Newton
+    decrement ``-g.dx / mu`` of 0.1 or more, decreases by a quarter of the step times
+    the decrement; the centering ends when the decrement is at most 1e-12, when no
+    halving is accepted, or when the Newton system cannot be solved.  Each
+    centering's certificate (:func:`_certificate`) is passed to
     ``callback(newton_steps, gap, violation)`` and printed when ``verbose``.  The
     method stops when the gap is at most ``tol`` and the violation at most ``max(tol,
     1e-9)`` (``status="optimal"``), after two centerings that do not lower the best
