@@ -284,9 +284,9 @@ def _barrier(problem, model, prog, w0, tol, max_iter, verbose, callback, name):
 
     ``mu`` starts at ``model.mu0`` and is divided by ``_SHRINK`` (10) after each
     centering: at most 50 damped Newton steps, each accepted at the first halving of
-    the step (from 1, down to 1e-12) where ``F_mu`` is finite and, for a Newton
-    decrement ``-g.dx / mu`` of 0.1 or more, decreases by a quarter of the step times
-    the decrement; the centering ends when the decrement is at most 1e-12, when no
+    the step ``alpha`` (from 1, down to 1e-12) where ``F_mu`` is finite and, for a
+    Newton decrement ``-g.dx / mu`` of 0.1 or more, decreases by at least ``0.25 alpha
+    (-g.dx)``; the centering ends when the decrement is at most 1e-12, when no
     halving is accepted, or when the Newton system cannot be solved.  Each
     centering's certificate (:func:`_certificate`) is passed to
     ``callback(newton_steps, gap, violation)`` and printed when ``verbose``.  The
