@@ -24,9 +24,10 @@ Newton's method with a backtracking line search minimizes
     F_\\mu = f(w) - \\mu \\sum_i \\log(A_I w - r_I)_i
     \\quad [\\,- \\mu \\log\\det S(t, W)\\ \\text{for the spectral norm}],
 
-started strictly feasible from twice the Frobenius solution (whose solve also
-decides feasibility: an infeasible program raises
-:class:`~skntp.svm.NotSeparableError` from its Farkas certificate).  The
+started from twice the Frobenius solution moved back onto the equalities (whose
+solve also decides feasibility: an infeasible program raises
+:class:`~skntp.svm.NotSeparableError` from its Farkas certificate); a program
+without a strictly feasible start there (a tight row of rhs 0) is declined.  The
 Hessian of ``-log det S`` in ``(t, vec W)`` is ``tr(G F_i G F_l)`` with
 ``G = S^{-1}`` and ``F`` the basis matrices; for ``W_ab, W_cd`` it is
 ``2 G11[a,c] G22[b,d] + 2 G12[a,d] G12[c,b]``, a Kronecker product plus a
