@@ -18,28 +18,24 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
+from test_norms_lp_spectral import _att_instance, _kq_instance
+from test_svm_core import key_problem
 
 import skntp.svm._barrier as barrier
 from skntp.svm import att_svm_problem, att_svm_w_problem, ntp_svm_problem, solve_max_margin
-from skntp.svm._core import Constraints, KeyScores, MaxMarginProblem
+from skntp.svm._core import KeyScores
 
 LINE = re.compile(r"^(pnorm|spectral)-barrier\s+(\d+): mu (\S+) newton (\d+) gap (\S+) "
                   r"violation (\S+)$")
 
 
-def _att(seed=0, n=8, T=5, k=6, p=3.0):
-    rng = np.random.default_rng(seed)
-    K = rng.standard_normal((n, T, k))
-    sel = np.argmax(K @ rng.standard_normal(k), axis=1)
+def _att(seed=0, k=6, p=3.0):
+    K, sel = _att_instance(seed, k=k)
     return att_svm_problem(K, sel, norm=("lp", p))
 
 
-def _kq(seed=0, n=7, T=4, d=5, k=3):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, T, d))
-    Z = rng.standard_normal((n, k))
-    sel = np.argmax(np.einsum("itd,kd,ik->it", X, rng.standard_normal((k, d)), Z), axis=1)
-    return att_svm_w_problem(X, Z, sel, norm="spectral")
+def _kq(seed=0):
+    return att_svm_w_problem(*_kq_instance(seed), norm="spectral")
 
 
 def _ntp(p=3.0):
@@ -54,9 +50,8 @@ def _linear(A, r, equality=None, norm=("lp", 3.0)):
     A = np.asarray(A, dtype=float)
     m = A.shape[0]
     eq = np.zeros(m, dtype=bool) if equality is None else np.asarray(equality, dtype=bool)
-    cons = Constraints(np.arange(m), np.zeros(m, dtype=int), -np.ones(m, dtype=int),
-                       np.asarray(r, dtype=float), eq)
-    return MaxMarginProblem(KeyScores(A[:, None, :]), cons, norm=norm)
+    problem = key_problem(A[:, None, :], np.arange(m), np.zeros(m), -np.ones(m), r, eq)
+    return replace(problem, norm=norm)
 
 
 def _dense(problem):
