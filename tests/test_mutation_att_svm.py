@@ -1133,6 +1133,64 @@ def test_dual_active_set_solves_the_final_active_set_afresh(monkeypatch):
     np.testing.assert_allclose(R.T @ res.dual, res.primal, atol=1e-12)
 
 
+def _active_rows_for(u, seed=4):
+    """Normalized rows ``G_A`` (q x 5) and ``h_A = G_A G_A^T u``: the active equations of ``u``."""
+    ga = np.random.default_rng(seed).standard_normal((len(u), 5))
+    ga /= np.linalg.norm(ga, axis=1, keepdims=True)
+    return ga, ga @ ga.T @ np.asarray(u, dtype=float)
+
+
+@pytest.mark.parametrize("u, kept", [
+    ([2.0, 0.5, 1.0], True),           # u >= 0: solved afresh
+    ([0.1, 3e-10, -5e-10], True),      # max u < 1: down to -1e-9 accepted, clipped at 0
+    ([0.1, 3e-10, -2e-9], False),      # beyond -1e-9: the loop's iterate
+    ([1e3, 2.0, -5e-7], True),         # max u = 1e3: down to -1e-6 accepted
+    ([1e3, 2.0, -2e-6], False),
+    ([4.0, -2e-9, 1.0], True),         # -1e-9 max(1, max u) = -4e-9
+    ([4.0, -5e-9, 1.0], False),
+    ([1.5, 0.3, -1.8e-9], False),      # -1e-9 max(1, max u) = -1.5e-9
+])
+def test_resolved_active_set_by_hand(u, kept):
+    # _dual_active_set_loop 431, 435-437, 442, 453-455 (runs 9 and 10, then in the
+    # pragma: no cover branch): R u = y with R^T y = h_A, x = Q y = G_A^T u, accepted when
+    # min u >= -1e-9 max(1, max u), and then clipped at 0
+    ga, ha = _active_rows_for(u)
+    x0, u0 = np.full(5, 7.0), np.full(3, 9.0)  # the loop's drifted iterate
+    x, un = svm_attention._resolved_active_set(ga, ha, x0, u0)
+    if not kept:
+        assert x is x0 and un is u0
+        return
+    exact = np.asarray(u)
+    np.testing.assert_allclose(un, np.maximum(exact, 0.0), rtol=1e-9, atol=1e-13)
+    assert un.min() >= 0.0
+    np.testing.assert_allclose(x, ga.T @ exact, rtol=1e-12, atol=1e-12)  # not clipped
+    np.testing.assert_allclose(ga @ x, ha, rtol=1e-12, atol=1e-12)
+
+
+def _dependent_rows(kind):
+    if kind == "near":  # a repeated normalized row: R_33 ~ 1e-16, u of order 1e31
+        ga, _ = _active_rows_for([1.0, 1.0, 1.0])
+        ga[2] = ga[0]
+        return ga, np.array([1.0, 1.0, 2.0])
+    ga = np.zeros((3, 5))
+    ga[0, 0] = ga[1, 1] = ga[2, 0] = 1.0
+    if kind == "overflow":  # R_22 = 1e-300: u = (inf, -inf, 1), and min u >= -1e-9 max u
+        ga[[1, 2]] = ga[[2, 1]]
+        ga[1, 3] = 1e-300
+        return ga, np.array([1.0, 0.0, 1.0])
+    return ga, np.array([1.0, 1.0, 0.0])  # "exact": R_33 = 0, solve_triangular raises
+
+
+@pytest.mark.parametrize("kind", ["near", "overflow", "exact"])
+def test_resolved_active_set_keeps_the_iterate_for_dependent_rows(kind):
+    # the loop's iterate stays where the fresh u is not finite or not >= 0
+    ga, ha = _dependent_rows(kind)
+    x0, u0 = np.arange(5.0), np.full(len(ha), 0.25)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x, un = svm_attention._resolved_active_set(ga, ha, x0, u0)
+    assert x is x0 and un is u0
+
+
 def test_dual_active_set_silences_its_own_zero_divisions():
     # _dual_active_set 8, 9 (np.errstate dropped): on this instance the ratio test divides
     # by a multiplier clamped to 0 at a near tie (r_k / 0 = inf: no block, as intended);

@@ -918,20 +918,31 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
     lam = np.zeros(m)
     if q == 0:
         return np.zeros(d), lam, n_add
-    # the rank-one updates drift (relative 1e-10 on large multipliers): solve
-    # the final active equations G_A x = h_A, x = G_A^T u afresh by QR
     a = act[:q]
-    ga = rows.rows(a) * inv[a, None]
-    Q, Rq = np.linalg.qr(ga.T)
-    y = solve_triangular(Rq, h[a] * inv[a], trans="T", check_finite=False)
-    un = solve_triangular(Rq, y, check_finite=False)
-    if np.all(np.isfinite(un)) and un.min() >= -1e-9 * max(1.0, float(un.max())):
-        x = Q.dot(y)
-        lam[a] = np.maximum(un, 0.0) * inv[a]
-    else:  # pragma: no cover - near-dependent active rows: keep the iterate
-        lam[a] = u[:q] * inv[a]
-        x = x.copy()
+    x, lam[a] = _resolved_active_set(rows.rows(a) * inv[a, None], h[a] * inv[a], x, u[:q])
+    lam[a] *= inv[a]
     return x, lam, n_add
+
+
+def _resolved_active_set(ga, ha, x, u):
+    """The final active equations ``G_A x = h_A``, ``x = G_A^T u`` solved afresh by QR.
+
+    The rank-one updates of the dual active-set loop drift (relative 1e-10 on large
+    multipliers), so its last iterate ``(x, u)`` (rows ``ga`` and right-hand sides ``ha``
+    normalized) is replaced by the QR solution ``G_A^T = Q R``, ``R^T y = h_A``,
+    ``R u = y``, ``x = Q y``, with ``u`` clipped at 0, when ``u`` is finite and
+    ``min u >= -1e-9 max(1, max u)``.  Otherwise (dependent or near-dependent active
+    rows) the iterate is returned as it is.
+    """
+    Q, R = np.linalg.qr(ga.T)
+    try:
+        y = solve_triangular(R, ha, trans="T", check_finite=False)
+        un = solve_triangular(R, y, check_finite=False)
+    except np.linalg.LinAlgError:  # a zero on the diagonal of R: dependent rows
+        return x, u
+    if np.all(np.isfinite(un)) and un.min() >= -1e-9 * max(1.0, float(un.max())):
+        return Q.dot(y), np.maximum(un, 0.0)
+    return x, u
 
 
 def _solve_dual_active_set(problem, tol, max_iter, be, verbose, callback=None):
