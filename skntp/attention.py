@@ -205,9 +205,9 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
                     "att_svm_direction_ are None.", UserWarning, stacklevel=6)
                 return out
         out["head_mm_direction_"] = unit(head)[0]
-        nv = norm_value(head, norm)
-        out["head_mm_margin_"] = 1.0 / nv if nv > 0 else float("inf")
-        out["label_gaps"] = np.array([out["head_mm_margin_"]]) if nv > 0 else np.zeros(0)
+        # v != 0: the head SVM's constraints y_i v^T x_i >= 1 (n >= 1)
+        out["head_mm_margin_"] = 1.0 / norm_value(head, norm)
+        out["label_gaps"] = np.array([out["head_mm_margin_"]])
         if support is None:
             support = support_vectors(tokens, Y, head)
         out["support_"] = np.flatnonzero(support)
@@ -299,7 +299,6 @@ def _kept_token_limit(data, q, kept, method, norm):
     ``z_i^T W (x_o - x_o') = 0`` and ``z_i^T W (x_o - x_t) >= 1`` for kept ``o`` and
     the other tokens ``t``, ``None`` (with a warning) when infeasible.
     """
-    from ._backend import log_softmax
     from .svm import (
         Constraints,
         KeyScores,
@@ -311,7 +310,7 @@ def _kept_token_limit(data, q, kept, method, norm):
 
     keys, mask = data["keys"], data["mask"]
     T = keys.shape[1]
-    log_s = log_softmax(np, np.where(mask, keys @ q, -np.inf), axis=-1)
+    scores = keys @ q  # log(s_o / s_o') = scores_o - scores_o'
     first = np.argmax(kept, axis=1)
     i_eq, o_eq = np.nonzero(kept & (np.arange(T)[None, :] != first[:, None]))
     # every kept token o against every other real token t of its input
@@ -319,7 +318,7 @@ def _kept_token_limit(data, q, kept, method, norm):
     equal = np.ones(i_eq.size, dtype=bool)
     fin = np.zeros(keys.shape[2])
     if i_eq.size:
-        log_odds = log_s[i_eq, o_eq] - log_s[i_eq, first[i_eq]]
+        log_odds = scores[i_eq, o_eq] - scores[i_eq, first[i_eq]]
         fin, _ = solve_min_norm(MaxMarginProblem(
             KeyScores(keys), Constraints(i_eq, o_eq, first[i_eq], log_odds, equal),
             name="the log-odds of the kept tokens"))

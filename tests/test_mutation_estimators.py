@@ -1,0 +1,377 @@
+"""Tests added for mutation run 11: the estimators' limit step.
+
+``skntp/decoder.py``, ``skntp/attention.py`` and ``skntp/self_attention.py``:
+``_explicit_limits``, ``_limit_parameters`` and the helpers they call.  Each test
+checks documented behaviour against a value written here (a closed form, a fit on
+duplicated data, a direct solve of the program) and names the survivors it kills;
+see ``docs/mutation.md``, "Run 11".
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from test_joint import joint_instance
+
+import skntp.attention as attention_module
+import skntp.self_attention as self_attention_module
+from skntp.attention import AttentionSelector, JointAttentionSVM
+from skntp.datasets import make_token_priority_data
+from skntp.self_attention import NTPAttentionClassifier
+from skntp.svm import NotSeparableError, graph_svm_problem, solve_max_margin
+
+
+# --------------------------------------------------------------------------
+# NTPAttentionClassifier
+# --------------------------------------------------------------------------
+def test_self_attention_finite_component_weights_samples_as_repeats():
+    # _explicit_limits 17, 25 (cyclic_correction without the sample weights): an integer
+    # weight is that many copies of the sequence, for W^cyc as for the risk
+    X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=4)
+    X = np.asarray(X)
+    counts = np.array([3, 1, 2, 1, 1, 4])
+    kw = dict(solver="svm", svm_radius=1.0)
+    weighted = NTPAttentionClassifier(E, **kw).fit(X, y, sample_weight=counts)
+    repeated = NTPAttentionClassifier(E, **kw).fit(np.repeat(X, counts, axis=0),
+                                                    np.repeat(y, counts))
+    plain = NTPAttentionClassifier(E, **kw).fit(X, y)
+    assert np.abs(plain.finite_component_ - repeated.finite_component_).max() > 1e-3
+    np.testing.assert_allclose(weighted.finite_component_, repeated.finite_component_,
+                               rtol=1e-7, atol=1e-9)
+
+
+def test_self_attention_small_limit_norm_margin_and_orthogonality_check(monkeypatch):
+    # _explicit_limits 84, 126 (the tests "norm > 0" made "norm > 1"): with embeddings
+    # 10 times larger ||W^mm|| is 100 times smaller, here below 1; the margin is still
+    # 1 / ||W^mm|| and Lemma 2's check still runs
+    X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=4)
+    E = 10.0 * E
+    est = NTPAttentionClassifier(E, solver="svm").fit(X, y)
+    primal = solve_max_margin(graph_svm_problem(E, est.graphs_, est.sccs_)).primal
+    assert np.linalg.norm(primal) < 1.0
+    assert est.mm_margin_ == pytest.approx(1.0 / np.linalg.norm(primal), rel=1e-6)
+    real = self_attention_module.cyclic_correction
+
+    def skewed(*args, **kwargs):
+        W, info = real(*args, **kwargs)
+        return W + 0.1 * np.eye(W.shape[0]), info
+
+    monkeypatch.setattr(self_attention_module, "cyclic_correction", skewed)
+    with pytest.warns(RuntimeWarning, match=r"W\^cyc and W\^mm are not orthogonal"):
+        NTPAttentionClassifier(E, solver="svm").fit(X, y)
+
+
+def test_self_attention_without_a_graph_svm_solution(monkeypatch):
+    # _explicit_limits 115 (mm_margin_ of a missing solution): when (Graph-SVM) cannot
+    # be solved the fit goes on with a warning, no direction and a margin of nan
+    X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=4)
+
+    def declined(*args, **kwargs):
+        raise NotSeparableError("declined here")
+
+    monkeypatch.setattr(self_attention_module, "solve_max_margin", declined)
+    with pytest.warns(UserWarning, match="declined here. mm_direction_ is None"):
+        est = NTPAttentionClassifier(E, max_iter=3).fit(X, y)
+    assert est.mm_direction_ is None and est.svm_result_ is None
+    assert np.isnan(est.mm_margin_)
+
+
+def test_self_attention_solves_graph_svm_with_its_array_layer(monkeypatch):
+    # _explicit_limits 63 (backend_kwargs dropped): the estimator's backend, device and
+    # dtype reach the max-margin core
+    X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=4)
+    seen, real = [], self_attention_module.solve_max_margin
+
+    def recording(problem, **kwargs):
+        seen.append({k: kwargs.get(k) for k in ("backend", "device", "dtype")})
+        return real(problem, **kwargs)
+
+    monkeypatch.setattr(self_attention_module, "solve_max_margin", recording)
+    NTPAttentionClassifier(E, solver="svm", dtype="float32").fit(X, y)
+    assert seen and all(s == {"backend": "numpy", "device": None, "dtype": "float32"}
+                        for s in seen)
+
+
+def test_self_attention_computes_the_sccs_once(monkeypatch):
+    # _explicit_limits 44, 47 (graph_svm_problem without the SCCs): the program reuses
+    # the components of the fit instead of computing them again
+    import skntp.graphs as graphs
+
+    X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=4)
+    calls, real = [], graphs.strongly_connected_components
+    monkeypatch.setattr(graphs, "strongly_connected_components",
+                        lambda g: calls.append(1) or real(g))
+    monkeypatch.setattr(self_attention_module, "strongly_connected_components",
+                        lambda g: calls.append(1) or real(g))
+    NTPAttentionClassifier(E, solver="svm").fit(X, y)
+    assert len(calls) == 1
+
+
+def test_self_attention_auto_radius_keeps_20_nats_with_more_tokens_than_dimensions():
+    # _limit_parameters 34 (the vocabulary size K read as the dimension d): with K = 7
+    # tokens in d = 6 dimensions, svm_radius="auto" puts every token outside the label's
+    # SCC of G^(last) at least 20 nats below every token inside it, with equality for
+    # the tightest sequence; scores e_t^T W e_last computed here from the fitted W
+    X, y, E = make_token_priority_data(7, 6, 8, 4, acyclic=False, random_state=0)
+    est = NTPAttentionClassifier(E, head="embeddings", loss="ce", solver="svm").fit(X, y)
+    W = est.coef_
+    gaps = []
+    for seq, label in zip(np.asarray(X), y):
+        last = seq[-1]
+        comp = next(c for c in est.sccs_[last] if label in c)
+        scores = E[seq] @ W @ E[last]
+        inside = np.isin(seq, list(comp))
+        if (~inside).any():
+            gaps.append(scores[inside].min() - scores[~inside].max())
+    assert min(gaps) == pytest.approx(20.0, rel=1e-6)
+
+
+# --------------------------------------------------------------------------
+# JointAttentionSVM
+# --------------------------------------------------------------------------
+def test_joint_svm_attributes_of_a_planted_instance():
+    # _joint_directions 135-137 (support_vectors_ not set): Thm. 6's instance plants
+    # the optimal tokens, v^mm = (a, 0) with margin 1, and the support S = {i: c_i = 1}
+    X, y, pos, v_mm, support = joint_instance(0, n=5, relax=True)
+    est = JointAttentionSVM(solver="svm").fit(X, y)
+    np.testing.assert_array_equal(est.selected_tokens_, pos)
+    np.testing.assert_array_equal(est.support_, np.flatnonzero(support))
+    assert est.support_.dtype == np.int64
+    np.testing.assert_array_equal(est.support_vectors_, X[support, pos[support]])
+    np.testing.assert_allclose(est.head_mm_direction_, v_mm, atol=1e-8)
+    assert est.head_mm_margin_ == pytest.approx(1.0, rel=1e-8)
+    assert est.svm_radius_[0] == pytest.approx(20.0, rel=1e-8)  # label margin 20
+
+
+def test_joint_svm_attributes_without_limits():
+    # _joint_directions 13-48 (the attributes of a fit without limits): documented
+    # values, with the types of a fit that has them
+    X, y, _, _, _ = joint_instance(0, n=5, relax=True)
+    est = JointAttentionSVM(solver="gd", compute_limits=False, max_iter=3).fit(X, y)
+    assert est.selected_tokens_ is None and est.head_mm_direction_ is None
+    assert est.head_mm_margin_ == 0.0 and np.isnan(est.mm_margin_)
+    assert est.support_.dtype == np.int64 and est.support_.shape == (0,)
+    assert est.support_vectors_.shape == (0, X.shape[2])
+    assert est.mm_direction_ is None and est.att_svm_direction_ is None
+    out = attention_module._joint_directions(est, {"X": X, "K": X, "mask": None, "Y": y},
+                                             None)
+    assert set(out) == {"selected_tokens_", "head_mm_direction_", "head_mm_margin_",
+                        "support_", "support_vectors_", "att_svm_direction_",
+                        "mm_direction_", "mm_margin_", "label_gaps", "attention_gaps"}
+    assert out["label_gaps"].shape == out["attention_gaps"].shape == (0,)
+
+
+def test_joint_attributes_when_the_selected_tokens_are_not_separable():
+    # _joint_directions 19, 23-30, 40 (the attributes when the head SVM is infeasible)
+    X = np.array([[[1.0, 0.0]], [[1.0, 0.0]], [[0.0, 1.0]]])
+    y = np.array([1, -1, 1])
+    with pytest.warns(UserWarning, match="admit no head max-margin direction"):
+        est = JointAttentionSVM(solver="gd", max_iter=3).fit(X, y)
+    np.testing.assert_array_equal(est.selected_tokens_, [0, 0, 0])
+    assert est.selected_tokens_.dtype == np.int64
+    assert est.head_mm_direction_ is None and est.head_mm_margin_ == 0.0
+    assert est.support_.dtype == np.int64 and est.support_.shape == (0,)
+    assert est.support_vectors_.shape == (0, 2)
+    assert est.mm_direction_ is None and np.isnan(est.mm_margin_)
+
+
+def test_joint_svm_limit_step_reuses_the_joint_solution(monkeypatch):
+    # JointAttentionSVM._limit_parameters 8-18 (head, relaxed, att or support not passed
+    # on) and _joint_directions 64-66 (its progress bar): solver="svm" solves the joint
+    # program once; the head SVM and (relaxed) ATT-SVM are not solved again
+    import skntp._progress as progress
+
+    X, y, _, _, _ = joint_instance(0, n=5, relax=True)
+    bars, real = [], progress.make_limit_progress
+    monkeypatch.setattr(progress, "make_limit_progress",
+                        lambda verbose, desc="limit", **kw: bars.append(desc) or real(
+                            verbose, desc=desc, **kw))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("solved again")
+
+    ref = JointAttentionSVM(solver="svm").fit(X, y)
+    bars.clear()
+    monkeypatch.setattr(attention_module, "head_svm", refused)
+    monkeypatch.setattr(attention_module, "relaxed_att_svm", refused)
+    monkeypatch.setattr(attention_module, "support_vectors", refused)
+    est = JointAttentionSVM(solver="svm", verbose=1).fit(X, y)
+    assert bars == ["limit joint SVM"]
+    for name in ("head_mm_direction_", "mm_direction_", "att_svm_direction_", "support_"):
+        np.testing.assert_array_equal(getattr(est, name), getattr(ref, name))
+
+
+def _selected_by(query_scale, seed=1, n=5, T=4):
+    """Thm. 6's instance and a fit that keeps the query at ``(0, .., 0, scale)``, which
+    selects the planted tokens (last coordinate 1 against at most 1/2)."""
+    X, y, pos, v_mm, support = joint_instance(seed, n=n, T=T, relax=True)
+    q0 = np.zeros(X.shape[2])
+    q0[-1] = query_scale
+    return X, y, pos, dict(solver="gd", lr=1e-12, max_iter=1, init=(v_mm, q0))
+
+
+def test_joint_limits_of_padded_inputs_ignore_the_padding():
+    # _joint_directions 143-147, 164-169 (the mask not passed to (relaxed) ATT-SVM):
+    # inputs of different lengths are padded with zero tokens that are not attended;
+    # the same data with each missing token replaced by a copy of a token the input
+    # already has (which adds no constraint) gives the same directions
+    X, y, pos, kw = _selected_by(5.0)
+    seqs, copies = [], X.copy()
+    for i in range(3):  # inputs 0-2 keep their planted token and their lowest other
+        # (a zero key would then bind: p^T x_{i pos} >= 1 is the tighter constraint)
+        other = min((t for t in range(X.shape[1]) if t != pos[i]), key=lambda t: X[i, t, -1])
+        keep = sorted([pos[i], other])
+        seqs.append(X[i, keep])
+        copies[i, [t for t in range(X.shape[1]) if t not in keep]] = X[i, other]
+    seqs += list(X[3:])
+    for kw in (kw, {"solver": "svm"}):  # JointAttentionSVM._explicit_limits 18, 25 too
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # lr=1e-12 keeps the query
+            padded = JointAttentionSVM(**kw).fit(seqs, y)
+            full = JointAttentionSVM(**kw).fit(copies, y)
+        np.testing.assert_array_equal(full.selected_tokens_, pos)
+        for name in ("mm_direction_", "att_svm_direction_", "head_mm_direction_"):
+            np.testing.assert_allclose(getattr(padded, name), getattr(full, name),
+                                       atol=1e-8)
+        assert padded.mm_margin_ == pytest.approx(full.mm_margin_, rel=1e-8)
+
+
+def test_joint_warning_names_each_infeasible_attention_program():
+    # _joint_directions 149, 158, 170-176 (the problems reported): the selected token 0 of
+    # input 0 has a twin, so (ATT-SVM) and, every input being a support vector, (relaxed
+    # ATT-SVM) are infeasible; the warning gives both reasons, then their consequence
+    X = np.array([[[1.0, 0.0], [1.0, 0.0], [0.0, 0.5]],
+                  [[-1.0, 0.0], [-2.0, 0.0], [-3.0, 0.0]],
+                  [[1.0, 1.0], [0.0, 0.0], [0.2, 0.2]]])
+    y = np.array([1, -1, 1])
+    reason = ("ATT-SVM is infeasible: in input 0 the selected token 0 has the same key as "
+              "token 1, so no attention weight p can separate it (the constraint reads "
+              "0 >= 1); the selected tokens are not separable.")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = JointAttentionSVM(solver="gd", max_iter=1, lr=1e-12,
+                                init=(np.array([1.0, 0.0]), np.array([1.0, 0.0]))).fit(X, y)
+    messages = [str(w.message) for w in caught if "direction is None" in str(w.message)]
+    assert messages == [f"{reason} {reason} The corresponding direction is None."]
+    np.testing.assert_array_equal(est.support_, [0, 1, 2])
+    np.testing.assert_allclose(est.head_mm_direction_, [1.0, 0.0])
+    assert est.mm_direction_ is None and est.att_svm_direction_ is None
+
+
+def _attention_rows(X, selected, inputs):
+    return np.array([X[i, selected[i]] - X[i, t] for i in inputs for t in range(X.shape[1])
+                     if t != selected[i]])
+
+
+def _relaxed_att_svm_by_hand(X, selected, support, norm=2):
+    """``min ||p||`` s.t. ``(x_{i alpha_i} - x_it)^T p >= 1`` for ``i`` in ``support``
+    and ``>= 0`` for the other inputs (eq. (10); with every input, ATT-SVM), ``W = I``,
+    in cvxpy."""
+    import cvxpy as cp
+
+    others = [i for i in range(len(X)) if i not in set(support)]
+    p = cp.Variable(X.shape[2])
+    constraints = [_attention_rows(X, selected, support) @ p >= 1]
+    if others:
+        constraints.append(_attention_rows(X, selected, others) @ p >= 0)
+    objective = cp.sum_squares(p) if norm == 2 else cp.norm(p, norm)
+    cp.Problem(cp.Minimize(objective), constraints).solve(solver=cp.CLARABEL)
+    return p.value
+
+
+def _is_solution(direction, ref, X, selected, support, norm):
+    """``direction`` scaled to margin 1 is feasible for ``ref``'s program and as short."""
+    p = direction / _attention_rows(X, selected, support).dot(direction).min()
+    others = [i for i in range(len(X)) if i not in set(support)]
+    feasible = not others or _attention_rows(X, selected, others).dot(p).min() >= -1e-7
+    return feasible and np.linalg.norm(p, norm) == pytest.approx(
+        np.linalg.norm(ref, norm), rel=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+@pytest.mark.parametrize("solver", ["svm", "gd"])
+def test_joint_attention_directions_and_margin_against_cvxpy(solver, scale):
+    # _joint_directions 184-198 (mm_margin_ = 1 / ||p^relax||): p^relax over the support
+    # vectors and p^mm over every input, written here; at scale 10 ||p^relax|| < 1
+    X, y, pos, kw = _selected_by(5.0)
+    X = scale * X
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est = (JointAttentionSVM(solver="svm") if solver == "svm"
+               else JointAttentionSVM(**kw)).fit(X, y)
+    np.testing.assert_array_equal(est.selected_tokens_, pos)
+    relaxed = _relaxed_att_svm_by_hand(X, pos, est.support_)
+    full = _relaxed_att_svm_by_hand(X, pos, range(len(y)))
+    assert len(est.support_) < len(y)  # some inputs only >= 0
+    assert (np.linalg.norm(relaxed) < 1.0) == (scale == 10.0)
+    assert est.mm_margin_ == pytest.approx(1.0 / np.linalg.norm(relaxed), rel=1e-6)
+    np.testing.assert_allclose(est.mm_direction_, relaxed / np.linalg.norm(relaxed),
+                               atol=1e-6)
+    np.testing.assert_allclose(est.att_svm_direction_, full / np.linalg.norm(full),
+                               atol=1e-6)
+
+
+def test_joint_one_token_inputs_have_no_attention_margin():
+    # _joint_directions 193-200: with one token per input (ATT-SVM) has no constraint,
+    # p^relax = 0, and mm_margin_ is nan
+    rng = np.random.default_rng(0)
+    y = np.array([1, -1, 1, -1])
+    X = rng.standard_normal((4, 1, 3))
+    X[:, 0, 0] = np.abs(X[:, 0, 0]) * y
+    for est in (JointAttentionSVM(solver="svm").fit(X, y),
+                JointAttentionSVM(solver="gd", max_iter=3).fit(X, y)):
+        assert np.isnan(est.mm_margin_)
+        np.testing.assert_array_equal(est.mm_direction_, np.zeros(3))
+        assert est.head_mm_margin_ > 0
+
+
+def test_joint_attention_limits_in_the_max_norm_against_cvxpy():
+    # _joint_directions 147, 169 (the norm not passed to (relaxed) ATT-SVM): sign descent
+    # is measured against the max-norm programs, written here; a max-norm solution need
+    # not be unique, its margin min_i (x_{i alpha_i} - x_it)^T p / ||p||_inf is
+    X, y, pos, kw = _selected_by(5.0)
+    kw["solver"] = "signgd"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est = JointAttentionSVM(**kw).fit(X, y)
+    assert est.limit_norm_ == "max"
+    np.testing.assert_array_equal(est.selected_tokens_, pos)
+    for got, support in ((est.mm_direction_, est.support_),
+                         (est.att_svm_direction_, range(len(y)))):
+        ref = _relaxed_att_svm_by_hand(X, pos, support, norm="inf")
+        assert _is_solution(got, ref, X, pos, support, np.inf)
+    ref = _relaxed_att_svm_by_hand(X, pos, est.support_, norm="inf")
+    assert est.mm_margin_ == pytest.approx(1.0 / np.abs(ref).max(), rel=1e-6)
+    assert abs(est.mm_margin_ - 1.0 / np.linalg.norm(_relaxed_att_svm_by_hand(
+        X, pos, est.support_))) > 1e-2  # not the Frobenius margin
+
+
+def test_joint_svm_enumerates_up_to_max_enumeration():
+    # JointAttentionSVM._explicit_limits 27 (max_enumeration not passed on): 3^5 = 243
+    # token choices are enumerated under the default 256, not under 100
+    X, y, pos, _ = _selected_by(5.0, T=3)
+    exhaustive = JointAttentionSVM(solver="svm").fit(X, y).svm_result_
+    assert exhaustive.exhaustive and exhaustive.n_candidates == 3 ** 5
+    heuristic = JointAttentionSVM(solver="svm", max_enumeration=100).fit(X, y).svm_result_
+    assert not heuristic.exhaustive and heuristic.n_candidates < 100
+
+
+@pytest.mark.parametrize("gaps, kept", [
+    ([1e3, 1e-7, 1.5e-6], [1e3, 1.5e-6]),   # beyond 1e-9 max|gap| = 1e-6
+    ([1.5, 1.2e-9, 1.8e-9], [1.5, 1.8e-9]),  # beyond 1e-9 max(1, max|gap|) = 1.5e-9
+    ([0.5, 0.8e-9, 1.2e-9, -0.9], [0.5, 1.2e-9]),  # beyond 1e-9; -0.9 not separated
+    ([2.0, 1.8e-9, 2.5e-9, -3.0], [2.0]),  # beyond 1e-9 max|gap| = 3e-9, negatives too
+])
+def test_joint_attention_gaps_leave_out_roundoff(gaps, kept):
+    # _joint_directions 212, 218 (the roundoff threshold of attention_gaps): the gaps of
+    # svm_radius="auto" are those of the unit p^relax beyond 1e-9 max(1, max |gap|);
+    # one input, keys (0, -g_1, -g_2, ...) and p = 1, so the gaps are g
+    gaps = np.array(gaps)
+    K = np.concatenate([[0.0], -gaps])[None, :, None]
+    X = np.ones((1, K.shape[1], 1))
+    data = {"X": X, "K": K, "mask": np.ones(K.shape[:2], dtype=bool), "Y": np.ones(1)}
+    est = JointAttentionSVM()
+    out = attention_module._joint_directions(est, data, np.array([0]), head=np.ones(1),
+                                             relaxed=np.ones(1), att=np.ones(1),
+                                             support=np.array([True]))
+    np.testing.assert_array_equal(out["attention_gaps"], kept)
