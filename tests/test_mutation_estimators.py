@@ -7,11 +7,13 @@ duplicated data, a direct solve of the program) and names the survivors it kills
 see ``docs/mutation.md``, "Run 11".
 """
 
+import re
 import warnings
 
 import numpy as np
 import pytest
 from test_joint import joint_instance
+from test_key_query import _relu_setup
 
 import skntp.attention as attention_module
 import skntp.self_attention as self_attention_module
@@ -224,11 +226,11 @@ def test_joint_limits_of_padded_inputs_ignore_the_padding():
         seqs.append(X[i, keep])
         copies[i, [t for t in range(X.shape[1]) if t not in keep]] = X[i, other]
     seqs += list(X[3:])
-    for kw in (kw, {"solver": "svm"}):  # JointAttentionSVM._explicit_limits 18, 25 too
+    for params in (kw, {"solver": "svm"}):  # JointAttentionSVM._explicit_limits 18, 25
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # lr=1e-12 keeps the query
-            padded = JointAttentionSVM(**kw).fit(seqs, y)
-            full = JointAttentionSVM(**kw).fit(copies, y)
+            padded = JointAttentionSVM(**params).fit(seqs, y)
+            full = JointAttentionSVM(**params).fit(copies, y)
         np.testing.assert_array_equal(full.selected_tokens_, pos)
         for name in ("mm_direction_", "att_svm_direction_", "head_mm_direction_"):
             np.testing.assert_allclose(getattr(padded, name), getattr(full, name),
@@ -375,3 +377,114 @@ def test_joint_attention_gaps_leave_out_roundoff(gaps, kept):
                                              relaxed=np.ones(1), att=np.ones(1),
                                              support=np.array([True]))
     np.testing.assert_array_equal(out["attention_gaps"], kept)
+
+
+# --------------------------------------------------------------------------
+# AttentionSelector
+# --------------------------------------------------------------------------
+def _cross_attention(seed=0, n=6, T=8, d=10):
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal(d)
+    v /= np.linalg.norm(v)
+    y = np.where(rng.standard_normal(n) > 0, 1, -1)
+    X = rng.standard_normal((n, T, d))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    Z = rng.standard_normal((n, d))
+    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
+    return np.concatenate([X, Z[:, None]], axis=1), y, v
+
+
+def test_factored_svm_limit_at_and_beyond_full_rank():
+    # _limit_parameters 50 (the low-rank warning at rank = rank W) and _factors 17-27
+    # (zero columns beyond min(k, d)): Q K^T is the nuclear-norm limit W itself, with
+    # rank columns, and there is no rank warning
+    from skntp.metrics import numerical_rank
+
+    X, y, v = _cross_attention()
+    kw = dict(head=v, train="W", query_index="extra-row", parameterization="KQ",
+              solver="svm", classes=[-1, 1])
+    full = AttentionSelector(**kw).fit(X, y)
+    W = full.query_factor_ @ full.key_factor_.T
+    np.testing.assert_allclose(W, full.svm_radius_ * full.mm_direction_.reshape(10, 10),
+                               atol=1e-8)
+    rank_W = numerical_rank(W)
+    assert 1 < rank_W < 10
+    for rank in (rank_W, 12):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            est = AttentionSelector(**kw, rank=rank).fit(X, y)
+        assert est.query_factor_.shape == est.key_factor_.shape == (10, rank)
+        np.testing.assert_allclose(est.query_factor_ @ est.key_factor_.T, W, atol=1e-6)
+    assert not est.query_factor_[:, 10:].any() and not est.key_factor_[:, 10:].any()
+    np.testing.assert_allclose(np.linalg.norm(est.query_factor_, axis=0),
+                               np.linalg.norm(est.key_factor_, axis=0))  # balanced
+
+
+def _kept_token_program_by_hand(X, kept, norm):
+    """``min ||W||`` s.t. ``z_i^T W (x_o - x_o1) = 0`` and ``z_i^T W (x_o - x_t) >= 1`` for
+    the kept ``o`` (``o1`` the first) and the other tokens ``t`` (``z_i`` the last row),
+    in cvxpy; returns the optimal norm."""
+    import cvxpy as cp
+
+    n, T, d = X.shape
+    Z, W, cons = X[:, -1], cp.Variable((d, d)), []
+    for i in range(n):
+        o = np.flatnonzero(kept[i])
+        cons += [Z[i] @ W @ (X[i, j] - X[i, o[0]]) == 0 for j in o[1:]]
+        cons += [Z[i] @ W @ (X[i, j] - X[i, t]) >= 1 for j in o for t in range(T - 1)
+                 if not kept[i, t]]
+    objective = cp.norm(W, "fro") if norm == "fro" else cp.normNuc(W)
+    return cp.Problem(cp.Minimize(objective), cons).solve(solver=cp.CLARABEL)
+
+
+@pytest.mark.parametrize("parameterization, norm", [("W", "fro"), ("KQ", "nuclear")])
+def test_value_head_direction_against_cvxpy(parameterization, norm):
+    # _kept_token_limit 101-120 (the program of W^dir in the limit norm): mm_direction_
+    # scaled to margin 1 is feasible and as short as the program written here
+    X, y, V = _relu_setup(2, n=4, T=4, d=6)
+    est = AttentionSelector(head=np.ones(6), value=V, activation="relu", train="W",
+                            parameterization=parameterization, query_index="extra-row",
+                            max_iter=300, classes=[-1, 1], random_state=0).fit(X, y)
+    assert est.limit_norm_ == norm
+    kept, D, Z = est.kept_tokens_, est.mm_direction_, X[:, -1]
+    logits = np.einsum("itd,kd,ik->it", X[:, :-1], D, Z)
+    first = kept.argmax(axis=1)
+    gaps = [logits[i, o] - logits[i, t] for i in range(4) for o in np.flatnonzero(kept[i])
+            for t in np.flatnonzero(~kept[i, :-1])]
+    ties = [logits[i, o] - logits[i, first[i]] for i in range(4)
+            for o in np.flatnonzero(kept[i])]
+    assert np.abs(ties).max() <= 1e-9 * np.abs(gaps).max()
+    W = D / min(gaps)
+    value = np.linalg.norm(W) if norm == "fro" else np.linalg.norm(W, "nuc")
+    assert value == pytest.approx(_kept_token_program_by_hand(X, kept, norm), rel=1e-6)
+
+
+def test_kept_token_limit_of_inseparable_kept_tokens(monkeypatch):
+    # _kept_token_limit 124-139 (the infeasible program): x_2 is the midpoint of the
+    # kept x_0 and x_1, so z^T W x_0 = z^T W x_1 forces z^T W (x_o - x_2) = 0 < 1; the
+    # direction is None with a warning, and W^fin still fits the log-odds
+    import skntp.svm as svm
+    from skntp.models.attention import lifted_keys
+
+    X = np.array([[[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]])
+    Z = np.array([[1.0, 2.0]])
+    q = np.array([0.3, -0.2, 0.1, 0.4])
+    data = {"X": X, "Z": Z, "keys": lifted_keys(np, X, Z), "mask": np.ones((1, 3), bool)}
+    kept = np.array([[True, True, False]])
+    methods, real = [], svm.solve_max_margin
+    monkeypatch.setattr(svm, "solve_max_margin",
+                        lambda problem, method: methods.append(method) or real(
+                            problem, method=method))
+    for norm in ("fro", "nuclear"):
+        with pytest.warns(UserWarning) as caught:
+            fin, D = attention_module._kept_token_limit(data, q, kept, "cvxpy", norm)
+        assert len(caught) == 1 and re.fullmatch(
+            r"ATT-SVM of the kept tokens is infeasible( \(solver status '\w+'\))?: the "
+            r"kept tokens are not separable from the others by a common key-query matrix "
+            r"W\. mm_direction_ is None\.", str(caught[0].message))
+        assert D is None
+        W = fin.reshape(2, 2)
+        scores = Z[0] @ W @ X[0].T
+        assert scores[1] - scores[0] == pytest.approx(
+            (data["keys"][0, 1] - data["keys"][0, 0]) @ q, abs=1e-10)
+    assert methods == ["cvxpy", "cvxpy"]
