@@ -488,3 +488,40 @@ def test_kept_token_limit_of_inseparable_kept_tokens(monkeypatch):
         assert scores[1] - scores[0] == pytest.approx(
             (data["keys"][0, 1] - data["keys"][0, 0]) @ q, abs=1e-10)
     assert methods == ["cvxpy", "cvxpy"]
+
+
+@pytest.mark.parametrize("head", [None, "column"])
+def test_value_head_default_and_column_heads(head):
+    # _value_head_vector 2-21: with a value matrix of d_v = 3 rows the head is
+    # 1 / sqrt(d_v) everywhere by default; a given head may be a column (3, 1)
+    X, y, V = _relu_setup(2, n=4, T=4, d=6)
+    V = V[:3]
+    v = np.array([[0.5], [-1.0], [2.0]])
+    est = AttentionSelector(head=None if head is None else v, value=V, activation="relu",
+                            train="W", query_index="extra-row", max_iter=3,
+                            classes=[-1, 1], random_state=0).fit(X, y)
+    expected = np.full(3, 1.0 / np.sqrt(3.0)) if head is None else v.ravel()
+    np.testing.assert_array_equal(est.head_, expected)
+    s = est.attention_weights(X)
+    f = np.maximum(np.einsum("it,itd->id", s, X) @ V.T, 0) @ expected
+    np.testing.assert_allclose(est.decision_function(X), f, rtol=1e-12)
+
+
+def test_decoder_solves_ntp_svm_with_its_array_layer(monkeypatch):
+    # NTPDecoderClassifier._explicit_limits 25 (backend_kwargs dropped): the estimator's
+    # backend, device and dtype reach the NTP-SVM solver
+    import skntp.decoder as decoder_module
+    from skntp import NTPDecoderClassifier
+    from skntp.datasets import make_ntp_data
+
+    X, y = make_ntp_data(random_state=0)[:2]
+    seen, real = [], decoder_module.solve_ntp_svm
+
+    def recording(*args, **kwargs):
+        seen.append({k: kwargs.get(k) for k in ("backend", "device", "dtype")})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(decoder_module, "solve_ntp_svm", recording)
+    NTPDecoderClassifier(solver="svm", dtype="float32").fit(X, y)
+    assert seen and all(s == {"backend": "numpy", "device": None, "dtype": "float32"}
+                        for s in seen)
