@@ -433,8 +433,12 @@ def _kept_token_program_by_hand(X, kept, norm):
         cons += [Z[i] @ W @ (X[i, j] - X[i, o[0]]) == 0 for j in o[1:]]
         cons += [Z[i] @ W @ (X[i, j] - X[i, t]) >= 1 for j in o for t in range(T - 1)
                  if not kept[i, t]]
-    objective = cp.norm(W, "fro") if norm == "fro" else cp.normNuc(W)
-    return cp.Problem(cp.Minimize(objective), cons).solve(solver=cp.CLARABEL)
+    if norm == "fro":
+        return np.sqrt(cp.Problem(cp.Minimize(cp.sum_squares(W)), cons).solve(
+            solver=cp.CLARABEL))
+    # (Clarabel stops "inaccurate" here, 4e-8 off; SCS at eps 1e-10 is not)
+    return cp.Problem(cp.Minimize(cp.normNuc(W)), cons).solve(solver=cp.SCS, eps=1e-10,
+                                                              max_iters=200_000)
 
 
 @pytest.mark.parametrize("parameterization, norm", [("W", "fro"), ("KQ", "nuclear")])
@@ -456,7 +460,7 @@ def test_value_head_direction_against_cvxpy(parameterization, norm):
     assert np.abs(ties).max() <= 1e-9 * np.abs(gaps).max()
     W = D / min(gaps)
     value = np.linalg.norm(W) if norm == "fro" else np.linalg.norm(W, "nuc")
-    assert value == pytest.approx(_kept_token_program_by_hand(X, kept, norm), rel=1e-6)
+    assert value == pytest.approx(_kept_token_program_by_hand(X, kept, norm), rel=1e-7)
 
 
 def test_kept_token_limit_of_inseparable_kept_tokens(monkeypatch):
@@ -525,3 +529,19 @@ def test_decoder_solves_ntp_svm_with_its_array_layer(monkeypatch):
     NTPDecoderClassifier(solver="svm", dtype="float32").fit(X, y)
     assert seen and all(s == {"backend": "numpy", "device": None, "dtype": "float32"}
                         for s in seen)
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (6, 4)])
+@pytest.mark.parametrize("rank", [1, 2, 4, 6])
+def test_factors_of_a_rectangular_matrix(rank, shape):
+    # _factors 21, 26 (the padding read from the factors' columns): Q (k x rank) and K
+    # (d x rank) with Q K^T the best rank-`rank` approximation (Eckart-Young: the SVD
+    # truncated), equal column norms, and zero columns beyond min(k, d)
+    W = np.random.default_rng(0).standard_normal(shape)
+    Q, K = attention_module._factors(W, rank)
+    assert Q.shape == (shape[0], rank) and K.shape == (shape[1], rank)
+    U, sv, Vt = np.linalg.svd(W)
+    r = min(rank, 4)
+    np.testing.assert_allclose(Q @ K.T, (U[:, :r] * sv[:r]) @ Vt[:r], atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(Q, axis=0), np.linalg.norm(K, axis=0))
+    assert not Q[:, r:].any() and not K[:, r:].any()
