@@ -276,8 +276,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
             separable, margin = None, float("nan")
         return Limits(direction, finite, SubspaceProjector.from_problem(equations),
                       is_ntp_compatible_=bool(residual <= 1e-8), is_ntp_separable_=separable,
-                      mm_margin_=margin, svm_result_=res, limit_norm_=limit,
-                      limit_directions_=directions)
+                      mm_margin_=margin, svm_result_=res, limit_directions_=directions)
 
     def _limit_parameters(self, data, limits):
         if self.svm_radius == "auto":

@@ -306,6 +306,7 @@ def test_not_separable():
     with pytest.warns(UserWarning, match="no max-margin direction"):
         est = NTPDecoderClassifier(solver="gd", max_iter=200).fit(X, y)
     assert est.mm_direction_ is None and est.is_ntp_separable_ is False
+    assert est.mm_margin_ == 0.0  # documented: 0 when not separable
     assert np.all(np.isfinite(est.coef_))
 
 

@@ -172,6 +172,8 @@ def test_too_large_program_is_refused_with_its_size(monkeypatch):
     assert len(msgs) == 1 and "GiB" in msgs[0] and "compute_limits=False" in msgs[0]
     assert est.mm_direction_ is None and est.finite_component_ is not None
     assert np.isnan(est.alignment_)
+    # separability unknown: neither True nor False, and no margin (nan, not 0)
+    assert est.is_ntp_separable_ is None and np.isnan(est.mm_margin_)
     with pytest.raises(ProgramTooLargeError):
         NTPDecoderClassifier(solver="svm", vocabulary=200).fit(H, y)
 
