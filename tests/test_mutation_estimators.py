@@ -17,6 +17,7 @@ from test_key_query import _relu_setup
 
 import skntp.attention as attention_module
 import skntp.self_attention as self_attention_module
+from skntp import NTPDecoderClassifier
 from skntp.attention import AttentionSelector, JointAttentionSVM
 from skntp.datasets import make_token_priority_data
 from skntp.self_attention import NTPAttentionClassifier
@@ -515,7 +516,6 @@ def test_decoder_solves_ntp_svm_with_its_array_layer(monkeypatch):
     # NTPDecoderClassifier._explicit_limits 25 (backend_kwargs dropped): the estimator's
     # backend, device and dtype reach the NTP-SVM solver
     import skntp.decoder as decoder_module
-    from skntp import NTPDecoderClassifier
     from skntp.datasets import make_ntp_data
 
     X, y = make_ntp_data(random_state=0)[:2]
@@ -545,3 +545,23 @@ def test_factors_of_a_rectangular_matrix(rank, shape):
     np.testing.assert_allclose(Q @ K.T, (U[:, :r] * sv[:r]) @ Vt[:r], atol=1e-12)
     np.testing.assert_allclose(np.linalg.norm(Q, axis=0), np.linalg.norm(K, axis=0))
     assert not Q[:, r:].any() and not K[:, r:].any()
+
+
+# --------------------------------------------------------------------------
+# NTPDecoderClassifier
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("count, compatible", [(4, True), (5, False)])
+def test_decoder_ntp_compatibility_of_two_contexts_on_a_line(count, compatible):
+    # NTPDecoderClassifier._explicit_limits 80 (the residual threshold 1e-8): contexts
+    # h = 1 and h = 2 with next tokens 0 : 1 in counts 1 : 2 and 1 : count; the log-odds
+    # (w_1 - w_0) h = log 2 and 2 (w_1 - w_0) = log(count) have a solution iff count = 4
+    X = np.array([[1.0]] * 3 + [[2.0]] * (1 + count))
+    y = np.array([0, 1, 1, 0] + [1] * count)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = NTPDecoderClassifier(max_iter=5).fit(X, y)
+    assert est.is_ntp_compatible_ is compatible
+    if compatible:  # W* reproduces both log-odds
+        W = est.finite_component_
+        np.testing.assert_allclose([W[1, 0] - W[0, 0], 2 * (W[1, 0] - W[0, 0])],
+                                   [np.log(2.0), np.log(4.0)], rtol=1e-10)
