@@ -565,3 +565,73 @@ def test_decoder_ntp_compatibility_of_two_contexts_on_a_line(count, compatible):
         W = est.finite_component_
         np.testing.assert_allclose([W[1, 0] - W[0, 0], 2 * (W[1, 0] - W[0, 0])],
                                    [np.log(2.0), np.log(4.0)], rtol=1e-10)
+
+
+# --------------------------------------------------------------------------
+# AttentionSelector: tied optimal tokens, (ATT-SVM') of App. D
+# --------------------------------------------------------------------------
+# v = e_2 scores the tokens by their second coordinate, W = (1, 0) keys them by the
+# first, so p is a scalar.  Inputs 0 and 1 have two optimal tokens each (4 choices):
+# input 0 keys (1, -1 | 0) gives p >= 1 or p <= -1; input 1 keys (0.5, 2 | 1, 0) gives
+# p >= 1 (its key 0.5 is infeasible); input 2 keys (3 | 1) gives p >= 1/2; input 3,
+# two tokens of four, keys (0.4 | -0.1) gives p >= 2 (p >= 2.5 if its zero padding
+# counted).  The one best choice is (0, 1): p^mm = 2.
+_TIED = [np.array([[1.0, 1.0], [-1.0, 1.0], [0.0, 0.0]]),
+         np.array([[0.5, 2.0], [2.0, 2.0], [1.0, -1.0], [0.0, 1.0]]),
+         np.array([[3.0, 1.0], [1.0, 0.0]]),
+         np.array([[0.4, 1.5], [-0.1, 0.2]])]
+_TIED_HEAD, _TIED_KEYS = np.array([0.0, 1.0]), np.array([[1.0, 0.0]])
+
+
+def test_tied_optimal_tokens_by_hand():
+    # _gmm_program 33, 41-48, 52 (ATT-SVM' of App. D: its mask, its enumeration and its
+    # message): the query is R p^mm with R = (20 + log T) ||p^mm||, T = 4
+    with pytest.warns(UserWarning) as caught:
+        est = AttentionSelector(_TIED_HEAD, _TIED_KEYS, solver="svm",
+                                classes=[-1, 1]).fit(_TIED, [1, 1, 1, 1])
+    assert [str(w.message) for w in caught] == [
+        "inputs [0, 1] have several optimal tokens (tied scores), so (ATT-SVM) is "
+        "replaced by the non-convex (ATT-SVM') of App. D, solved exactly by enumerating "
+        "the 4 choices of one optimal token per input."]
+    np.testing.assert_allclose(est.gmm_direction_, [1.0])
+    np.testing.assert_array_equal(est.selected_tokens_, [0, 1, 0, 0])
+    assert est.query_[0] == pytest.approx((20.0 + np.log(4.0)) * 2.0, rel=1e-9)
+
+
+def test_tied_optimal_tokens_beyond_max_enumeration():
+    # _gmm_program 48 (max_enumeration not passed on): 4 choices are not enumerated
+    # under max_enumeration=3; gradient solvers fit on without the direction
+    kw = dict(classes=[-1, 1], max_enumeration=3)
+    with pytest.raises(ValueError, match=r"here 4 > max_combinations=3 choices"):
+        AttentionSelector(_TIED_HEAD, _TIED_KEYS, solver="svm", **kw).fit(_TIED, [1] * 4)
+    with pytest.warns(UserWarning, match="gmm_direction_ is None"):
+        est = AttentionSelector(_TIED_HEAD, _TIED_KEYS, max_iter=3, **kw).fit(_TIED, [1] * 4)
+    assert est.gmm_direction_ is None
+
+
+def test_tied_optimal_tokens_name_at_most_ten_inputs():
+    # _gmm_program 51: eleven inputs with ties, the message names the first ten
+    seqs = [_TIED[0]] * 11 + _TIED[2:]
+    with pytest.warns(UserWarning) as caught:
+        AttentionSelector(_TIED_HEAD, _TIED_KEYS, solver="svm", max_enumeration=2048,
+                          classes=[-1, 1]).fit(seqs, [1] * 13)
+    message = next(str(w.message) for w in caught if "tied scores" in str(w.message))
+    assert message.startswith(f"inputs {list(range(10))} have several optimal tokens")
+    assert "2048 choices" in message
+
+
+def test_tied_optimal_tokens_use_the_estimators_method(monkeypatch):
+    # _gmm_program 47 (svm_method not passed on): each enumerated program is solved by
+    # the method asked for
+    methods, real = [], attention_module.att_svm_prime
+
+    def recording(*args, **kwargs):
+        methods.append(kwargs["method"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module, "att_svm_prime", recording)
+    with pytest.warns(UserWarning, match="tied scores"):
+        est = AttentionSelector(_TIED_HEAD, _TIED_KEYS, solver="svm", svm_method="cvxpy",
+                                classes=[-1, 1]).fit(_TIED, [1] * 4)
+    assert methods == ["cvxpy"]
+    assert est.query_[0] == pytest.approx((20.0 + np.log(4.0)) * 2.0, rel=1e-6)
