@@ -635,3 +635,23 @@ def test_tied_optimal_tokens_use_the_estimators_method(monkeypatch):
                                 classes=[-1, 1]).fit(_TIED, [1] * 4)
     assert methods == ["cvxpy"]
     assert est.query_[0] == pytest.approx((20.0 + np.log(4.0)) * 2.0, rel=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:ATT-SVM is infeasible")  # (not what is tested)
+def test_default_head_is_the_unit_difference_of_pooled_class_means():
+    # _head_vector 16-29: v = the unit difference of the class means of the mean-pooled
+    # real tokens, by hand over inputs of lengths 3, 2, 1, 3; e_1 when the classes pool
+    # alike; a given head may be a column
+    rng = np.random.default_rng(5)
+    seqs = [rng.standard_normal((t, 3)) for t in (3, 2, 1, 3)]
+    y = np.array([1, -1, 1, -1])
+    pooled = np.array([s.mean(axis=0) for s in seqs])
+    diff = pooled[y > 0].mean(axis=0) - pooled[y < 0].mean(axis=0)
+    est = AttentionSelector(max_iter=2, classes=[-1, 1]).fit(seqs, y)
+    np.testing.assert_allclose(est.head_, diff / np.linalg.norm(diff), rtol=1e-12)
+    alike = [seqs[0], seqs[0], seqs[1], seqs[1]]
+    est = AttentionSelector(max_iter=2, classes=[-1, 1]).fit(alike, y)
+    np.testing.assert_array_equal(est.head_, [1.0, 0.0, 0.0])
+    column = np.array([[0.5], [1.0], [-2.0]])
+    est = AttentionSelector(head=column, max_iter=2, classes=[-1, 1]).fit(seqs, y)
+    np.testing.assert_array_equal(est.head_, column.ravel())
