@@ -655,3 +655,27 @@ def test_default_head_is_the_unit_difference_of_pooled_class_means():
     column = np.array([[0.5], [1.0], [-2.0]])
     est = AttentionSelector(head=column, max_iter=2, classes=[-1, 1]).fit(seqs, y)
     np.testing.assert_array_equal(est.head_, column.ravel())
+
+
+def test_default_head_with_one_class_present():
+    # _head_vector 30, 41, 46, 47: with every label +1 (classes given) there is no class
+    # difference: the head is e_1, without NumPy's "mean of empty slice" on the way
+    seqs = [np.array([[0.5, 1.0], [2.0, -1.0]]), np.array([[1.0, 3.0]])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.filterwarnings("ignore", category=UserWarning)
+        est = AttentionSelector(max_iter=2, classes=[-1, 1]).fit(seqs, [1, 1])
+    np.testing.assert_array_equal(est.head_, [1.0, 0.0])
+
+
+def test_extra_row_queries_need_two_rows():
+    # _input_queries 6, 7: query_index="extra-row" reads the last row as the query, so an
+    # input of two rows (one token) is accepted and one of one row is not
+    X, y, v = _cross_attention()
+    seqs = [X[0, -2:]] + list(X[1:])
+    est = AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
+                            classes=[-1, 1]).fit(seqs, y)
+    assert est.attention_weights(seqs[:1])[0, 0] == 1.0
+    with pytest.raises(ValueError, match=r"inputs \[0\] have fewer than 2 rows"):
+        AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
+                          classes=[-1, 1]).fit([X[0, -1:]] + list(X[1:]), y)
