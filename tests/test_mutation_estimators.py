@@ -679,3 +679,47 @@ def test_extra_row_queries_need_two_rows():
     with pytest.raises(ValueError, match=r"inputs \[0\] have fewer than 2 rows"):
         AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
                           classes=[-1, 1]).fit([X[0, -1:]] + list(X[1:]), y)
+
+
+def test_negative_query_index_counts_from_each_inputs_last_real_token():
+    # _input_queries 19, 22: query_index=-1 is the last real token of every input,
+    # whatever its length; the attention is softmax_t(z_i^T W x_it), by hand
+    X, y, v = _cross_attention()
+    seqs = [X[i, : 4 + i % 3] for i in range(len(y))]
+    est = AttentionSelector(head=v, train="W", query_index=-1, max_iter=2,
+                            classes=[-1, 1], random_state=0).fit(seqs, y)
+    got = est.attention_weights(seqs)
+    for i, x in enumerate(seqs):
+        logits = x @ est.key_query_.T @ x[-1]
+        s = np.exp(logits - logits.max())
+        np.testing.assert_allclose(got[i, : len(x)], s / s.sum(), rtol=1e-12)
+        assert not got[i, len(x):].any()
+
+
+@pytest.mark.filterwarnings("ignore:ngd. the gradient is exactly zero")  # one token
+def test_matrix_limits_of_one_token_inputs_are_none():
+    # _matrix_limit 15 (W = 0 kept as a limit): with one token per input there is no
+    # constraint, the key-query ATT-SVM is W = 0, and there is no limit direction
+    X, y, v = _cross_attention()
+    est = AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
+                            classes=[-1, 1]).fit(X[:, -2:], y)
+    assert est.limit_directions_ == {"fro": None, "nuclear": None}
+    assert est.mm_direction_ is None
+
+
+def test_lifted_keys_too_large_for_memory(monkeypatch):
+    # _prepare_matrix 31, 33 (the name and the size per lifted key): n T = 6 x 9 keys of
+    # 3 k d doubles, 2 400 bytes each, 129 600 bytes against 80 % of 150 000
+    import skntp.svm._core as core
+    from skntp.svm import ProgramTooLargeError
+
+    X, y, v = _cross_attention()
+    monkeypatch.setattr(core, "available_memory", lambda: 150_000)
+    with pytest.raises(ProgramTooLargeError,
+                       match=r"^the lifted keys vec\(z_i x_it\^T\): the program has 54 "
+                             r"constraints and needs about 0\.000121 GiB"):
+        AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
+                          classes=[-1, 1]).fit(X, y)
+    monkeypatch.setattr(core, "available_memory", lambda: 170_000)
+    AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
+                      compute_limits=False, classes=[-1, 1]).fit(X, y)
