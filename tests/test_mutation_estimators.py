@@ -723,3 +723,18 @@ def test_lifted_keys_too_large_for_memory(monkeypatch):
     monkeypatch.setattr(core, "available_memory", lambda: 170_000)
     AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
                       compute_limits=False, classes=[-1, 1]).fit(X, y)
+
+
+def test_fixed_query_shapes():
+    # _fixed_query 19-28: u of shape (k,), or a row or column of k values; another shape
+    # is an error that names (k,); the trained W acts through u alone (Lemma 1's form)
+    X, y, v = _cross_attention()
+    X = X[:, :-1]
+    u = np.linspace(1.0, 2.0, 10)
+    kw = dict(head=v, train="W", solver="svm", classes=[-1, 1])
+    flat = AttentionSelector(fixed_query=u, **kw).fit(X, y)
+    column = AttentionSelector(fixed_query=u[:, None], **kw).fit(X, y)
+    np.testing.assert_array_equal(column.query_, u)
+    np.testing.assert_allclose(column.key_query_, flat.key_query_, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"^fixed_query must have shape \(10,\), got \(3,\)"):
+        AttentionSelector(fixed_query=np.ones(3), **kw).fit(X, y)
