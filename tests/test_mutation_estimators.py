@@ -738,3 +738,51 @@ def test_fixed_query_shapes():
     np.testing.assert_allclose(column.key_query_, flat.key_query_, rtol=1e-12)
     with pytest.raises(ValueError, match=r"^fixed_query must have shape \(10,\), got \(3,\)"):
         AttentionSelector(fixed_query=np.ones(3), **kw).fit(X, y)
+
+
+def test_gmm_in_the_max_norm_against_cvxpy():
+    # AttentionSelector._explicit_limits 50 (the keys of the max-norm ATT-SVM): sign
+    # descent's GMM is the max-norm (ATT-SVM), written here; its solution is not unique
+    # (the third key coordinate is 0), its margin is
+    import cvxpy as cp
+
+    from skntp.datasets import make_attention_fig1c
+
+    D = make_attention_fig1c()
+    est = AttentionSelector(D.head, D.key_query, solver="signgd", max_iter=50,
+                            classes=[-1, 1]).fit(D.X, D.y)
+    assert est.limit_norm_ == "max"
+    np.testing.assert_array_equal(est.selected_tokens_, [2, 2, 2])
+    rows = np.array([D.K[i, 2] - D.K[i, t] for i in range(3) for t in range(2)])
+    p = cp.Variable(3)
+    best = cp.Problem(cp.Minimize(cp.norm(p, "inf")), [rows @ p >= 1]).solve(
+        solver=cp.CLARABEL)
+    g = est.gmm_direction_
+    assert (rows @ g).min() / np.abs(g).max() == pytest.approx(1.0 / best, rel=1e-6)
+
+
+def test_ties_are_refused_outside_the_frobenius_norm():
+    # AttentionSelector._explicit_limits 19: (ATT-SVM') is enumerated in the Frobenius
+    # norm only; with two optimal tokens in an input sign descent fits without the GMM
+    with pytest.warns(UserWarning, match=r"several optimal tokens \(tied scores\); the GMM "
+                      r"in the max norm is only computed without ties"):
+        est = AttentionSelector(_TIED_HEAD, _TIED_KEYS, solver="signgd", max_iter=3,
+                                classes=[-1, 1]).fit(_TIED, [1] * 4)
+    assert est.gmm_direction_ is None
+
+
+def test_matrix_gmm_outside_the_frobenius_norm_gets_method_and_progress(monkeypatch):
+    # AttentionSelector._explicit_limits 36, 42, 43: the nuclear-norm key-query ATT-SVM
+    # of the factored model is solved by the estimator's method, with its progress bar
+    X, y, v = _cross_attention()
+    calls, real = [], attention_module.att_svm_w
+
+    def recording(*args, **kwargs):
+        calls.append((kwargs.get("norm"), kwargs.get("method"), kwargs.get("callback")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module, "att_svm_w", recording)
+    AttentionSelector(head=v, train="W", query_index="extra-row", parameterization="KQ",
+                      solver="svm", svm_method="cvxpy", verbose=1, classes=[-1, 1]).fit(X, y)
+    norm, method, callback = calls[0]
+    assert (norm, method) == ("nuclear", "cvxpy") and callable(callback)
