@@ -786,3 +786,35 @@ def test_matrix_gmm_outside_the_frobenius_norm_gets_method_and_progress(monkeypa
                       solver="svm", svm_method="cvxpy", verbose=1, classes=[-1, 1]).fit(X, y)
     norm, method, callback = calls[0]
     assert (norm, method) == ("nuclear", "cvxpy") and callable(callback)
+
+
+def test_gmm_in_the_max_norm_of_padded_inputs_against_cvxpy(monkeypatch):
+    # AttentionSelector._explicit_limits 51-61 (the max-norm ATT-SVM of the p model: its
+    # tokens, mask, norm, method and progress): inputs of 2 to 4 tokens, the optimal
+    # token argmax_t Y_i v^T x_it, the program over real tokens written here (counting
+    # the zero padding would give the margin 1.54, not 1.69)
+    import cvxpy as cp
+
+    rng = np.random.default_rng(3)
+    seqs = [rng.standard_normal((t, 8)) for t in (4, 2, 3, 4, 2, 3)]
+    y = np.array([1, -1, 1, -1, 1, -1])
+    v = rng.standard_normal(8)
+    calls, real = [], attention_module.att_svm
+
+    def recording(*args, **kwargs):
+        calls.append((kwargs.get("method"), kwargs.get("callback")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module, "att_svm", recording)
+    est = AttentionSelector(v, solver="signgd", max_iter=5, svm_method="cvxpy", verbose=1,
+                            classes=[-1, 1]).fit(seqs, y)
+    assert est.limit_norm_ == "max"
+    assert calls[0][0] == "cvxpy" and callable(calls[0][1])
+    opt = [int(np.argmax(label * s @ v)) for s, label in zip(seqs, y)]
+    rows = np.array([s[o] - s[t] for s, o in zip(seqs, opt) for t in range(len(s))
+                     if t != o])
+    p = cp.Variable(8)
+    best = cp.Problem(cp.Minimize(cp.norm(p, "inf")), [rows @ p >= 1]).solve(
+        solver=cp.CLARABEL)
+    g = est.gmm_direction_
+    assert (rows @ g).min() / np.abs(g).max() == pytest.approx(1.0 / best, rel=1e-6)
