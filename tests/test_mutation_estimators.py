@@ -818,3 +818,20 @@ def test_gmm_in_the_max_norm_of_padded_inputs_against_cvxpy(monkeypatch):
         solver=cp.CLARABEL)
     g = est.gmm_direction_
     assert (rows @ g).min() / np.abs(g).max() == pytest.approx(1.0 / best, rel=1e-6)
+
+
+def test_infeasible_gmm_warns_and_fits_without_it():
+    # AttentionSelector._explicit_limits 75: the optimal token 0 of input 0 (score 2) has
+    # the key of token 1 (score 0), so (ATT-SVM) is infeasible; a gradient solver warns
+    # with the reason and its consequence, and solver="svm" refuses
+    seqs = [np.array([[1.0, 2.0], [1.0, 0.0]]), np.array([[0.5, 1.0], [-1.0, 0.0]])]
+    kw = dict(head=_TIED_HEAD, key_query=_TIED_KEYS, classes=[-1, 1])
+    with pytest.warns(UserWarning) as caught:
+        est = AttentionSelector(max_iter=3, **kw).fit(seqs, [1, 1])
+    assert [str(w.message) for w in caught if "infeasible" in str(w.message)] == [
+        "ATT-SVM is infeasible: in input 0 the selected token 0 has the same key as token "
+        "1, so no attention weight p can separate it (the constraint reads 0 >= 1); the "
+        "selected tokens are not separable. gmm_direction_ is None."]
+    assert est.gmm_direction_ is None
+    with pytest.raises(NotSeparableError, match="solver='svm' needs the ATT-SVM"):
+        AttentionSelector(solver="svm", **kw).fit(seqs, [1, 1])
