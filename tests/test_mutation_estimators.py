@@ -835,3 +835,12 @@ def test_infeasible_gmm_warns_and_fits_without_it():
     assert est.gmm_direction_ is None
     with pytest.raises(NotSeparableError, match="solver='svm' needs the ATT-SVM"):
         AttentionSelector(solver="svm", **kw).fit(seqs, [1, 1])
+
+
+def test_value_matrix_of_the_wrong_width_names_its_shape():
+    # _value_matrix 5: the error names the expected shape (d_v, d)
+    X, y, V = _relu_setup(2, n=4, T=4, d=6)
+    with pytest.raises(ValueError, match=r"^value must have shape \(d_v, 6\) \(d the token "
+                                         r"dimension\), got \(6, 5\)\.$"):
+        AttentionSelector(head=np.ones(6), value=V[:, :5], activation="relu", train="W",
+                          query_index="extra-row", max_iter=2, classes=[-1, 1]).fit(X, y)
