@@ -1178,12 +1178,17 @@ def _dependent_rows(kind):
         ga[[1, 2]] = ga[[2, 1]]
         ga[1, 3] = 1e-300
         return ga, np.array([1.0, 0.0, 1.0])
+    if kind == "subnormal":  # R_22 = 1e-310: y = (1, -inf) already, and u = (inf, -inf)
+        ga = ga[[0, 2]]
+        ga[1, 2] = 1e-310
+        return ga, np.array([1.0, 0.0])
     return ga, np.array([1.0, 1.0, 0.0])  # "exact": R_33 = 0, solve_triangular raises
 
 
-@pytest.mark.parametrize("kind", ["near", "overflow", "exact"])
+@pytest.mark.parametrize("kind", ["near", "overflow", "subnormal", "exact"])
 def test_resolved_active_set_keeps_the_iterate_for_dependent_rows(kind):
-    # the loop's iterate stays where the fresh u is not finite or not >= 0
+    # the loop's iterate stays where the fresh u is not finite or not >= 0 (run 12:
+    # _resolved_active_set 21, 22 check y for infinities, which "subnormal" has)
     ga, ha = _dependent_rows(kind)
     x0, u0 = np.arange(5.0), np.full(len(ha), 0.25)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
