@@ -64,6 +64,10 @@ def function_span(text, label):
     return offsets[first - 1], offsets[node.end_lineno]
 
 
+def _indented(text, by="    "):
+    return "\n".join(by + line if line else line for line in text.split("\n"))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutmut-dir", required=True, help="the worktree mutmut ran in")
@@ -97,6 +101,10 @@ def main(argv=None):
             span = original[start:end]
             if removed and span.count(removed) > 1:  # the same line twice: add the context
                 removed, added = mutant_diff(args.mutmut_dir, name, context=True)
+            if removed and span.count(removed) != 1 and "ǁ" in label:
+                # mutmut shows a method dedented: a diff of several lines needs the
+                # class body's indentation back to be found
+                removed, added = (_indented(removed), _indented(added))
             if not removed or span.count(removed) != 1:
                 print(f"{label}: ambiguous", flush=True)
                 continue
