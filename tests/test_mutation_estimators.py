@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from test_joint import joint_instance
 from test_key_query import _relu_setup
+from test_key_query import _setup as _key_query_setup
 
 import skntp.attention as attention_module
 import skntp.self_attention as self_attention_module
@@ -383,16 +384,21 @@ def test_joint_attention_gaps_leave_out_roundoff(gaps, kept):
 # --------------------------------------------------------------------------
 # AttentionSelector
 # --------------------------------------------------------------------------
-def _cross_attention(seed=0, n=6, T=8, d=10):
-    rng = np.random.default_rng(seed)
-    v = rng.standard_normal(d)
-    v /= np.linalg.norm(v)
-    y = np.where(rng.standard_normal(n) > 0, 1, -1)
-    X = rng.standard_normal((n, T, d))
-    X /= np.linalg.norm(X, axis=-1, keepdims=True)
-    Z = rng.standard_normal((n, d))
-    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
+def _cross_attention():
+    """test_key_query's unit tokens and queries, the query as an extra last row."""
+    X, y, Z, v = _key_query_setup(0)
     return np.concatenate([X, Z[:, None]], axis=1), y, v
+
+
+def _max_norm_margins(rows, direction):
+    """The margin ``min rows p / ||p||_inf`` of ``direction`` and the best one,
+    ``1 / min ||p||_inf`` s.t. ``rows p >= 1`` (cvxpy)."""
+    import cvxpy as cp
+
+    p = cp.Variable(rows.shape[1])
+    best = cp.Problem(cp.Minimize(cp.norm(p, "inf")), [rows @ p >= 1]).solve(
+        solver=cp.CLARABEL)
+    return (rows @ direction).min() / np.abs(direction).max(), 1.0 / best
 
 
 def test_factored_svm_limit_at_and_beyond_full_rank():
@@ -744,8 +750,6 @@ def test_gmm_in_the_max_norm_against_cvxpy():
     # AttentionSelector._explicit_limits 50 (the keys of the max-norm ATT-SVM): sign
     # descent's GMM is the max-norm (ATT-SVM), written here; its solution is not unique
     # (the third key coordinate is 0), its margin is
-    import cvxpy as cp
-
     from skntp.datasets import make_attention_fig1c
 
     D = make_attention_fig1c()
@@ -754,11 +758,8 @@ def test_gmm_in_the_max_norm_against_cvxpy():
     assert est.limit_norm_ == "max"
     np.testing.assert_array_equal(est.selected_tokens_, [2, 2, 2])
     rows = np.array([D.K[i, 2] - D.K[i, t] for i in range(3) for t in range(2)])
-    p = cp.Variable(3)
-    best = cp.Problem(cp.Minimize(cp.norm(p, "inf")), [rows @ p >= 1]).solve(
-        solver=cp.CLARABEL)
-    g = est.gmm_direction_
-    assert (rows @ g).min() / np.abs(g).max() == pytest.approx(1.0 / best, rel=1e-6)
+    got, best = _max_norm_margins(rows, est.gmm_direction_)
+    assert got == pytest.approx(best, rel=1e-6)
 
 
 def test_ties_are_refused_outside_the_frobenius_norm():
@@ -796,7 +797,6 @@ def test_gmm_in_the_max_norm_of_padded_inputs_against_cvxpy(monkeypatch):
     # tokens, mask, norm, method and progress): inputs of 2 to 4 tokens, the optimal
     # token argmax_t Y_i v^T x_it, the program over real tokens written here (counting
     # the zero padding would give the margin 1.54, not 1.69)
-    import cvxpy as cp
 
     rng = np.random.default_rng(3)
     seqs = [rng.standard_normal((t, 8)) for t in (4, 2, 3, 4, 2, 3)]
@@ -816,11 +816,8 @@ def test_gmm_in_the_max_norm_of_padded_inputs_against_cvxpy(monkeypatch):
     opt = [int(np.argmax(label * s @ v)) for s, label in zip(seqs, y)]
     rows = np.array([s[o] - s[t] for s, o in zip(seqs, opt) for t in range(len(s))
                      if t != o])
-    p = cp.Variable(8)
-    best = cp.Problem(cp.Minimize(cp.norm(p, "inf")), [rows @ p >= 1]).solve(
-        solver=cp.CLARABEL)
-    g = est.gmm_direction_
-    assert (rows @ g).min() / np.abs(g).max() == pytest.approx(1.0 / best, rel=1e-6)
+    got, best = _max_norm_margins(rows, est.gmm_direction_)
+    assert got == pytest.approx(best, rel=1e-6)
 
 
 def test_infeasible_gmm_warns_and_fits_without_it():
