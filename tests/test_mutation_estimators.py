@@ -797,7 +797,6 @@ def test_gmm_in_the_max_norm_of_padded_inputs_against_cvxpy(monkeypatch):
     # tokens, mask, norm, method and progress): inputs of 2 to 4 tokens, the optimal
     # token argmax_t Y_i v^T x_it, the program over real tokens written here (counting
     # the zero padding would give the margin 1.54, not 1.69)
-
     rng = np.random.default_rng(3)
     seqs = [rng.standard_normal((t, 8)) for t in (4, 2, 3, 4, 2, 3)]
     y = np.array([1, -1, 1, -1, 1, -1])
