@@ -15,6 +15,7 @@ import pytest
 from test_joint import joint_instance
 from test_key_query import _relu_setup
 from test_key_query import _setup as _key_query_setup
+from test_references_attention import att_svm_by_hand
 
 import skntp.attention as attention_module
 import skntp.self_attention as self_attention_module
@@ -268,19 +269,10 @@ def _attention_rows(X, selected, inputs):
 
 
 def _relaxed_att_svm_by_hand(X, selected, support, norm=2):
-    """``min ||p||`` s.t. ``(x_{i alpha_i} - x_it)^T p >= 1`` for ``i`` in ``support``
-    and ``>= 0`` for the other inputs (eq. (10); with every input, ATT-SVM), ``W = I``,
-    in cvxpy."""
-    import cvxpy as cp
-
-    others = [i for i in range(len(X)) if i not in set(support)]
-    p = cp.Variable(X.shape[2])
-    constraints = [_attention_rows(X, selected, support) @ p >= 1]
-    if others:
-        constraints.append(_attention_rows(X, selected, others) @ p >= 0)
-    objective = cp.sum_squares(p) if norm == 2 else cp.norm(p, norm)
-    cp.Problem(cp.Minimize(objective), constraints).solve(solver=cp.CLARABEL)
-    return p.value
+    """(relaxed ATT-SVM), eq. (10), ``W = I``: rhs 1 for the inputs in ``support`` and 0
+    for the others (with every input, ATT-SVM)."""
+    return att_svm_by_hand(list(X), selected, rhs=np.isin(np.arange(len(X)), support) * 1.0,
+                           norm=norm)
 
 
 def _is_solution(direction, ref, X, selected, support, norm):
@@ -390,15 +382,13 @@ def _cross_attention():
     return np.concatenate([X, Z[:, None]], axis=1), y, v
 
 
-def _max_norm_margins(rows, direction):
-    """The margin ``min rows p / ||p||_inf`` of ``direction`` and the best one,
-    ``1 / min ||p||_inf`` s.t. ``rows p >= 1`` (cvxpy)."""
-    import cvxpy as cp
-
-    p = cp.Variable(rows.shape[1])
-    best = cp.Problem(cp.Minimize(cp.norm(p, "inf")), [rows @ p >= 1]).solve(
-        solver=cp.CLARABEL)
-    return (rows @ direction).min() / np.abs(direction).max(), 1.0 / best
+def _max_norm_margins(seqs_keys, selected, direction):
+    """The max-norm margin ``min_i,t p^T (k_{i alpha_i} - k_it) / ||p||_inf`` of
+    ``direction`` and the best one, ``1 / ||p^mm||_inf`` (cvxpy)."""
+    rows = np.array([K[a] - K[t] for K, a in zip(seqs_keys, selected)
+                     for t in range(len(K)) if t != a])
+    best = att_svm_by_hand(seqs_keys, selected, norm=np.inf)
+    return (rows @ direction).min() / np.abs(direction).max(), 1.0 / np.abs(best).max()
 
 
 def test_factored_svm_limit_at_and_beyond_full_rank():
@@ -757,8 +747,7 @@ def test_gmm_in_the_max_norm_against_cvxpy():
                             classes=[-1, 1]).fit(D.X, D.y)
     assert est.limit_norm_ == "max"
     np.testing.assert_array_equal(est.selected_tokens_, [2, 2, 2])
-    rows = np.array([D.K[i, 2] - D.K[i, t] for i in range(3) for t in range(2)])
-    got, best = _max_norm_margins(rows, est.gmm_direction_)
+    got, best = _max_norm_margins(list(D.K), [2, 2, 2], est.gmm_direction_)
     assert got == pytest.approx(best, rel=1e-6)
 
 
@@ -813,9 +802,7 @@ def test_gmm_in_the_max_norm_of_padded_inputs_against_cvxpy(monkeypatch):
     assert est.limit_norm_ == "max"
     assert calls[0][0] == "cvxpy" and callable(calls[0][1])
     opt = [int(np.argmax(label * s @ v)) for s, label in zip(seqs, y)]
-    rows = np.array([s[o] - s[t] for s, o in zip(seqs, opt) for t in range(len(s))
-                     if t != o])
-    got, best = _max_norm_margins(rows, est.gmm_direction_)
+    got, best = _max_norm_margins(seqs, opt, est.gmm_direction_)
     assert got == pytest.approx(best, rel=1e-6)
 
 

@@ -18,7 +18,14 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from skntp._optim import SOLVERS, _rescaled, _warn_lr, minimize
+from skntp._optim import (
+    SOLVERS,
+    _dual_norm_rows,
+    _rescaled,
+    _warn_lr,
+    minimize,
+    steepest_direction,
+)
 
 
 def quadratic(a, c):
@@ -688,8 +695,6 @@ def test_overshooting_lr_warning(solver, max_iter, warns):
 def test_spectral_steepest_direction_is_each_trials_polar_factor():
     # run 12, steepest_direction 21, 24 (the rank cut-off 1e-12 s_max taken over all
     # trials): a trial 1e-14 times smaller than the other still gets its own U V^T
-    from skntp._optim import steepest_direction
-
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((2, 4, 3))
     step = steepest_direction(np, np.stack([A, 1e-14 * B]), "spectral", batched=True)
@@ -701,8 +706,6 @@ def test_spectral_steepest_direction_is_each_trials_polar_factor():
 def test_dual_norm_of_zero_and_tiny_trials():
     # run 12, _dual_norm_rows 15, 18 (the scale taken over all trials) and 29 (a zero
     # trial divided by 0): ||g||_2 of each trial, exact at 1e-170 and 0 for a zero one
-    from skntp._optim import _dual_norm_rows
-
     g = np.array([[3.0, 4.0], [0.0, 0.0], [3e-170, 4e-170]])
     np.testing.assert_allclose(_dual_norm_rows(np, g, 2.0, True).ravel(),
                                [5.0, 0.0, 5e-170], rtol=1e-15)
