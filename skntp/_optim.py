@@ -392,6 +392,7 @@ def minimize(
         blocks fixed, e.g. the head of a model trained in ``p`` only).
     progress : callable, optional
         ``progress(k, loss, history_row)`` after every iteration, with
+        ``loss`` a float (with ``batched``, the per-trial loss array) and
         ``history_row`` the last recorded row (``dict``; see
         :func:`skntp._progress.make_progress`); ``progress.close()`` is
         called when the run stops, if it exists.
@@ -408,6 +409,7 @@ def minimize(
     starts : sequence of tuples of arrays, default=()
         ``"regpath"`` only: unit-norm parameter tuples ``e``; every radius is
         also solved from ``r e`` and the solution of lowest loss is kept (the
+        previous solution's on ties; the
         path of a non-convex loss is the *global* minimizer at every radius,
         which a local method from the previous solution cannot certify).
         With ``starts``, the previous solution is scaled onto the sphere of
@@ -601,7 +603,17 @@ def _project_ball(xp, params, radii):
 
 def _solve_ball(objective, x, r, *, xp, tol, inner_max_iter, step):
     """``argmin_{||x_b|| <= r_b} objective`` from ``x``: accelerated projected gradient
-    (FISTA with adaptive restart and backtracking).  Returns ``(x, converged, step)``."""
+    (FISTA with adaptive restart and backtracking).  Returns ``(x, converged, step)``.
+
+    FISTA (Beck & Teboulle 2009): ``t_{k+1} = (1 + sqrt(1 + 4 t_k^2)) / 2`` and
+    momentum ``(t_k - 1) / t_{k+1}``.  The step halves until the projected point
+    ``c`` passes ``f(c) <= f(y) + <g, c - y> + ||c - y||^2 / (2 step)`` (ties and
+    roundoff of ``1e-12 |f(y)|`` pass; the halving stops below ``1e-12``) and grows
+    1.5x after each accepted step, so it can carry over between calls.  A step that
+    raises ``f`` restarts the momentum from the last iterate (O'Donoghue & Candes
+    2015).  Converged when the gradient mapping ``||c - y|| / step`` is at most
+    ``max(tol, 1e-10)``.
+    """
     y, t = x, 1.0
     fx = float(objective(x)[0])
     for _ in range(inner_max_iter):

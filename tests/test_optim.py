@@ -21,7 +21,10 @@ from sklearn.exceptions import ConvergenceWarning
 from skntp._optim import (
     SOLVERS,
     _dual_norm_rows,
+    _per_trial,
+    _regpath,
     _rescaled,
+    _solve_ball,
     _warn_lr,
     minimize,
     steepest_direction,
@@ -642,6 +645,7 @@ def test_rescaled_objective_divides_loss_and_gradient_by_the_start_gradient_norm
     (1.0, 1.0 + 1e-12, None),              # a rise within 1e-9 relative is rounding
     (1.0, 1.0, "did not change"),
     (4.0, 4.0 + 4.0 * 2.0**-42, "did not change"),  # relative, not absolute, 1e-12
+    (1e12, 1e12 + 1.0, "did not change"),  # exactly 1e-12 relative: still unchanged
     (1.0, 0.5, None),                      # the loss went down: nothing to say
     (0.0, 0.0, None),                      # already at zero loss
     (0.0, 1e-300, None),                   # within the absolute floor
@@ -709,3 +713,151 @@ def test_dual_norm_of_zero_and_tiny_trials():
     g = np.array([[3.0, 4.0], [0.0, 0.0], [3e-170, 4e-170]])
     np.testing.assert_allclose(_dual_norm_rows(np, g, 2.0, True).ravel(),
                                [5.0, 0.0, 5e-170], rtol=1e-15)
+
+
+def test_batched_spectral_step_of_vector_blocks_is_each_rows_unit_vector():
+    # run 12, steepest_direction 4: a batch of vectors is not one matrix (its spectral
+    # step would be the polar factor of all trials together)
+    g = np.random.default_rng(1).standard_normal((3, 4))
+    np.testing.assert_allclose(steepest_direction(np, g, "spectral", batched=True),
+                               g / np.linalg.norm(g, axis=1, keepdims=True), rtol=1e-14)
+
+
+@pytest.mark.parametrize("descent_norm", ["fro", "max", "l1", ("lp", 3.0), "spectral"])
+@pytest.mark.parametrize("shape", [(4, 3), (4,)])
+def test_steepest_direction_keeps_float32(descent_norm, shape):
+    # run 12, steepest_direction 31, 84 (masks cast to the default float): a float32
+    # model must not be promoted to float64 by its own step
+    g = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    g.flat[0] = g.flat[1]  # a tie for "l1"
+    assert steepest_direction(np, g, descent_norm).dtype == np.float32
+
+
+def test_nmirror_leaves_a_zero_gradient_block_in_place():
+    # run 12, _step 86: a block with a zero gradient has dual norm 0 and is divided by 1,
+    # not by 0 (which would make it NaN and stop the run)
+    def objective(params):
+        w, v = params
+        return 0.5 * float(np.sum((w - 1.0) ** 2)), (w - 1.0, np.zeros_like(v))
+
+    v0 = np.array([0.5, -2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = minimize(objective, (np.zeros(2), v0), xp=np, solver="nmirror", mirror_p=3.0,
+                       lr=0.1, max_iter=3)
+    assert res.n_iter == 3
+    np.testing.assert_allclose(res.params[1], v0, rtol=1e-15)
+    assert np.all(res.params[0] > 0)
+
+
+def test_progress_sees_python_floats():
+    # run 12, _descend 17: a 0-d array loss reaches progress(k, loss, row) as a float
+    seen = []
+
+    def objective(params):
+        (x,) = params
+        return np.asarray(0.5 * np.sum(x * x)), (x,)
+
+    minimize(objective, (np.ones(2),), xp=np, solver="gd", lr=0.5, max_iter=3,
+             progress=lambda k, loss, row: seen.append(loss))
+    assert len(seen) == 3 and all(type(loss) is float for loss in seen)
+
+
+def test_per_trial_scale_lives_on_the_blocks_device():
+    # run 12, _per_trial 4, 7, 8, 13, 14: the per-trial vector is made on the device of
+    # the block it scales (torch's "meta" device stands in for a GPU here)
+    pytest.importorskip("torch")
+    import torch
+
+    from skntp._backend import get_backend
+
+    like = torch.empty((2, 3), device="meta", dtype=torch.float32)
+    s = _per_trial(get_backend("torch").xp, np.array([1.0, 2.0]), like)
+    assert s.device == like.device and s.dtype == torch.float32 and s.shape == (2, 1)
+
+
+def _scaled_square(a):
+    """``f(x) = a/2 ||x||^2`` on one block: a step ``s`` passes the backtracking test
+    ``f(c) <= f(y) + <g, c - y> + ||c - y||^2 / (2 s)`` exactly when ``a s <= 1``."""
+    def objective(params):
+        (x,) = params
+        return 0.5 * a * float(np.sum(x * x)), (a * x,)
+
+    return objective
+
+
+def test_solve_ball_is_fista_with_a_growing_step():
+    # run 12, _solve_ball 55, 89, 92, 95, 103, 112: three iterations on f = 0.2 x^2
+    # from x0 = 1 (ball of radius 10, never active), by hand: every step passes the
+    # backtracking test (a s = 0.4, 0.6, 0.9), the step grows 1.5x after each, and
+    # FISTA's momentum (t_{k-1} - 1) / t_k enters from the second iteration on
+    # (Beck & Teboulle 2009, with t_{k+1} = (1 + sqrt(1 + 4 t_k^2)) / 2)
+    a = 0.4
+    t1 = (1 + math.sqrt(5)) / 2
+    t2 = (1 + math.sqrt(1 + 4 * t1 * t1)) / 2
+    x1 = 1 - a
+    x2 = x1 * (1 - 1.5 * a)
+    y2 = x2 + (t1 - 1) / t2 * (x2 - x1)
+    x3 = y2 * (1 - 2.25 * a)
+    for n_iter, x_expected, step in [(1, x1, 1.5), (2, x2, 2.25), (3, x3, 3.375)]:
+        (x,), converged, step_out = _solve_ball(
+            _scaled_square(a), (np.array([1.0]),), [10.0], xp=np, tol=0.0,
+            inner_max_iter=n_iter, step=1.0)
+        np.testing.assert_allclose(x, [x_expected], rtol=1e-14)
+        assert not converged and step_out == step
+
+
+def test_solve_ball_from_its_minimizer_keeps_its_step():
+    # run 12, _solve_ball 57: at the minimizer the backtracking test holds with equality
+    # (f(c) = f(y) = 0), which passes: the step is not halved down to 1e-12
+    (x,), converged, step = _solve_ball(_scaled_square(1.0), (np.zeros(2),), [1.0], xp=np,
+                                        tol=0.0, inner_max_iter=5, step=1.0)
+    assert converged and step == 1.5
+    np.testing.assert_array_equal(x, 0.0)
+
+
+@pytest.mark.parametrize("rescale, expected", [
+    (False, [[0.3, 0.4], [0.3, 0.4]]),  # the warm start, projected (inside both balls)
+    (True, [[0.6, 0.8], [1.2, 1.6]]),   # the warm start, scaled onto each sphere
+])
+def test_regpath_starts_from_the_previous_solution(rescale, expected):
+    # run 12, _regpath 46, 47, 76, 79, 80, 83: with no inner iteration the path returns
+    # its start at each radius
+    res = _regpath(_scaled_square(1.0), (np.array([0.3, 0.4]),), xp=np, radii=[1.0, 2.0],
+                   tol=0.0, inner_max_iter=0, metrics=lambda p: {"x": p[0]}, starts=(),
+                   rescale=rescale)
+    np.testing.assert_allclose(res.history["x"], expected, rtol=1e-15)
+
+
+@pytest.mark.parametrize("center, expected", [
+    ([0.0, 1.0], [0.0, 1.0]),  # the given start is better
+    ([1.0, 0.0], [1.0, 0.0]),  # the previous solution is better
+    ([1.0, 1.0], [1.0, 0.0]),  # a tie keeps the previous solution
+])
+def test_regpath_keeps_the_best_start(center, expected):
+    # run 12, _regpath 45, 84, 127: at radius 1, from e1 (the previous solution) and from
+    # the start e2, with no inner iteration
+    c = np.asarray(center)
+
+    def objective(params):
+        (x,) = params
+        return 0.5 * float(np.sum((x - c) ** 2)), (x - c,)
+
+    res = _regpath(objective, (np.array([2.0, 0.0]),), xp=np, radii=[1.0], tol=0.0,
+                   inner_max_iter=0, metrics=None, starts=[(np.array([0.0, 1.0]),)],
+                   rescale=False)
+    np.testing.assert_array_equal(res.params[0], expected)
+
+
+@pytest.mark.parametrize("starts, rescale, expected", [
+    ((), False, 0.6),                        # step 1: x = 1 - 0.4
+    ([(np.array([1.0]),)], False, 0.6),      # each start's solve from step 1
+    ((), True, 0.0),                         # f / |f'(1)| has curvature 1: one exact step
+    ([(np.array([1.0]),)], True, 0.0),
+])
+def test_regpath_first_step_and_rescaling(starts, rescale, expected):
+    # run 12, _regpath 41, 91, 92, 120: one inner iteration on f = 0.2 x^2 from x = 1 at
+    # radius 1; a first step of 2 would pass too (a s = 0.8) and give 0.2
+    res = _regpath(_scaled_square(0.4), (np.array([1.0]),), xp=np, radii=[1.0], tol=0.0,
+                   inner_max_iter=1, metrics=None, starts=starts, rescale=rescale)
+    np.testing.assert_allclose(res.params[0], [expected], atol=1e-15)
