@@ -368,8 +368,3 @@ def sparse_rows_matmul(xp, out_rows, cols, values, n_out, dense):
 
     mat = sp.csr_matrix((values, (out_rows, cols)), shape=(n_out, dense.shape[0]))
     return np.asarray(mat @ dense)
-
-
-def norm(xp, a):
-    """Frobenius (or Euclidean) norm of any array, as a 0-d array."""
-    return xp.sqrt(xp.sum(a * a))

@@ -27,7 +27,7 @@ from numbers import Real
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from ._backend import blas_threads, norm, to_numpy
+from ._backend import blas_threads, to_numpy
 
 __all__ = ["DESCENT_NORMS", "SCALE_FREE", "SOLVERS", "OptimResult", "check_descent_norm",
            "limit_norm", "minimize", "steepest_direction"]
@@ -171,11 +171,26 @@ def _record_value(value):
 
 
 def _block_norms(xp, grads, batched):
+    """Each block's Frobenius norm: a float, or with ``batched`` a NumPy vector per trial."""
     if not batched:
-        return [float(norm(xp, g)) for g in grads]
-    return [np.asarray(to_numpy(xp.sqrt(xp.sum(xp.reshape(g * g, (g.shape[0], -1)),
-                                                axis=1))), dtype=float)
+        return [float(_scaled_norms(xp, g, 2.0, False)[0, 0]) for g in grads]
+    return [np.asarray(to_numpy(_scaled_norms(xp, g, 2.0, True)[:, 0]), dtype=float)
             for g in grads]
+
+
+def _norm(xp, a):
+    """The Frobenius norm of one array, as a float (see :func:`_scaled_norms`)."""
+    return float(_scaled_norms(xp, a, 2.0, False)[0, 0])
+
+
+def _total_norm(norms):
+    """``sqrt(sum_b n_b^2)`` of block norms (floats or per-trial vectors), without
+    squaring them (``math.hypot``): norms below 1e-154 would square to 0."""
+    if not norms:
+        return 0.0
+    if isinstance(norms[0], np.ndarray):
+        return np.hypot.reduce(np.stack(norms), axis=0)
+    return math.hypot(*norms)
 
 
 def _per_trial(xp, scale, like):
@@ -244,14 +259,42 @@ def steepest_direction(xp, g, descent_norm, batched=False):
     return xp.sign(g) * xp.reshape((a / size) ** (q - 1.0), g.shape)
 
 
+def _scaled_norms(xp, g, q, batched):
+    """``||g||_q`` of each problem's block, of shape ``(rows, 1)``.
+
+    Computed as ``max|g| ||g / max|g|||_q``, so that it neither underflows nor
+    overflows: the squares of entries below 1e-154 are 0 in float64, while a
+    gradient that small still points somewhere.  For ``q = 2`` the plain
+    ``sqrt(sum g^2)`` is kept where the sum is finite and above
+    ``tiny / eps^2`` (4.5e-277 in float64): no square overflowed there, and
+    those that underflowed weigh less than ``size * eps^2`` of it.  A zero
+    block has norm 0, a block with an infinite entry ``inf`` and one with a
+    NaN ``nan``.
+    """
+    flat = _flat(xp, g, batched)
+    if flat.shape[1] == 0:
+        return xp.zeros((flat.shape[0], 1), dtype=flat.dtype,
+                        device=getattr(flat, "device", None))
+    plain = None
+    if q == 2.0:
+        info = xp.finfo(flat.dtype)
+        with np.errstate(over="ignore", under="ignore"):
+            squares = xp.sum(flat * flat, axis=1, keepdims=True)
+        fine = (squares > float(info.smallest_normal) / float(info.eps) ** 2) & (
+            squares <= float(info.max))
+        plain = xp.sqrt(squares)
+        if bool(xp.all(fine)):
+            return plain
+    flat = xp.abs(flat)
+    top = xp.max(flat, axis=1, keepdims=True)
+    safe = xp.where((top > 0) & (top < math.inf), top, xp.ones_like(top))
+    scaled = top * xp.sum((flat / safe) ** q, axis=1, keepdims=True) ** (1.0 / q)
+    return scaled if plain is None else xp.where(fine, plain, scaled)
+
+
 def _dual_norm_rows(xp, g, p, batched):
     """``||g||_q`` (``1/p + 1/q = 1``) of each problem's block, shaped to broadcast on it."""
-    q = p / (p - 1.0)
-    flat = _flat(xp, xp.abs(g), batched)
-    top = xp.max(flat, axis=1, keepdims=True)
-    safe = xp.where(top > 0, top, xp.ones_like(top))
-    size = top * xp.sum((flat / safe) ** q, axis=1, keepdims=True) ** (1.0 / q)
-    return _row_scale(xp, size, g, batched)
+    return _row_scale(xp, _scaled_norms(xp, g, p / (p - 1.0), batched), g, batched)
 
 
 def _mirror_map(xp, w, power):
@@ -260,10 +303,12 @@ def _mirror_map(xp, w, power):
     return xp.sign(w) * xp.abs(w) ** power
 
 
-def _step(xp, solver, params, grads, lr, ngd_scales, state, k, options, batched):
+def _step(xp, solver, params, grads, lr, ngd_norms, state, k, options, batched):
     """One update of every block, with the step ``lr`` of iteration ``k``.
 
-    ``"gd"``; ``"ngd"`` (``ngd_scales`` = lr/||g||, per block or per trial);
+    ``"gd"``; ``"ngd"``, ``w <- w - lr (g / ||g||)`` with ``ngd_norms`` the norms
+    ``||g||`` per block or per trial (1 for a zero gradient; ``g / ||g||``, not
+    ``(lr / ||g||) g``, whose factor overflows for norms below ``lr / 1.8e308``);
     ``"adam"`` (moments in ``state`` updated in place); ``"signgd"`` and
     ``"nsd"``, ``w <- w - lr s`` with ``s`` the unit steepest direction of
     :func:`steepest_direction`; ``"mirror"``, ``grad psi(w) <- grad psi(w) -
@@ -273,7 +318,7 @@ def _step(xp, solver, params, grads, lr, ngd_scales, state, k, options, batched)
     if solver == "gd":
         return tuple(p - lr * g for p, g in zip(params, grads))
     if solver == "ngd":
-        return tuple(p - s * g for p, g, s in zip(params, grads, ngd_scales))
+        return tuple(p - lr * (g / n) for p, g, n in zip(params, grads, ngd_norms))
     if solver in ("signgd", "nsd"):
         dn = "max" if solver == "signgd" else options["descent_norm"]
         return tuple(p - lr * steepest_direction(xp, g, dn, batched)
@@ -464,7 +509,7 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
     t0 = time.perf_counter()
 
     def total_norm(gn):
-        total = np.sqrt(sum(g * g for g in gn))
+        total = _total_norm(gn)
         return total if batched else float(total)
 
     def scalar(loss):  # what the history and the progress bar see
@@ -485,15 +530,14 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
             break
         lr_k = lr / k**power_t if power_t else lr
         if solver != "ngd":
-            scales = None
+            norms = None
         elif batched:
-            scales = [_per_trial(xp, np.divide(lr_k, n, out=np.zeros_like(n), where=n > 0), g)
-                      for g, n in zip(grads, gn)]
+            norms = [_per_trial(xp, np.where(n > 0, n, 1.0), g) for g, n in zip(grads, gn)]
         else:
-            scales = [lr_k / n if n > 0 else 0.0 for n in gn]
+            norms = [n if n > 0 else 1.0 for n in gn]
         # overflow is caught below and reported once, as one ConvergenceWarning
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            new = _step(xp, solver, params, grads, lr_k, scales, state, k, options, batched)
+            new = _step(xp, solver, params, grads, lr_k, norms, state, k, options, batched)
         if not active.all():  # trials that reached tol stay where they are
             new = tuple(xp.where(_per_trial(xp, active, p) > 0, q, p)
                         for q, p in zip(new, params))
@@ -596,7 +640,7 @@ def _warn_saturated(solver, k, loss, params, n_trials=None):
 def _project_ball(xp, params, radii):
     out = []
     for p, r in zip(params, radii):
-        n = float(norm(xp, p))
+        n = _norm(xp, p)
         out.append(p * (r / n) if n > r else p)
     return tuple(out)
 
@@ -628,7 +672,7 @@ def _solve_ball(objective, x, r, *, xp, tol, inner_max_iter, step):
             if fc <= quad + 1e-12 * abs(fy) or step < 1e-12:
                 break
             step *= 0.5
-        move = math.sqrt(sum(float(xp.sum(d * d)) for d in diff)) / step
+        move = _total_norm([_norm(xp, d) for d in diff]) / step
         if fc > fx:  # adaptive restart
             y, t = x, 1.0
             if move <= max(tol, 1e-10):
@@ -646,7 +690,7 @@ def _solve_ball(objective, x, r, *, xp, tol, inner_max_iter, step):
 def _rescaled(objective, params, xp):
     """The objective divided by its gradient norm at ``params`` (1 if that is 0)."""
     _, g = objective(params)
-    gn = math.sqrt(sum(float(xp.sum(x * x)) for x in g))
+    gn = _total_norm([_norm(xp, x) for x in g])
     scale = 1.0 / gn if gn > 0 else 1.0
 
     def scaled(ps):
@@ -690,7 +734,7 @@ def _regpath(objective, params0, *, xp, radii, tol, inner_max_iter, metrics, sta
             _, params, ok = best
         all_ok &= ok
         loss, grads = objective(params)
-        gn = math.sqrt(sum(float(norm(xp, g)) ** 2 for g in grads))
+        gn = _total_norm([_norm(xp, g) for g in grads])
         rec.record(i, params, float(loss), gn, t0, force=True, radius=float(r[0]),
                    **({f"radius_{b}": float(rb) for b, rb in enumerate(r)} if len(r) > 1 else {}))
     return OptimResult(params, len(radii), all_ok, "tol" if all_ok else "max_iter",

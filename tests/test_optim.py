@@ -638,6 +638,13 @@ def test_rescaled_objective_divides_loss_and_gradient_by_the_start_gradient_norm
     # a gradient norm below 1 (0.5) scales up
     near = _rescaled(f, (a - np.array([0.3, 0.4]),), np)
     assert near((x,))[0] == pytest.approx(2.0 * f((x,))[0], rel=1e-15)
+    # a gradient norm of 5e-170, whose square is 0 in float64, is not taken for zero
+    def square(params):
+        (x,) = params
+        return 0.5 * float(np.sum(x * x)), (x,)
+
+    tiny = _rescaled(square, (np.array([3e-170, 4e-170]),), np)
+    assert tiny((x,))[0] == pytest.approx(2e169 * square((x,))[0], rel=1e-15)
 
 
 @pytest.mark.parametrize("loss0, loss, expected", [
@@ -861,3 +868,60 @@ def test_regpath_first_step_and_rescaling(starts, rescale, expected):
     res = _regpath(_scaled_square(0.4), (np.array([1.0]),), xp=np, radii=[1.0], tol=0.0,
                    inner_max_iter=1, metrics=None, starts=starts, rescale=rescale)
     np.testing.assert_allclose(res.params[0], [expected], atol=1e-15)
+
+
+def _exponential_slope(scale):
+    """``f(x) = scale exp(-x_1)`` on a block of two: normalized steps move ``x_1`` by
+    ``lr`` whatever the gradient's size."""
+    def objective(params):
+        (x,) = params
+        v = scale * np.exp(-x[..., 0])
+        g = np.zeros_like(x)
+        g[..., 0] = -v
+        return float(np.sum(v)), (g,)
+
+    return objective
+
+
+@pytest.mark.parametrize("solver", ["ngd", "nsd"])
+def test_a_gradient_below_the_square_root_of_the_smallest_float_is_not_zero(solver):
+    # entries of 1e-170 (representable) have squares that underflow to 0: the gradient
+    # norm is computed from g / max|g| and the run goes on
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = minimize(_exponential_slope(1e-170), (np.zeros(2),), xp=np, solver=solver,
+                       lr=1.0, max_iter=5)
+    assert res.stop_reason == "max_iter" and res.n_iter == 5
+    assert res.history["grad_norm"][0] == pytest.approx(1e-170, rel=1e-15)
+    np.testing.assert_allclose(res.params[0], [5.0, 0.0], rtol=1e-15)
+
+
+def test_batched_ngd_with_a_tiny_trial_and_a_zero_block():
+    # trial 0 of scale 1, trial 1 of scale 1e-170 (squares underflow): both move lr per
+    # step in x_1.  The second block has a zero gradient in every trial: its step is 0,
+    # not 0 / 0 (run 12, _descend 111, 113).
+    slope = _exponential_slope(np.array([1.0, 1e-170]))
+
+    def objective(params):
+        x, z = params
+        loss, (g,) = slope((x,))
+        return loss, (g, np.zeros_like(z))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = minimize(objective, (np.zeros((2, 2)), np.ones((2, 3))), xp=np, solver="ngd",
+                       lr=0.5, max_iter=4, batched=True)
+    assert res.stop_reason == "max_iter"
+    np.testing.assert_allclose(res.params[0], [[2.0, 0.0], [2.0, 0.0]], rtol=1e-15)
+    np.testing.assert_array_equal(res.params[1], 1.0)
+
+
+def test_an_infinite_gradient_stops_as_non_finite_not_as_converged():
+    def objective(params):
+        (x,) = params
+        return 1.0, (np.array([np.inf, 0.0]),)
+
+    with pytest.warns(ConvergenceWarning, match="non-finite"):
+        res = minimize(objective, (np.zeros(2),), xp=np, solver="gd", lr=0.1, max_iter=5)
+    assert res.stop_reason == "non-finite" and not res.converged
+    assert res.history["grad_norm"][0] == np.inf

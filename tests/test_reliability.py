@@ -672,6 +672,19 @@ def test_extreme_norms(name, dtype):
     _check_extreme_norms(name, dtype, 10_000)
 
 
+def test_ngd_stops_only_when_the_gradient_itself_underflows():
+    # one-hot data: the loss and the gradient decay like exp(-margin ||W||).  The
+    # gradient norm was once taken as sqrt(sum g^2), which is 0 from |g| ~ 1e-162 on:
+    # NGD stopped at iteration 791 with a loss of 1.6e-162, reporting a zero gradient
+    # that was not.  Now it stops where the loss is 0 in float64, twice as far.
+    est = NTPDecoderClassifier(solver="ngd", lr=1.0, max_iter=10_000, record_every=1,
+                               compute_limits=False, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="underflowed to exactly zero"):
+        est.fit(_X1, _Y1)
+    assert est.n_iter_ < 10_000 and est.history_["loss"][-1] < 1e-300
+    assert np.isfinite(est.coef_).all() and _param_norm(est) > 700
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", sorted(EXTREME_MODELS))
