@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
+import skntp._optim as optim_module
 from skntp._optim import (
     SOLVERS,
     _dual_norm_rows,
@@ -26,6 +27,7 @@ from skntp._optim import (
     _rescaled,
     _solve_ball,
     _warn_lr,
+    limit_norm,
     minimize,
     steepest_direction,
 )
@@ -842,17 +844,16 @@ def test_regpath_starts_from_the_previous_solution(rescale, expected):
     ([1.0, 1.0], [1.0, 0.0]),  # a tie keeps the previous solution
 ])
 def test_regpath_keeps_the_best_start(center, expected):
-    # run 12, _regpath 45, 84, 127: at radius 1, from e1 (the previous solution) and from
-    # the start e2, with no inner iteration
+    # run 12, _regpath 45, 84, 127 (and minimize 40, which dropped the starts): at
+    # radius 1, from e1 (the previous solution) and from the start e2, no inner iteration
     c = np.asarray(center)
 
     def objective(params):
         (x,) = params
         return 0.5 * float(np.sum((x - c) ** 2)), (x - c,)
 
-    res = _regpath(objective, (np.array([2.0, 0.0]),), xp=np, radii=[1.0], tol=0.0,
-                   inner_max_iter=0, metrics=None, starts=[(np.array([0.0, 1.0]),)],
-                   rescale=False)
+    res = minimize(objective, (np.array([2.0, 0.0]),), xp=np, solver="regpath", radii=[1.0],
+                   inner_max_iter=0, starts=[(np.array([0.0, 1.0]),)])
     np.testing.assert_array_equal(res.params[0], expected)
 
 
@@ -863,10 +864,10 @@ def test_regpath_keeps_the_best_start(center, expected):
     ([(np.array([1.0]),)], True, 0.0),
 ])
 def test_regpath_first_step_and_rescaling(starts, rescale, expected):
-    # run 12, _regpath 41, 91, 92, 120: one inner iteration on f = 0.2 x^2 from x = 1 at
+    # run 12, _regpath 41, 91, 92, 120, minimize 41: one inner iteration on f = 0.2 x^2 at
     # radius 1; a first step of 2 would pass too (a s = 0.8) and give 0.2
-    res = _regpath(_scaled_square(0.4), (np.array([1.0]),), xp=np, radii=[1.0], tol=0.0,
-                   inner_max_iter=1, metrics=None, starts=starts, rescale=rescale)
+    res = minimize(_scaled_square(0.4), (np.array([1.0]),), xp=np, solver="regpath",
+                   radii=[1.0], inner_max_iter=1, starts=starts, rescale=rescale)
     np.testing.assert_allclose(res.params[0], [expected], atol=1e-15)
 
 
@@ -925,3 +926,44 @@ def test_an_infinite_gradient_stops_as_non_finite_not_as_converged():
         res = minimize(objective, (np.zeros(2),), xp=np, solver="gd", lr=0.1, max_iter=5)
     assert res.stop_reason == "non-finite" and not res.converged
     assert res.history["grad_norm"][0] == np.inf
+
+
+def test_limit_norm_defaults_and_its_parameter_check():
+    # run 12, limit_norm 1-3, 44, 49, 50
+    assert limit_norm("nsd") == "fro"
+    assert limit_norm("mirror") == "fro"  # ("lp", 2) is the Frobenius norm
+    assert limit_norm("nmirror", mirror_p=3) == ("lp", 3.0)
+    with pytest.raises(ValueError, match="^mirror_p must be a finite real > 1, got 1.0"):
+        limit_norm("mirror", mirror_p=1.0)
+
+
+def test_mirror_descent_by_default_is_gradient_descent():
+    # run 12, minimize 10: the default potential is (1/2) ||w||^2 (mirror_p = 2)
+    f = quadratic([1.0, 3.0], [1.0, -2.0])
+    x0 = (np.array([0.5, 0.5]),)
+    gd = minimize(f, x0, xp=np, solver="gd", lr=0.1, max_iter=7)
+    md = minimize(f, x0, xp=np, solver="mirror", lr=0.1, max_iter=7)
+    np.testing.assert_allclose(md.params[0], gd.params[0], rtol=1e-14)
+
+
+@pytest.mark.parametrize("work_size, expected", [(None, math.inf), (123, 123)])
+def test_the_loop_runs_under_the_blas_threads_of_its_work_size(work_size, expected,
+                                                                monkeypatch):
+    # run 12, minimize 15-28: the objective's work_size (none: unlimited) and the
+    # namespace reach blas_threads, which runs the loop on one thread when it is small
+    seen = []
+    real = optim_module.blas_threads
+
+    def spy(size, be=None):
+        seen.append((size, be))
+        return real(size, be)
+
+    monkeypatch.setattr(optim_module, "blas_threads", spy)
+    f = quadratic([1.0], [0.0])
+    if work_size is not None:
+        def f(params, _f=f):
+            return _f(params)
+
+        f.work_size = work_size
+    minimize(f, (np.ones(1),), xp=np, solver="gd", lr=0.5, max_iter=2)
+    assert seen == [(expected, np)]
