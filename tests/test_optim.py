@@ -967,3 +967,36 @@ def test_the_loop_runs_under_the_blas_threads_of_its_work_size(work_size, expect
         f.work_size = work_size
     minimize(f, (np.ones(1),), xp=np, solver="gd", lr=0.5, max_iter=2)
     assert seen == [(expected, np)]
+
+
+def test_divergence_is_one_convergence_warning_and_no_numpy_warning():
+    # run 12, _descend 126, 129 (overflow in the step) and 184, 185, 187, 188 (invalid
+    # and divide in the objective at the diverged point): every floating-point warning
+    # of the step and of the objective there is folded into the one ConvergenceWarning
+    def objective(params):
+        (x,) = params
+        diverged = ~np.isfinite(x)
+        # 0 at a finite x; at an infinite one log(0) divides by zero and inf - inf
+        # is invalid
+        extra = np.sum(np.log(1.0 - diverged)) + np.sum(x - x)
+        return float(np.sum(1e10 * x) + extra), (np.full_like(x, 1e10),)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # lr * g = 1e310 overflows in the first step
+        res = minimize(objective, (np.ones(2),), xp=np, solver="gd", lr=1e300, max_iter=10)
+    assert [w.category for w in caught] == [ConvergenceWarning], [str(w) for w in caught]
+    assert res.stop_reason == "non-finite" and res.n_iter == 0
+
+
+def test_adam_from_an_infinite_gradient_warns_once():
+    # run 12, _descend 127, 130: Adam's first step from an infinite gradient is
+    # inf / inf (invalid); it is reported as the non-finite stop, not as a NumPy warning
+    def objective(params):
+        (x,) = params
+        return 1.0, (np.full_like(x, np.inf),)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = minimize(objective, (np.ones(2),), xp=np, solver="adam", lr=0.1, max_iter=5)
+    assert [w.category for w in caught] == [ConvergenceWarning], [str(w) for w in caught]
+    assert res.stop_reason == "non-finite" and res.n_iter == 0
