@@ -252,7 +252,8 @@ def test_non_finite_stops_and_keeps_the_last_finite_iterate(bad):
         def project(params):
             x = params[0]
             return (np.where(np.abs(x) > 1e3, np.inf, x),)
-    with pytest.warns(ConvergenceWarning, match="non-finite at iteration 10; stopped"):
+    with pytest.warns(ConvergenceWarning, match="gradients became non-finite at iteration 10; "
+                      "stopped and kept the last finite iterate"):
         res = minimize(_blow_up(bad), (np.array([1.0, 0.5]),), xp=np, solver="gd", lr=3.0,
                        max_iter=50, project=project)
     assert res.stop_reason == "non-finite" and not res.converged
@@ -416,7 +417,8 @@ def test_batched_non_finite_stops_every_trial():
         return loss, (x,)
 
     X0 = np.array([[1.0], [1e-3]])
-    with pytest.warns(ConvergenceWarning, match="non-finite at iteration 10"):
+    with pytest.warns(ConvergenceWarning, match="of a trial became non-finite at iteration 10; "
+                      "stopped every trial and kept the last finite iterate"):
         res = minimize(objective, (X0,), xp=np, solver="gd", lr=3.0, max_iter=50,
                        batched=True)
     assert res.stop_reason == "non-finite" and res.n_iter == 9
@@ -703,6 +705,18 @@ def test_overshooting_lr_warning(solver, max_iter, warns):
         minimize(f, (np.ones(2),), xp=np, solver=solver, lr=3.0, max_iter=max_iter)
     messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
     assert any("lr=3.0 is too large" in m for m in messages) == warns
+    # the solver and the number of iterations are named (run 12, _descend 305, 307)
+    assert any(m.startswith(f"{solver}: the loss rose from ") and f"over {max_iter} "
+               "iterations" in m for m in messages) == warns
+
+
+def test_no_iteration_no_lr_warning():
+    # run 12, _descend 300: with max_iter=0 the loss cannot have changed; nothing is said
+    f = quadratic([1.0], [3.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = minimize(f, (np.zeros(1),), xp=np, solver="gd", lr=1e-30, max_iter=0)
+    assert res.n_iter == 0 and res.stop_reason == "max_iter"
 
 
 def test_spectral_steepest_direction_is_each_trials_polar_factor():
