@@ -186,8 +186,6 @@ def _norm(xp, a):
 def _total_norm(norms):
     """``sqrt(sum_b n_b^2)`` of block norms (floats or per-trial vectors), without
     squaring them (``math.hypot``): norms below 1e-154 would square to 0."""
-    if not norms:
-        return 0.0
     if isinstance(norms[0], np.ndarray):
         return np.hypot.reduce(np.stack(norms), axis=0)
     return math.hypot(*norms)
