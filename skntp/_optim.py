@@ -267,12 +267,9 @@ def _scaled_norms(xp, g, q, batched):
     ``tiny / eps^2`` (4.5e-277 in float64): no square overflowed there, and
     those that underflowed weigh less than ``size * eps^2`` of it.  A zero
     block has norm 0, a block with an infinite entry ``inf`` and one with a
-    NaN ``nan``.
+    NaN ``nan``.  Every block has an entry (parameter blocks are never empty).
     """
     flat = _flat(xp, g, batched)
-    if flat.shape[1] == 0:
-        return xp.zeros((flat.shape[0], 1), dtype=flat.dtype,
-                        device=getattr(flat, "device", None))
     plain = None
     if q == 2.0:
         info = xp.finfo(flat.dtype)

@@ -21,7 +21,6 @@ from sklearn.exceptions import ConvergenceWarning
 import skntp._optim as optim_module
 from skntp._optim import (
     SOLVERS,
-    _block_norms,
     _dual_norm_rows,
     _per_trial,
     _regpath,
@@ -930,12 +929,6 @@ def test_batched_ngd_with_a_tiny_trial_and_a_zero_block():
     assert res.stop_reason == "max_iter"
     np.testing.assert_allclose(res.params[0], [[2.0, 0.0], [2.0, 0.0]], rtol=1e-15)
     np.testing.assert_array_equal(res.params[1], 1.0)
-
-
-def test_norms_of_empty_blocks_are_zero():
-    # run 13, _scaled_norms 11: a block without entries has norm 0 (one per trial)
-    assert _block_norms(np, [np.zeros(0)], False) == [0.0]
-    np.testing.assert_array_equal(_block_norms(np, [np.zeros((3, 0))], True)[0], [0, 0, 0])
 
 
 def test_an_infinite_gradient_stops_as_non_finite_not_as_converged():
