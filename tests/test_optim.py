@@ -907,7 +907,7 @@ def test_a_gradient_below_the_square_root_of_the_smallest_float_is_not_zero(solv
         res = minimize(_exponential_slope(1e-170), (np.zeros(2),), xp=np, solver=solver,
                        lr=1.0, max_iter=5)
     assert res.stop_reason == "max_iter" and res.n_iter == 5
-    assert res.history["grad_norm"][0] == pytest.approx(1e-170, rel=1e-15)
+    assert res.history["grad_norm"][0] == pytest.approx(1e-170, rel=1e-15, abs=0)
     np.testing.assert_allclose(res.params[0], [5.0, 0.0], rtol=1e-15)
 
 
@@ -1014,3 +1014,25 @@ def test_adam_from_an_infinite_gradient_warns_once():
         res = minimize(objective, (np.ones(2),), xp=np, solver="adam", lr=0.1, max_iter=5)
     assert [w.category for w in caught] == [ConvergenceWarning], [str(w) for w in caught]
     assert res.stop_reason == "non-finite" and res.n_iter == 0
+
+
+@pytest.mark.parametrize("p", [1.5, 3.0])
+def test_dual_norm_for_p_other_than_2(p):
+    # run 13, _scaled_norms 27, 28: the shortcut sqrt(sum g^2) is for q = 2 only
+    g = np.random.default_rng(3).standard_normal((2, 5))
+    q = p / (p - 1.0)
+    np.testing.assert_allclose(_dual_norm_rows(np, g, p, True).ravel(),
+                               np.linalg.norm(g, ord=q, axis=1), rtol=1e-14)
+
+
+@pytest.mark.parametrize("g, expected", [
+    ([3e200, 4e200], 5e200),    # squares overflow, silently (run 13, _scaled_norms 31, 33)
+    ([3e-160, 4e-160], 5e-160),  # squares are subnormal, with 5 digits (run 13, 52)
+    ([3.0, 4.0], 5.0),
+])
+def test_gradient_norm_is_exact_at_any_magnitude(g, expected):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = minimize(lambda params: (1.0, (np.asarray(g),)), (np.zeros(2),), xp=np,
+                       solver="gd", max_iter=0)
+    assert res.history["grad_norm"][0] == pytest.approx(expected, rel=1e-15, abs=0)
