@@ -683,10 +683,14 @@ def _solve_ball(objective, x, r, *, xp, tol, inner_max_iter, step):
 
 
 def _rescaled(objective, params, xp):
-    """The objective divided by its gradient norm at ``params`` (1 if that is 0)."""
+    """The objective divided by its gradient norm at ``params`` (1 if that is 0).
+
+    The factor is at most ``2^1000``: ``1 / gn`` is infinite for gradient norms
+    below 5.6e-309, which are representable (subnormal).
+    """
     _, g = objective(params)
     gn = _total_norm([_norm(xp, x) for x in g])
-    scale = 1.0 / gn if gn > 0 else 1.0
+    scale = 1.0 / max(gn, 2.0**-1000) if gn > 0 else 1.0
 
     def scaled(ps):
         loss, grads = objective(ps)

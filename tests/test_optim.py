@@ -649,6 +649,9 @@ def test_rescaled_objective_divides_loss_and_gradient_by_the_start_gradient_norm
 
     tiny = _rescaled(square, (np.array([3e-170, 4e-170]),), np)
     assert tiny((x,))[0] == pytest.approx(2e169 * square((x,))[0], rel=1e-15)
+    # below 2^-1000 the factor stays 2^1000: 1 / 5e-310 would be infinite
+    subnormal = _rescaled(square, (np.array([3e-310, 4e-310]),), np)
+    assert subnormal((x,))[0] == 2.0**1000 * square((x,))[0]
 
 
 @pytest.mark.parametrize("loss0, loss, expected", [
