@@ -173,7 +173,7 @@ def _record_value(value):
 def _block_norms(xp, grads, batched):
     """Each block's Frobenius norm: a float, or with ``batched`` a NumPy vector per trial."""
     if not batched:
-        return [float(_scaled_norms(xp, g, 2.0, False)[0, 0]) for g in grads]
+        return [_norm(xp, g) for g in grads]
     return [np.asarray(to_numpy(_scaled_norms(xp, g, 2.0, True)[:, 0]), dtype=float)
             for g in grads]
 
@@ -181,6 +181,11 @@ def _block_norms(xp, grads, batched):
 def _norm(xp, a):
     """The Frobenius norm of one array, as a float (see :func:`_scaled_norms`)."""
     return float(_scaled_norms(xp, a, 2.0, False)[0, 0])
+
+
+def _norm_of_blocks(xp, blocks):
+    """The Frobenius norm of a tuple of arrays taken together, as a float."""
+    return _total_norm([_norm(xp, b) for b in blocks])
 
 
 def _total_norm(norms):
@@ -667,7 +672,7 @@ def _solve_ball(objective, x, r, *, xp, tol, inner_max_iter, step):
             if fc <= quad + 1e-12 * abs(fy) or step < 1e-12:
                 break
             step *= 0.5
-        move = _total_norm([_norm(xp, d) for d in diff]) / step
+        move = _norm_of_blocks(xp, diff) / step
         if fc > fx:  # adaptive restart
             y, t = x, 1.0
             if move <= max(tol, 1e-10):
@@ -689,7 +694,7 @@ def _rescaled(objective, params, xp):
     below 5.6e-309, which are representable (subnormal).
     """
     _, g = objective(params)
-    gn = _total_norm([_norm(xp, x) for x in g])
+    gn = _norm_of_blocks(xp, g)
     scale = 1.0 / max(gn, 2.0**-1000) if gn > 0 else 1.0
 
     def scaled(ps):
@@ -719,7 +724,7 @@ def _regpath(objective, params0, *, xp, radii, tol, inner_max_iter, metrics, sta
             params, ok, step = _solve_ball(objective, _project_ball(xp, params, r), r, xp=xp,
                                            tol=tol, inner_max_iter=inner_max_iter, step=step)
         else:
-            nrm = float(xp.sqrt(sum(xp.sum(p * p) for p in params)))
+            nrm = _norm_of_blocks(xp, params)
             candidates = [tuple(p * (r[0] / nrm) for p in params) if nrm > 0 else params]
             candidates += [tuple(p * r[0] for p in e) for e in starts]
             best = None
@@ -733,7 +738,7 @@ def _regpath(objective, params0, *, xp, radii, tol, inner_max_iter, metrics, sta
             _, params, ok = best
         all_ok &= ok
         loss, grads = objective(params)
-        gn = _total_norm([_norm(xp, g) for g in grads])
+        gn = _norm_of_blocks(xp, grads)
         rec.record(i, params, float(loss), gn, t0, force=True, radius=float(r[0]),
                    **({f"radius_{b}": float(rb) for b, rb in enumerate(r)} if len(r) > 1 else {}))
     return OptimResult(params, len(radii), all_ok, "tol" if all_ok else "max_iter",

@@ -643,15 +643,11 @@ def test_rescaled_objective_divides_loss_and_gradient_by_the_start_gradient_norm
     near = _rescaled(f, (a - np.array([0.3, 0.4]),), np)
     assert near((x,))[0] == pytest.approx(2.0 * f((x,))[0], rel=1e-15)
     # a gradient norm of 5e-170, whose square is 0 in float64, is not taken for zero
-    def square(params):
-        (x,) = params
-        return 0.5 * float(np.sum(x * x)), (x,)
-
-    tiny = _rescaled(square, (np.array([3e-170, 4e-170]),), np)
-    assert tiny((x,))[0] == pytest.approx(2e169 * square((x,))[0], rel=1e-15)
+    tiny = _rescaled(quadratic(1.0, 0.0), (np.array([3e-170, 4e-170]),), np)
+    assert tiny((x,))[0] == pytest.approx(2e169 * quadratic(1.0, 0.0)((x,))[0], rel=1e-15)
     # below 2^-1000 the factor stays 2^1000: 1 / 5e-310 would be infinite
-    subnormal = _rescaled(square, (np.array([3e-310, 4e-310]),), np)
-    assert subnormal((x,))[0] == 2.0**1000 * square((x,))[0]
+    subnormal = _rescaled(quadratic(1.0, 0.0), (np.array([3e-310, 4e-310]),), np)
+    assert subnormal((x,))[0] == 2.0**1000 * quadratic(1.0, 0.0)((x,))[0]
 
 
 @pytest.mark.parametrize("loss0, loss, expected", [
@@ -805,11 +801,7 @@ def test_per_trial_scale_lives_on_the_blocks_device():
 def _scaled_square(a):
     """``f(x) = a/2 ||x||^2`` on one block: a step ``s`` passes the backtracking test
     ``f(c) <= f(y) + <g, c - y> + ||c - y||^2 / (2 s)`` exactly when ``a s <= 1``."""
-    def objective(params):
-        (x,) = params
-        return 0.5 * a * float(np.sum(x * x)), (a * x,)
-
-    return objective
+    return quadratic(a, 0.0)
 
 
 def test_solve_ball_is_fista_with_a_growing_step():
