@@ -21,7 +21,7 @@ from test_nuclear import _instance as _key_query_instance
 from test_nuclear import _margins as _key_query_margins
 from test_optimizer_limits import _margin, _onehot_optimum
 from test_references_ntp import numerical_grad
-from test_references_self_attention import graphs_by_hand
+from test_references_self_attention import cyclic_instance, graphs_by_hand
 
 import skntp.svm._attention as svm_attention
 import skntp.svm._graph as svm_graph
@@ -292,7 +292,9 @@ def test_cyclic_correction_with_sample_weights():
     sub, basis = _cyclic_by_hand(E, list(X), y, graphs)
     w = np.random.default_rng(0).uniform(0.2, 3.0, len(X))
     sccs = strongly_connected_components(token_priority_graphs(X, y))
-    W, info = cyclic_correction(E, X, y, sccs, sample_weight=w, return_info=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # cyclic_correction 129: np.finfo(None) warns
+        W, info = cyclic_correction(E, X, y, sccs, sample_weight=w, return_info=True)
     seqs, labels, queries = ([s[k] for s in sub] for k in (1, 2, 3))
     ws = w[[s[0] for s in sub]]
     f = lambda M: _risk(E, np.eye(6), M, seqs, labels, queries, "log", ws)  # noqa: E731
@@ -302,6 +304,74 @@ def test_cyclic_correction_with_sample_weights():
     # the weights matter: the unweighted minimizer is not stationary here
     W1 = cyclic_correction(E, X, y, sccs)
     assert np.linalg.norm(basis.T @ numerical_grad(f, W1, h=1e-5).ravel()) > 1e-4
+
+
+def _two_token_cycle():
+    # E = I, query 3, SCC {0, 1} of G^(3): two samples want token 0, one token 1, so
+    # the cyclic risk -(2/3) log s_0 - (1/3) log s_1 is minimal at s_0 = 2/3, i.e.
+    # W[0, 3] - W[1, 3] = log 2, with W^cyc = (log 2 / 2) (e_0 - e_1) e_3^T in S_cyc
+    X = [np.array([0, 1, 3]), np.array([0, 1, 3]), np.array([1, 0, 3])]
+    expected = np.zeros((4, 4))
+    expected[0, 3], expected[1, 3] = np.log(2) / 2, -np.log(2) / 2
+    entropy = -(2 / 3) * np.log(2 / 3) - (1 / 3) * np.log(1 / 3)
+    return X, np.array([0, 0, 1]), {3: [{0, 1}, {2}, {3}]}, expected, entropy
+
+
+def test_cyclic_correction_leaves_out_labels_without_mass_on_the_selection():
+    # cyclic_correction 73-75, 83, 86, 95-98: with selected positions (keep), a sample
+    # whose label is not among the kept tokens has loss -log 0 under loss="log", a
+    # constant; it is left out of the risk, not allowed to make it infinite
+    X, y, sccs, expected, entropy = _two_token_cycle()
+    X = [*X, np.array([0, 1, 2, 3])]  # label 2; the selected token 0 keeps {0, 1}
+    y = np.append(y, 2)
+    keep = np.zeros((4, 4), bool)
+    keep[:, 0] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        W, info = cyclic_correction(np.eye(4), X, y, sccs, keep=keep, return_info=True)
+    np.testing.assert_allclose(W, expected, atol=1e-9)
+    assert info["n_samples"] == 3 and info["loss"] == pytest.approx(entropy, rel=1e-12)
+    # without the selection the fourth sample's label is alone in its SCC (dropped too)
+    np.testing.assert_allclose(cyclic_correction(np.eye(4), X, y, sccs), expected,
+                               atol=1e-9)
+    # every label outside the selection: nothing is left, and W^cyc is zero
+    W, info = cyclic_correction(np.eye(4), X[3:], y[3:], sccs, keep=keep[3:],
+                                return_info=True)
+    np.testing.assert_array_equal(W, np.zeros((4, 4)))
+    assert info["n_samples"] == 0 and info["loss"] == 0.0 and info["n_iter"] == 0
+    W = cyclic_correction(np.eye(4), X[3:], y[3:], sccs, keep=keep[3:])
+    assert isinstance(W, np.ndarray)
+    np.testing.assert_array_equal(W, np.zeros((4, 4)))
+
+
+def test_cyclic_correction_when_the_cyclic_subspace_is_zero():
+    # cyclic_correction 63 (rewritten since): tokens 0 and 1 share an embedding, so
+    # S_cyc = span{(E^T (e_0 - e_1)) (E^T e_3)^T} = {0}; W^cyc is zero, but the cyclic
+    # sub-dataset is not empty and info reports its risk there: s_0 = s_1 = 1/2
+    X, y, sccs, _, _ = _two_token_cycle()
+    E = np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        W, info = cyclic_correction(E, X, y, sccs, return_info=True)
+    np.testing.assert_array_equal(W, np.zeros((3, 3)))
+    assert info["basis"].shape == (9, 0) and info["n_samples"] == 3
+    assert info["loss"] == pytest.approx(np.log(2), rel=1e-12)
+    assert info["grad_norm"] == 0.0
+
+
+def test_cyclic_correction_with_a_tolerance_below_the_noise_floor():
+    # cyclic_correction 231: tol=1e-30 cannot be met, so the Newton polish stops when
+    # its step no longer lowers the gradient (here after L-BFGS's 1e-11 and two Newton
+    # steps to about 1e-17); the minimizer is still returned, and no warning is due
+    for seed in (1, 2):
+        X, y, E = cyclic_instance(seed)
+        sccs = strongly_connected_components(token_priority_graphs(X, y))
+        W = cyclic_correction(E, X, y, sccs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            W30, info = cyclic_correction(E, X, y, sccs, tol=1e-30, return_info=True)
+        np.testing.assert_allclose(W30, W, atol=1e-9)
+        assert 0.0 < info["grad_norm"] < 1e-15
 
 
 def test_cyclic_correction_warns_when_stopped_far_from_stationarity():

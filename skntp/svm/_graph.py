@@ -247,13 +247,16 @@ def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=No
     max_iter : int, default=20000
     return_info : bool, default=False
         Also return a dict with ``basis`` (orthonormal, ``(d*d, r)``),
-        ``grad_norm``, ``n_iter``, ``loss`` and ``n_samples`` (size of the
-        cyclic sub-dataset).
+        ``grad_norm``, ``n_iter``, ``loss`` (the risk at ``W_cyc``) and
+        ``n_samples`` (size of the cyclic sub-dataset in the risk: with
+        ``loss="log"``, samples whose label has no mass on the kept tokens
+        have a constant, infinite loss and are left out).
 
     Returns
     -------
     W_cyc : ndarray of shape (d, d)
-        Zero when the cyclic sub-dataset is empty (e.g. acyclic data).
+        Zero when the cyclic sub-dataset is empty (e.g. acyclic data) or
+        ``S_cyc = {0}`` (e.g. the tokens of each SCC share one embedding).
     """
     from scipy.optimize import minimize as sp_minimize
 
@@ -265,20 +268,17 @@ def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=No
     ids, mask, query, labels, index = cyclic_subdataset(X, y, sccs, keep=keep)
     weights = None if sample_weight is None else np.asarray(sample_weight, float)[index]
     rows = cyclic_subspace_basis(E, sccs)
-    basis = scipy.linalg.orth(rows.T) if rows.shape[0] else np.zeros((d * d, 0))
-    info = {"basis": basis, "grad_norm": 0.0, "n_iter": 0, "loss": 0.0,
-            "n_samples": int(index.size)}
-    if index.size == 0 or basis.shape[1] == 0:
-        W = np.zeros((d, d))
-        return (W, info) if return_info else W
+    basis = scipy.linalg.orth(rows.T)  # (d*d, 0) when no SCC has two tokens
     if loss == "log":
         g = np.where(mask, gamma[labels[:, None], ids], 0.0)
         ok = (g > 0).any(axis=1)  # samples whose label left the kept set carry no gradient
         ids, mask, query, labels = ids[ok], mask[ok], query[ok], labels[ok]
         weights = None if weights is None else weights[ok]
-        if not ok.any():
-            W = np.zeros((d, d))
-            return (W, info) if return_info else W
+    info = {"basis": basis, "grad_norm": 0.0, "n_iter": 0, "loss": 0.0,
+            "n_samples": int(ids.shape[0])}
+    if ids.shape[0] == 0:
+        W = np.zeros((d, d))
+        return (W, info) if return_info else W
     risk = SelfAttentionRisk(get_backend("numpy"), E, gamma, ids, mask, query, labels,
                              loss=loss, sample_weight=None if weights is None else
                              weights / max(weights.sum(), np.finfo(float).tiny))
