@@ -218,7 +218,7 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
                 att = relaxed_att_svm(K, selected, mask=mask, **kw)
             except NotSeparableError as exc:
                 problems.append(str(exc))
-        if att is not None:
+        if att is not None and att.any():  # zero: no constraint (one token per input)
             out["att_svm_direction_"] = unit(att)[0]
         if relaxed is None:
             if att is not None and support.all():
@@ -233,9 +233,9 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
                           UserWarning, stacklevel=6)
     finally:
         close_progress(progress)
-    if relaxed is not None:
-        p, n_p = unit(relaxed)[0], norm_value(relaxed, norm)
-        out["mm_direction_"], out["mm_margin_"] = p, 1.0 / n_p if n_p > 0 else float("nan")
+    if relaxed is not None and relaxed.any():
+        p = unit(relaxed)[0]
+        out["mm_direction_"], out["mm_margin_"] = p, 1.0 / norm_value(relaxed, norm)
         gaps = (K[rows, selected][:, None, :] - K) @ p
         other = mask.copy()
         other[rows, selected] = False
@@ -663,7 +663,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         ``alpha_i = argmax_t S(K_i p)_t`` on the training inputs.
     mm_direction_ : ndarray of shape (k,) or None
         Unit ``p^mm(alpha)`` of the selected tokens (ATT-SVM); ``None`` when
-        they are not separable.
+        they are not separable, or without constraints (one token per input).
     gmm_direction_ : ndarray of shape (k,) or None
         Unit ``p^mm*`` of the optimal tokens (Def. 1; ATT-SVM' of App. D
         when some input has several); ``None`` when infeasible.
@@ -1117,17 +1117,15 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                                       optimal=data["optimal"], method=self.svm_method)
                    if self.compute_limits or self.solver == "svm" else
                    _selection(data["keys"], q, mask))
-            self.mm_direction_, norm = (None, 0.0) if rep.get("mm") is None else unit(
-                rep["mm"])
+            mm = rep.get("mm")  # zero: no constraint (one token per input), no direction
+            self.mm_direction_, norm = (None, 0.0) if mm is None or not mm.any() else unit(mm)
             self.limit_directions_ = {"fro": self.mm_direction_}
             own = self._limit_norm()
             if own != "fro":
-                mm = None
-                if rep.get("mm") is not None:
-                    mm = att_svm(data["keys"], rep["selected"], mask=mask, norm=own,
-                                 method=self.svm_method)
-                self.mm_direction_, _ = (None, 0.0) if mm is None else unit(mm)
-                norm = 0.0 if mm is None else norm_value(mm, own)
+                mm = None if self.mm_direction_ is None else att_svm(
+                    data["keys"], rep["selected"], mask=mask, norm=own, method=self.svm_method)
+                self.mm_direction_, norm = ((None, 0.0) if mm is None else
+                                            (unit(mm)[0], norm_value(mm, own)))
                 self.limit_directions_ = {own: self.mm_direction_,
                                           "fro": self.limit_directions_["fro"]}
             self.mm_margin_ = 1.0 / norm if norm > 0 else float("nan")
@@ -1346,9 +1344,11 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         Those tokens ``x_{i alpha_i}``, ``i in S``.
     mm_direction_ : ndarray of shape (k,) or None
         Unit ``p^relax`` of eq. (10) (equal to ``p^mm`` when every selected
-        token is a support vector); ``None`` when infeasible.
+        token is a support vector); ``None`` when infeasible, or without
+        constraints (one token per input: attention has nothing to select).
     att_svm_direction_ : ndarray of shape (k,) or None
-        Unit ``p^mm(alpha)`` of (ATT-SVM); ``None`` when infeasible.
+        Unit ``p^mm(alpha)`` of (ATT-SVM); ``None`` when infeasible or without
+        constraints.
     limit_norm_ : str or tuple
         The norm that theory names for the solver's limit
         (:func:`skntp.diagnostics.limit_norm`).  ``head_mm_direction_`` and
@@ -1491,7 +1491,9 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             R_v = R_p = float(self.svm_radius)
         self.svm_radius_ = (R_v, R_p)
         self._directions = d
-        return (R_v * d["head_mm_direction_"], R_p * d["mm_direction_"])
+        p = d["mm_direction_"]  # None: one token per input, any p gives the same model
+        return (R_v * d["head_mm_direction_"],
+                R_p * p if p is not None else np.zeros(data["K"].shape[2]))
 
     def _training(self, data, limits, be):
         n, T, d = data["X"].shape

@@ -309,16 +309,21 @@ def test_joint_attention_directions_and_margin_against_cvxpy(solver, scale):
 
 def test_joint_one_token_inputs_have_no_attention_margin():
     # _joint_directions 193-200: with one token per input (ATT-SVM) has no constraint,
-    # p^relax = 0, and mm_margin_ is nan
+    # p^relax = p^mm = 0: no direction (None, as AttentionSelector says), mm_margin_ nan
     rng = np.random.default_rng(0)
     y = np.array([1, -1, 1, -1])
     X = rng.standard_normal((4, 1, 3))
     X[:, 0, 0] = np.abs(X[:, 0, 0]) * y
-    for est in (JointAttentionSVM(solver="svm").fit(X, y),
-                JointAttentionSVM(solver="gd", max_iter=3).fit(X, y)):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fits = (JointAttentionSVM(solver="svm").fit(X, y),
+                JointAttentionSVM(solver="gd", max_iter=3).fit(X, y))
+    for est in fits:
         assert np.isnan(est.mm_margin_)
-        np.testing.assert_array_equal(est.mm_direction_, np.zeros(3))
+        assert est.mm_direction_ is None and est.att_svm_direction_ is None
         assert est.head_mm_margin_ > 0
+        assert est.predict(X).tolist() == y.tolist()
+    assert AttentionSelector(max_iter=3).fit(X, y).mm_direction_ is None
 
 
 def test_joint_attention_limits_in_the_max_norm_against_cvxpy():
