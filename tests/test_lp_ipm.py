@@ -142,6 +142,23 @@ def test_crammer_singer_output_scale_and_one_sided_rows(seed, scaled, with_one_s
     assert abs(max_norm(res.primal) - ref) <= 1e-6 * ref
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_two_classes(seed):
+    # _anchors 5, 6: with two tokens, the rows of the contexts labelled 1 compare with
+    # token 0 only, so their anchor is named by the rows' first token and token 0 is
+    # every such row's reference.  Seed 1: the Newton system turns singular at a gap of
+    # 3e-8, before the polish was due; the polish now runs there and certifies a vertex
+    rng = np.random.default_rng(seed)
+    H = rng.standard_normal((12, 3))
+    labels = (H @ rng.standard_normal(3) > 0).astype(int)
+    assert 0 < labels.sum() < 12
+    problem = _star_problem(H, labels, 2)
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.gap <= 1e-8 and res.max_violation <= 1e-8
+    ref = _cvx_star(H, labels, 2, np.ones(2), None)
+    assert abs(max_norm(res.primal) - ref) <= 1e-6 * ref
+
+
 def test_blocks_with_one_sided_rows_only():
     """A block whose rows are all ``S[b, t] >= r`` has no level."""
     rng = np.random.default_rng(5)
@@ -177,11 +194,17 @@ def test_programs_that_are_not_stars_are_declined():
 
 
 def test_anchor_of_each_block():
-    H = np.random.default_rng(0).standard_normal((3, 2))
-    # block 0 around token 2 (first row names it second), block 1 around 0, block 2 none
-    c = Constraints([0, 0, 1, 1, 2], [1, 2, 0, 0, 1], [2, 3, 1, 2, -1], np.ones(5),
-                    np.array([True, False, False, False, False]))
+    H = np.random.default_rng(0).standard_normal((5, 2))
+    # block 0 around token 2 (first row names it second), block 1 around 0, block 2 none;
+    # block 3 around token 0 named by every row second (_anchors 5, 6: a reference token
+    # 0 is a token, not a one-sided row), block 4 one row: its first token, 0 (56, 57)
+    c = Constraints([0, 0, 1, 1, 2, 3, 3, 4], [1, 2, 0, 0, 1, 1, 2, 0],
+                    [2, 3, 1, 2, -1, 0, 0, 3], np.ones(8), np.arange(8) == 0)
     problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=4), c, norm="max")
+    np.testing.assert_array_equal(lpipm._anchors(problem), [2, 0, -1, 0, 0])
+    c = Constraints([0, 0, 1, 1, 2], [1, 2, 0, 0, 1], [2, 3, 1, 2, -1], np.ones(5),
+                    np.arange(5) == 0)
+    problem = MaxMarginProblem(BilinearScores(H[:3], None, n_outputs=4), c, norm="max")
     np.testing.assert_array_equal(lpipm._anchors(problem), [2, 0, -1])
     form = lpipm._level_form(problem)
     # each row's single token, its sign and its level coefficient

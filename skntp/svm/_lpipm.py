@@ -634,13 +634,13 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
                 break
         # polish where the iterates stop converging fast (degenerate or ill-conditioned
         # Newton systems near the end), once per halving of the gap
-        if (gap <= _POLISH and p_res <= _POLISH and gap > 0.1 * last_gap
-                and gap < 0.5 * polished_at and polishes < _POLISHES):
+        polish = (gap <= _POLISH and p_res <= _POLISH and gap < 0.5 * polished_at
+                  and polishes < _POLISHES)
+        if polish and gap > 0.1 * last_gap:
             polished_at, polishes = gap, polishes + 1
-            found = _polished(form, ineq, eq, W, a, t, slack, mult, mu)
-            if found is not None and certify(found[0], found[1],
-                                             _unsorted(eq, found[2], form), it):
-                return found[0], found[1], _unsorted(eq, found[2], form), it, True
+            found = _certified_polish(form, ineq, eq, (W, a, t, slack, mult, mu), certify, it)
+            if found is not None:
+                return found
         last_gap = gap
         merit = max(gap, p_res, d_res)
         if merit < 0.9 * best_merit:
@@ -650,7 +650,12 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
         try:
             system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)),
                                    dense_equalities=dense_equalities)
-        except np.linalg.LinAlgError:  # lost to rounding: the caller decides
+        except np.linalg.LinAlgError:  # lost to rounding: a last polish, else the caller decides
+            if polish and polished_at != gap:
+                found = _certified_polish(form, ineq, eq, (W, a, t, slack, mult, mu),
+                                          certify, it)
+                if found is not None:
+                    return found
             break
         # predictor (affine scaling), then the centred corrector (Mehrotra)
         _, _, _, ds, dm, _ = _direction(system, ineq, slack, mult, r_p, r_d, r_e,
@@ -679,6 +684,16 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
         if max(ap, ad) < 1e-12:  # stalled
             break
     return W, mult[0], _unsorted(eq, mu, form), it, False
+
+
+def _certified_polish(form, ineq, eq, state, certify, it):
+    """``_ipm``'s return value from the active-set polish of ``state`` (``W, a, t,
+    slack, mult, mu``) when ``certify`` accepts it, else ``None``."""
+    found = _polished(form, ineq, eq, *state)
+    if found is None:
+        return None
+    W, lam, mu = found[0], found[1], _unsorted(eq, found[2], form)
+    return (W, lam, mu, it, True) if certify(W, lam, mu, it) else None
 
 
 def _memory_need(form, dense_equalities):
