@@ -159,6 +159,50 @@ def test_two_classes(seed):
     assert abs(max_norm(res.primal) - ref) <= 1e-6 * ref
 
 
+def _equalities_far_from_the_start(seed):
+    """Crammer-Singer rows, three of them equalities whose right-hand sides (the
+    margins of a random decoder scaled to margin 1) range from 2 to 1e4."""
+    rng = np.random.default_rng(seed)
+    H = rng.standard_normal((20, 5))
+    L0 = H @ rng.standard_normal((4, 5)).T
+    labels = np.argmax(L0, axis=1)
+    j, v = np.nonzero(np.arange(4)[None, :] != labels[:, None])
+    diff = L0[j, labels[j]] - L0[j, v]
+    eq = np.isin(np.arange(j.size), [0, 9, 30])
+    rhs = np.where(eq, diff / diff.min(), 1.0)  # the decoder L0 / min(diff) meets them
+    problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=4),
+                               Constraints(j, labels[j], v, rhs, eq), norm="max")
+    W = cp.Variable((4, 5))
+    L = H @ W.T
+    rows = L[j, labels[j]] - L[j, v]
+    prob = cp.Problem(cp.Minimize(cvx_max(W)), [rows[eq] == rhs[eq], rows[~eq] >= 1])
+    prob.solve(solver=cp.CLARABEL)
+    assert prob.status == cp.OPTIMAL
+    return problem, prob.value, rhs[eq].max()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_equalities_with_right_hand_sides_far_from_the_start(seed):
+    # _ipm 70, 110 (the sign of eq.rhs in the residual and in the dual objective): no
+    # program had equalities with a nonzero right-hand side.  Writing this test found
+    # two stops that fired on feasible programs: the stall rule while the gap still grew
+    # as the residuals fell (seed 0), and the divergence rule at comp 1e8 where the
+    # path peaks at 1.2e10 with right-hand sides of 400 (seed 1).  With rhs up to 1e4
+    # (seed 3) the method still loses its path; method="auto" hands over to HiGHS.
+    problem, ref, largest = _equalities_far_from_the_start(seed)
+    auto = solve_max_margin(problem)
+    assert abs(max_norm(auto.primal) - ref) <= 1e-6 * ref
+    if largest < 1e3:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            res = solve_max_margin(problem, method="lp-ipm")
+        assert res.status == "optimal" and res.gap <= 1e-8
+        assert abs(max_norm(res.primal) - ref) <= 1e-6 * ref
+        assert auto.method == "lp-ipm"
+    else:
+        assert auto.method == "highs"
+
+
 def test_blocks_with_one_sided_rows_only():
     """A block whose rows are all ``S[b, t] >= r`` has no level."""
     rng = np.random.default_rng(5)
@@ -271,6 +315,23 @@ def test_tolerance_and_progress():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning at the default tolerance
         solve_max_margin(problem, method="lp-ipm")
+
+
+def test_iterations_are_counted_from_one_up_to_max_iter(capsys):
+    # _ipm 49, 52, 53: the verbose lines number the iterations 1, 2, ..., n_iter, and
+    # max_iter=3 runs three (an uncertified answer, status "max_iter", with a warning)
+    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+
+    def numbers():
+        out = capsys.readouterr().out.splitlines()
+        return [int(line.split()[1].rstrip(":")) for line in out if line.startswith("lp-ipm")]
+
+    full = solve_max_margin(problem, method="lp-ipm", verbose=1)
+    assert numbers() == list(range(1, full.n_iter + 1)) and full.n_iter > 3
+    with pytest.warns(ConvergenceWarning, match="certified relative duality gap"):
+        res = solve_max_margin(problem, method="lp-ipm", max_iter=3, verbose=1)
+    assert numbers() == [1, 2, 3]
+    assert res.n_iter == 3 and res.status == "max_iter" and res.gap > 1e-3
 
 
 def test_cholesky_regularizes_a_matrix_that_lost_definiteness():
