@@ -645,7 +645,8 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
         last_gap = gap
         # the end phase, once the rows hold: no new best of the merit for _STALL
         # iterations means the path is lost (degenerate optimum, rounding).  Before,
-        # the gap may grow while the residuals fall (equalities far from the start)
+        # the gap may grow while the residuals fall for 20 iterations and more
+        # (equalities far from the start); max_iter and _DIVERGED bound that phase
         merit = max(gap, p_res, d_res)
         if p_res <= _POLISH and merit < 0.9 * best_merit:
             best_merit, best_at = merit, it
