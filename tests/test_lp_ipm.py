@@ -334,6 +334,39 @@ def test_iterations_are_counted_from_one_up_to_max_iter(capsys):
     assert res.n_iter == 3 and res.status == "max_iter" and res.gap > 1e-3
 
 
+def test_refused_certificates_stop_the_method(monkeypatch):
+    # _ipm 43, 180: iterates that meet the tolerances but whose certificate is refused
+    # (here: every certificate's gap raised to 1e-7) end the run at the _REFUSALS-th
+    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+    first = solve_max_margin(problem, method="lp-ipm").n_iter  # certified at once
+    real = lpipm._certified_lp
+
+    def refused(*args, **kwargs):
+        res = real(*args, **kwargs)
+        res.gap = max(res.gap, 1e-7)
+        return res
+
+    monkeypatch.setattr(lpipm, "_certified_lp", refused)
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.n_iter == first + lpipm._REFUSALS - 1
+
+
+def test_a_certified_answer_skips_the_infeasibility_check(monkeypatch):
+    # _ipm 178: only an uncertified end solves the Frobenius program on the same rows
+    # (whose Farkas ray would show infeasibility)
+    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the Frobenius program was solved")
+
+    monkeypatch.setattr(lpipm, "solve_max_margin", fail)
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.status == "optimal" and res.gap <= 1e-8
+    monkeypatch.setattr(lpipm, "_MAX_ITER", 3)
+    with pytest.raises(AssertionError, match="Frobenius program was solved"):
+        solve_max_margin(problem, method="lp-ipm")
+
+
 def test_cholesky_regularizes_a_matrix_that_lost_definiteness():
     A = np.array([[1.0, 1.0], [1.0, 1.0 - 1e-17]])  # singular to float64
     fac = lpipm._Cholesky(A.copy())
