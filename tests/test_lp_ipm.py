@@ -290,8 +290,18 @@ def test_memory_guard_counts_the_dense_equality_system_only_where_needed(monkeyp
     small, large = lpipm._memory_need(form, False), lpipm._memory_need(form, True)
     assert large > small
     monkeypatch.setattr(lpipm, "available_memory", lambda: small + large)  # half < large
+    dense = []  # _ipm 272: the choice reaches every Newton system
+
+    class Spy(lpipm._NewtonSystem):
+        def __init__(self, *args, dense_equalities=True):
+            dense.append(dense_equalities)
+            super().__init__(*args, dense_equalities=dense_equalities)
+
+    monkeypatch.setattr(lpipm, "_NewtonSystem", Spy)
     res = solve_max_margin(problem, method="lp-ipm")
     assert res.method == "lp-ipm" and res.gap <= 1e-8
+    assert dense and not any(dense)
+    monkeypatch.setattr(lpipm, "_NewtonSystem", Spy.__mro__[1])
     rng = np.random.default_rng(0)
     Hc = rng.standard_normal((40, 3))
     labels = np.argmax(Hc @ rng.standard_normal((3, 3)), axis=1)
@@ -362,9 +372,33 @@ def test_a_certified_answer_skips_the_infeasibility_check(monkeypatch):
     monkeypatch.setattr(lpipm, "solve_max_margin", fail)
     res = solve_max_margin(problem, method="lp-ipm")
     assert res.status == "optimal" and res.gap <= 1e-8
+    # _ipm 247: nor does an answer that the active-set polish certifies
+    vertex = ntp_svm_problem(*_ntp_instance(3, 40, 16, 10), norm="max")
+    assert solve_max_margin(vertex, method="lp-ipm").gap <= 1e-12
     monkeypatch.setattr(lpipm, "_MAX_ITER", 3)
     with pytest.raises(AssertionError, match="Frobenius program was solved"):
         solve_max_margin(problem, method="lp-ipm")
+
+
+def test_a_singular_newton_system_ends_the_run(monkeypatch):
+    # _ipm 278: a Newton system lost to rounding far from the optimum (here the fourth,
+    # forced) ends the run; the answer is returned uncertified, and "auto" hands over
+    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+    built = []
+
+    class Singular(lpipm._NewtonSystem):
+        def __init__(self, *args, **kwargs):
+            built.append(1)
+            if len(built) == 4:
+                raise np.linalg.LinAlgError("singular")
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(lpipm, "_NewtonSystem", Singular)
+    with pytest.warns(ConvergenceWarning, match="certified relative duality gap"):
+        res = solve_max_margin(problem, method="lp-ipm")
+    assert res.n_iter == 4 and res.status == "max_iter" and res.gap > 1e-3
+    built.clear()
+    assert solve_max_margin(problem).method == "highs"
 
 
 def test_cholesky_regularizes_a_matrix_that_lost_definiteness():
