@@ -224,10 +224,11 @@ def test_programs_that_are_not_stars_are_declined():
     with pytest.raises(ValueError, match="no max-margin method accepts"):
         solve_max_margin(problem, method="lp-ipm")
     assert solve_max_margin(problem).method == "highs"
-    # a row comparing a token with itself
-    c = Constraints([0], [1], [1], np.ones(1), np.zeros(1, bool))
-    problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=4), c, norm="max")
-    assert lpipm._level_form(problem) is None
+    # a row comparing a token with itself (token 0 too: _level_form 9, 10)
+    for token in (1, 0):
+        c = Constraints([0], [token], [token], np.ones(1), np.zeros(1, bool))
+        problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=4), c, norm="max")
+        assert lpipm._level_form(problem) is None
     # output embeddings (Graph-SVM scores) and other norms are not its programs
     E = np.eye(4)[:, :3]
     problem = MaxMarginProblem(BilinearScores(H, E), Constraints([0], [1], [0], np.ones(1),
@@ -399,6 +400,16 @@ def test_a_singular_newton_system_ends_the_run(monkeypatch):
     assert res.n_iter == 4 and res.status == "max_iter" and res.gap > 1e-3
     built.clear()
     assert solve_max_margin(problem).method == "highs"
+
+
+def test_vanishing_steps_end_the_run(monkeypatch):
+    # _ipm 434: steps below 1e-12 (here forced) end the run, uncertified, with a warning
+    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+    monkeypatch.setattr(lpipm, "_steps", lambda *args: (1e-13, 1e-13))
+    monkeypatch.setattr(lpipm, "_CORRECTORS", 0)
+    with pytest.warns(ConvergenceWarning, match="certified relative duality gap"):
+        res = solve_max_margin(problem, method="lp-ipm")
+    assert res.n_iter == 1 and res.status == "max_iter"
 
 
 def test_cholesky_regularizes_a_matrix_that_lost_definiteness():
