@@ -412,6 +412,14 @@ def test_vanishing_steps_end_the_run(monkeypatch):
     assert res.n_iter == 1 and res.status == "max_iter"
 
 
+def test_max_step_ignores_components_that_do_not_move():
+    # _max_step 2: a zero component of the direction never limits the step
+    x, dx = np.array([1.0, 1.0, 1.0, 2.0]), np.array([0.0, -2.0, 1.0, -0.0])
+    assert lpipm._max_step(x, dx) == pytest.approx(lpipm._STEP * 0.5, rel=1e-15)
+    assert lpipm._max_step(x, np.array([0.0, 1.0, 2.0, 0.0])) == 1.0
+    assert lpipm._max_step(x, np.array([-0.001, 0.0, 0.0, 0.0])) == 1.0  # capped at 1
+
+
 def test_cholesky_regularizes_a_matrix_that_lost_definiteness():
     A = np.array([[1.0, 1.0], [1.0, 1.0 - 1e-17]])  # singular to float64
     fac = lpipm._Cholesky(A.copy())

@@ -100,8 +100,10 @@ class _LevelForm:
 
     Row ``k`` reads ``coef_k * (H W^T)[block_k, token_k] + kappa_k * a[block_k]``
     (``>= rhs_k`` or ``= rhs_k``); ``coef`` holds the sign of the term and the
-    output scale of the token.  ``ineq`` and ``eq`` index the two kinds of rows,
-    ``origin`` maps each of the problem's constraints to its row.
+    output scale of the token.  The problem's constraints are the first rows, in
+    their order; the anchors' own rows (``S[b, z_b] - a_b = 0``) follow.
+    ``has_level`` marks the blocks with an anchor (:func:`_split_rows` splits the
+    rows into inequalities and equalities).
     """
 
     H: np.ndarray
@@ -113,7 +115,6 @@ class _LevelForm:
     rhs: np.ndarray
     equality: np.ndarray
     has_level: np.ndarray
-    origin: np.ndarray
 
 
 def _anchors(problem):
@@ -167,7 +168,7 @@ def _level_form(problem):
         coef=np.r_[sign, np.ones(lev.size)] * scale[token],
         kappa=np.r_[kappa, -np.ones(lev.size)], rhs=np.r_[c.rhs, np.zeros(lev.size)],
         equality=np.r_[c.equality, np.ones(lev.size, dtype=bool)],
-        has_level=anchor >= 0, origin=np.arange(len(c)))
+        has_level=anchor >= 0)
 
 
 class _Rows:
