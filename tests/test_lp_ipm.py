@@ -360,6 +360,17 @@ def test_refused_certificates_stop_the_method(monkeypatch):
     monkeypatch.setattr(lpipm, "_certified_lp", refused)
     res = solve_max_margin(problem, method="lp-ipm")
     assert res.n_iter == first + lpipm._REFUSALS - 1
+    # _solve_lp_ipm 149, 154: the best certificate of the run stands, here the first
+    gaps = iter(1e-7 * np.arange(1, 100))
+
+    def worse_each_time(*args, **kwargs):
+        res = real(*args, **kwargs)
+        res.gap = next(gaps)
+        return res
+
+    monkeypatch.setattr(lpipm, "_certified_lp", worse_each_time)
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.gap == 1e-7 and res.n_iter == first + lpipm._REFUSALS - 1
 
 
 def test_a_certified_answer_skips_the_infeasibility_check(monkeypatch):
