@@ -333,12 +333,14 @@ def test_iterations_are_counted_from_one_up_to_max_iter(capsys):
     # max_iter=3 runs three (an uncertified answer, status "max_iter", with a warning)
     problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
 
-    def numbers():
+    def numbers(certificates=0):
         out = capsys.readouterr().out.splitlines()
+        # _solve_lp_ipm 109: a line for each certificate the method asks for
+        assert sum(line.strip().startswith("certificate: gap") for line in out) == certificates
         return [int(line.split()[1].rstrip(":")) for line in out if line.startswith("lp-ipm")]
 
     full = solve_max_margin(problem, method="lp-ipm", verbose=1)
-    assert numbers() == list(range(1, full.n_iter + 1)) and full.n_iter > 3
+    assert numbers(certificates=1) == list(range(1, full.n_iter + 1)) and full.n_iter > 3
     with pytest.warns(ConvergenceWarning, match="certified relative duality gap"):
         res = solve_max_margin(problem, method="lp-ipm", max_iter=3, verbose=1)
     assert numbers() == [1, 2, 3]
@@ -369,8 +371,11 @@ def test_refused_certificates_stop_the_method(monkeypatch):
         return res
 
     monkeypatch.setattr(lpipm, "_certified_lp", worse_each_time)
-    res = solve_max_margin(problem, method="lp-ipm")
+    seen = []  # _solve_lp_ipm 103-108: each certificate reaches the callback
+    res = solve_max_margin(problem, method="lp-ipm", callback=lambda *a: seen.append(a))
     assert res.gap == 1e-7 and res.n_iter == first + lpipm._REFUSALS - 1
+    assert [a[:2] for a in seen[:3]] == [(first + k, 1e-7 * (k + 1)) for k in range(3)]
+    assert all(len(a) == 3 and 0.0 <= a[2] < 1e-8 for a in seen[:3])
 
 
 def test_a_certified_answer_skips_the_infeasibility_check(monkeypatch):
