@@ -203,6 +203,31 @@ def test_equalities_with_right_hand_sides_far_from_the_start(seed):
         assert auto.method == "highs"
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_anchors_named_second_and_a_last_block_of_equalities(seed):
+    # _NewtonSystem.__init__ 69, 72: every row S[j, v] - S[j, y_j] >= 1 names the anchor
+    # y_j second (level coefficient -1: kappa^2 = 1, kappa^3 = -1), and the last block
+    # has an equality row only (no inequality row to size the level's diagonal)
+    rng = np.random.default_rng(seed)
+    H = rng.standard_normal((16, 4))
+    labels = np.argmin(H @ rng.standard_normal((4, 3)), axis=1)  # scored lowest
+    j, v = np.nonzero(np.arange(3)[None, :] != labels[:, None])
+    last = labels[-1], (labels[-1] + 1) % 3
+    keep = j < 15
+    c = Constraints(np.r_[j[keep], 15], np.r_[v[keep], last[1]], np.r_[labels[j[keep]], last[0]],
+                    np.r_[np.ones(keep.sum()), 2.0], np.r_[np.zeros(keep.sum(), bool), True])
+    problem = MaxMarginProblem(BilinearScores(H, None, n_outputs=3), c, norm="max")
+    assert (lpipm._level_form(problem).kappa == -1).sum() > 15
+    res = solve_max_margin(problem, method="lp-ipm")
+    assert res.status == "optimal" and res.gap <= 1e-8
+    W = cp.Variable((3, 4))
+    L = H @ W.T
+    rows = L[c.block, c.pos] - L[c.block, c.ref]
+    prob = cp.Problem(cp.Minimize(cvx_max(W)), [rows[:-1] >= 1, rows[-1] == 2])
+    prob.solve(solver=cp.CLARABEL)
+    assert abs(max_norm(res.primal) - prob.value) <= 1e-6 * prob.value
+
+
 def test_blocks_with_one_sided_rows_only():
     """A block whose rows are all ``S[b, t] >= r`` has no level."""
     rng = np.random.default_rng(5)
