@@ -59,9 +59,8 @@ from ._core import (
 
 #: Mehrotra's predictor-corrector needs 20-60 iterations; more means it stalls.
 _MAX_ITER = 150
-#: complementarity (1 at the start) beyond which the iterates diverge, relative to the
-#: squared scale of the right-hand sides: on an infeasible program the dual objective
-#: grows without bound (a feasible one with equalities of rhs 400 peaked at 1.2e10)
+#: complementarity (1 at the start) beyond which the iterates diverge: on an infeasible
+#: program the dual objective grows without bound
 _DIVERGED = 1e8
 #: relative gap below which the active set's multipliers are polished and certified
 _POLISH = 1e-6
@@ -626,7 +625,7 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
         if verbose:
             print(f"lp-ipm {it:3d}: t {t:.8e} dual {dual_obj:.8e} gap {gap:.1e} "
                   f"primal {p_res:.1e} dual res {d_res:.1e} comp {comp:.1e}")
-        if not np.isfinite(comp) or comp > _DIVERGED * scale**2:  # an infeasible program
+        if not np.isfinite(comp) or comp > _DIVERGED:  # the sign of an infeasible program
             break
         if gap <= tol and p_res <= tol and d_res <= tol:
             if certify(W, mult[0], _unsorted(eq, mu, form), it):
@@ -644,14 +643,10 @@ def _ipm(form, tol, max_iter, verbose, certify, dense_equalities=True):
             if found is not None:
                 return found
         last_gap = gap
-        # the end phase, once the rows hold: no new best of the merit for _STALL
-        # iterations means the path is lost (degenerate optimum, rounding).  Before,
-        # the gap may grow while the residuals fall for 20 iterations and more
-        # (equalities far from the start); max_iter and _DIVERGED bound that phase
         merit = max(gap, p_res, d_res)
-        if p_res <= _POLISH and merit < 0.9 * best_merit:
+        if merit < 0.9 * best_merit:
             best_merit, best_at = merit, it
-        elif p_res <= _POLISH and it - best_at >= _STALL:
+        elif it - best_at >= _STALL:  # lost its path (degenerate optimum, rounding)
             break
         try:
             system = _NewtonSystem(form, ineq, eq, *(y / x for x, y in zip(slack, mult)),
