@@ -15,6 +15,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 
 from skntp.svm import (
     BilinearScores,
@@ -287,10 +288,11 @@ def methods(monkeypatch):
     return registry
 
 
-def _answer(problem, primal, violation, name):
-    return MaxMarginResult(primal=np.asarray(primal, float), dual=np.zeros(len(
-        problem.constraints)), method=name, status="optimal", n_iter=7, gap=0.25,
-        max_violation=violation)
+def _answer(problem, primal, dual, name):
+    # the figures a method claims (gap 0.25, no violation) are replaced by the certificate
+    return MaxMarginResult(primal=np.asarray(primal, float), dual=np.asarray(dual, float),
+                           method=name, status="optimal", n_iter=7, gap=0.25,
+                           max_violation=0.0)
 
 
 def test_auto_tries_methods_in_order_and_skips_decliners(methods):
@@ -303,7 +305,7 @@ def test_auto_tries_methods_in_order_and_skips_decliners(methods):
 
     def answer(p, tol, max_iter, be, verbose, callback):
         seen.append(("answer", tol, max_iter, str(be.dtype)))
-        return _answer(p, [1.0, 0.0], 0.0, "answer")
+        return _answer(p, [1.0, 0.0], [1.0], "answer")  # exact: w = lam k = (1, 0)
 
     register_method("decline", decline)
     register_method("answer", answer)
@@ -314,28 +316,30 @@ def test_auto_tries_methods_in_order_and_skips_decliners(methods):
                            callback=lambda *a: calls.append(a))
     # float32 requests are solved in float64; tol and max_iter reach the method
     assert seen == ["decline", ("answer", 1e-6, 11, "float64")] and res.method == "answer"
-    assert calls == [(7, 0.25, 0.0)]  # the final certificate
+    assert calls == [(7, 0.0, 0.0)]  # the final certificate, recomputed
     # asked by name, a method runs alone
     assert solve_max_margin(problem, method="answer").method == "answer"
     with pytest.raises(ValueError, match="no max-margin method accepts the problem toy"):
         solve_max_margin(problem, method="decline")
 
 
-def test_auto_moves_on_from_an_undecided_result(methods):
-    # a method that ends far from feasible (violation > 1e-3) has not decided: the
-    # next one (cvxpy, last) decides; at the threshold itself the answer stands
+def test_auto_moves_on_from_an_uncertified_result(methods):
+    # an answer whose recomputed certificate fails has not decided: the next method
+    # (cvxpy, last) decides; a certified one stands
     problem = key_problem([[[2.0, 0.0]]], [0], [0], [-1], [1.0], [False])
     _core.AUTO_ORDER["keys"] = ("rough", "cvxpy")
-    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], 2e-3, "rough"))
+    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], [0.25], "rough"))
     assert solve_max_margin(problem).method == "cvxpy"
-    register_method("rough", lambda p, *a: _answer(p, [0.5, 0.0], 1e-3, "rough"))
+    register_method("rough", lambda p, *a: _answer(p, [0.5, 0.0], [0.25], "rough"))
     res = solve_max_margin(problem)
-    assert res.method == "rough"
+    assert res.method == "rough" and res.status == "optimal"
     np.testing.assert_array_equal(res.primal, [0.5, 0.0])
-    # the last candidate's answer is returned whatever its violation
+    # the last candidate's answer is returned, with what it is, whatever it claimed
     methods.pop("cvxpy")
-    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], 0.5, "rough"))
-    assert solve_max_margin(problem).max_violation == 0.5
+    register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], [0.25], "rough"))
+    with pytest.warns(ConvergenceWarning, match="no answer could be certified"):
+        res = solve_max_margin(problem)
+    assert res.status == "infeasible_point" and res.max_violation == 1.0
 
 
 def test_unknown_method_and_bad_backend_are_refused():

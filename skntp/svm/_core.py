@@ -28,12 +28,15 @@ and the primal solution is ``w = S^*(C(lam))`` (``S^*`` the adjoint).
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 
 from .._backend import (
     CHUNK_ELEMENTS,
@@ -44,6 +47,9 @@ from .._backend import (
     to_numpy,
 )
 from ..models.attention import lifted_keys
+from ._certificate import certify
+
+_log = logging.getLogger("skntp.svm")
 
 __all__ = [
     "BilinearScores",
@@ -598,11 +604,24 @@ class MaxMarginResult:
         Multipliers (``>= 0`` on inequalities).
     method : str
     status : str
+        Decided by :func:`solve_max_margin` from the certificate it recomputes
+        from the program (:mod:`skntp.svm._certificate`), whatever the method
+        reported: ``"optimal"`` (violation and ``|gap|`` within ``tol``),
+        ``"optimal_inaccurate"`` (feasible, gap above ``tol``),
+        ``"infeasible_point"`` (a violation beyond ``tol``, or a negative gap
+        beyond ``tol``: the point lies below a lower bound on the optimum) or
+        ``"max_iter"`` (the method ran out of iterations uncertified).
     n_iter : int
     gap : float
-        Relative duality gap ``(||w||^2 - r^T lam) / ||w||^2`` at the end.
+        Signed relative duality gap ``(||w|| - LB) / ||w||``, ``LB`` the lower
+        bound of the multipliers (``(||w||^2 - r^T lam) / ||w||^2`` for the
+        Frobenius program when ``w = S^*(C(lam))``).
     max_violation : float
-        Largest constraint violation of ``primal``.
+        Largest constraint violation of ``primal``, recomputed from the rows.
+    objective : float
+        ``||primal||`` in the program's norm.
+    bound : float
+        The multipliers' lower bound ``LB`` on the optimal norm.
     """
 
     primal: np.ndarray
@@ -612,6 +631,8 @@ class MaxMarginResult:
     n_iter: int = 0
     gap: float = float("nan")
     max_violation: float = float("nan")
+    objective: float = float("nan")
+    bound: float = float("nan")
 
 
 def constraint_violation(problem, w):
@@ -629,7 +650,6 @@ def constraint_violation(problem, w):
 _METHODS = {}
 #: the norms each method minimizes
 _METHOD_NORMS = {}
-_AUTO_MAX_VIOLATION = 1e-3
 #: the named norms a program may minimize (:class:`MaxMarginProblem`'s ``norm``):
 #: the Frobenius (Euclidean) norm, the nuclear and spectral norms of a matrix
 #: parameter, and the entrywise max (l-infinity) and l1 norms; besides these,
@@ -714,25 +734,28 @@ def register_method(name, func, norms=("fro",)):
 
     ``callback`` is ``None`` or a callable ``callback(n_iter, gap, violation)``
     that an iterative method calls at each certificate check (progress bars).
-    A function may decline a problem by returning ``None``.  ``method="auto"``
-    tries the methods of :data:`AUTO_ORDER`.  ``norms`` are the norms of
+    A function may decline a problem by returning ``None``.  Whatever status a
+    method reports, :func:`solve_max_margin` recomputes the certificate of its
+    answer from the program (:func:`skntp.svm._certificate.certify`);
+    ``method="auto"`` tries the methods of :data:`AUTO_ORDER` until one answer
+    is certified.  ``norms`` are the norms of
     :data:`NORMS` the method minimizes, and ``"lp"`` for every ``("lp", p)``
     (:func:`norm_kind`); it is never given a program in another.
 
-    Optional attributes of ``func``: ``hands_over = True``, a method whose
-    ``"max_iter"`` results ``method="auto"`` passes to the next method;
-    ``blas_threads``, the BLAS threads it runs on (``1``, or ``None`` for the
-    library's pool) where the default, one thread for a small score map
-    (:func:`skntp._backend.blas_threads`), does not fit its own products.
+    Optional attribute of ``func``: ``blas_threads``, the BLAS threads it runs
+    on (``1``, or ``None`` for the library's pool) where the default, one thread
+    for a small score map (:func:`skntp._backend.blas_threads`), does not fit
+    its own products.
     """
     _METHODS[name] = func
     _METHOD_NORMS[name] = tuple(norms)
 
 
 #: ``method="auto"``: the methods tried, in order, for each class of program
-#: (:func:`program_class`); the first that accepts a program and decides it (ends
-#: with a violation of at most 1e-3) answers, and every list ends with the
-#: reference path.
+#: (:func:`program_class`); the first whose answer is certified ("optimal", recomputed
+#: by :func:`skntp.svm._certificate.certify`) answers, and every list ends with the
+#: reference path.  When none is certified, the least uncertain answer is returned
+#: with its status and a ConvergenceWarning.
 #:
 #: * ``"decoder"`` (linear-decoder scores: the NTP-SVM, Crammer-Singer): the
 #:   sequential dual method on the CPU; the accelerated dual method on a GPU
@@ -810,7 +833,15 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
         cons.append(A[eq] @ w == c.rhs[eq])
     prob = cp.Problem(cp.Minimize(objective), cons)
     try:
-        prob.solve(solver=cp.CLARABEL, verbose=bool(verbose))
+        # Clarabel's default gap and feasibility tolerances (1e-8) are on its own
+        # scaling; a tenth of ``tol`` leaves room for the certificate (recomputed).
+        # Where that is beyond its reach, its defaults, and the certificate decides.
+        ctol = max(0.1 * tol, 1e-10)
+        try:
+            prob.solve(solver=cp.CLARABEL, verbose=bool(verbose), tol_gap_abs=ctol,
+                       tol_gap_rel=ctol, tol_feas=ctol)
+        except cp.error.SolverError:
+            prob.solve(solver=cp.CLARABEL, verbose=bool(verbose))
     except cp.error.SolverError as exc:  # pragma: no cover - solver crash
         raise RuntimeError(f"{problem.name}: Clarabel failed: {exc}") from exc
     status = prob.status
@@ -1011,26 +1042,56 @@ def _solve_highs(problem, tol, max_iter, be, verbose, callback=None):
     return _certified_lp(problem, A, x, dual, int(getattr(res, "nit", 0) or 0), tol)
 
 
-def _certified_lp(problem, A, x, dual, n_iter, tol, method="highs", warn=True):
-    """The result of a linear program with its certificate (:func:`norm_gap`, the
-    violation); a gap above ``tol`` is reported by the status ``"optimal_inaccurate"``
-    and, with ``warn``, a ConvergenceWarning (HiGHS's own tolerances are on
-    feasibility, not the gap).  ``A``: the constraint matrix or its operator."""
+def _complementary_max_dual(problem, A, x, dual):
+    """Multipliers of ``min ||w||_max`` cleaned by complementary slackness, or ``None``.
+
+    At the optimum ``(A^T lam)_i = 0`` wherever ``|w_i| < ||w||_max``.  An LP
+    solver's multipliers meet this to its dual feasibility tolerance only, and
+    each such residual adds to ``||A^T lam||_1``, the denominator of the dual
+    bound (:func:`norm_gap`): 1e-12 on each of 2 000 entries is a relative gap of
+    1e-8.  The correction ``delta`` of least norm on the rows with a multiplier
+    (LSQR) that cancels those entries gives another valid bound; the caller
+    keeps the better one.
+    """
+    from scipy.sparse.linalg import lsqr
+
     c = problem.constraints
-    gap, dual = norm_gap(problem, x.reshape(problem.shape), dual, A)
+    if not hasattr(A, "tocsr"):
+        return None
+    A = A.tocsr()
+    top = float(np.max(np.abs(x), initial=0.0))
+    inside = np.abs(x) < top * (1.0 - 1e-9)
+    rows = c.equality | (dual > 0)
+    if top == 0.0 or not inside.any() or not rows.any():
+        return None
+    lam = np.where(c.equality, dual, np.maximum(dual, 0.0))
+    M = A[rows][:, inside].T.tocsr()
+    delta = lsqr(M, -(A.T @ lam)[inside], atol=1e-15, btol=1e-15,
+                 iter_lim=20 * M.shape[1])[0]
+    lam = lam.copy()
+    lam[rows] += delta
+    return np.where(c.equality, lam, np.maximum(lam, 0.0))
+
+
+def _certified_lp(problem, A, x, dual, n_iter, tol, method="highs"):
+    """The result of a linear program with its certificate (:func:`norm_gap`, the
+    violation); ``"optimal"`` when ``|gap| <= tol`` (HiGHS's own tolerances are on
+    feasibility, not the gap; :func:`solve_max_margin` certifies the answer again
+    from the program).  ``A``: the constraint matrix or its operator."""
+    c = problem.constraints
+    gap, scaled = norm_gap(problem, x.reshape(problem.shape), dual, A)
+    if problem.norm == "max" and gap > tol:
+        cleaned = _complementary_max_dual(problem, A, x, dual)
+        if cleaned is not None:
+            gap2, scaled2 = norm_gap(problem, x.reshape(problem.shape), cleaned, A)
+            if gap2 < gap:
+                gap, scaled = gap2, scaled2
+    dual = scaled
     vals = A @ x - c.rhs
     viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
-    status = "optimal"
-    if gap > tol:
-        from sklearn.exceptions import ConvergenceWarning
-
-        status = "optimal_inaccurate"
-        if warn:
-            warnings.warn(f"{problem.name} ({method}): the certified relative duality gap "
-                          f"is {gap:.2e} > tol={tol:g}; the solution is accurate to about "
-                          "that relative amount.", ConvergenceWarning, stacklevel=4)
     return MaxMarginResult(primal=x.reshape(problem.shape), dual=dual, method=method,
-                           status=status, n_iter=n_iter, gap=float(gap),
+                           status="optimal" if abs(gap) <= tol else "optimal_inaccurate",
+                           n_iter=n_iter, gap=float(gap),
                            max_violation=float(viol.max(initial=0.0)))
 
 
@@ -1143,6 +1204,8 @@ def solve_max_margin(
                 f"norm, not the {norm_label(problem.norm)} norm of {problem.name}; use "
                 f"one of {able + ['auto']}.")
         names = [method]
+    _log_program(problem, names)
+    answers = []  # (result, the warnings its method raised)
     for name in names:
         func = _METHODS[name]
         # a method that sets its own BLAS threads (``func.blas_threads``: 1, or None
@@ -1150,30 +1213,84 @@ def solve_max_margin(
         own = getattr(func, "blas_threads", False)
         size = ((0 if own == 1 else np.inf) if own is not False
                 else getattr(problem.scores, "work_size", np.inf))
-        with blas_threads(size, be):
-            result = func(problem, tol, max_iter, be, verbose, callback)
-        if (result is not None and method == "auto" and name != names[-1]
-                and (not result.max_violation <= _AUTO_MAX_VIOLATION
-                     or (getattr(func, "hands_over", False)
-                         and result.status == "max_iter"))):
-            # An iterative method that ends far from feasibility has not
-            # decided the problem, nor has a method that hands over (``func.hands_over``)
-            # what it could not certify ("max_iter"): the next method (cvxpy last) decides.
+        t0 = time.perf_counter()
+        with blas_threads(size, be), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                result = func(problem, tol, max_iter, be, verbose, callback)
+            except RuntimeError as exc:
+                # a solver that fails outright (not infeasibility, not memory: those
+                # raise their own errors) does not cost "auto" the answers it has
+                if method != "auto" or not answers:
+                    raise
+                _log.warning("%s (%s) failed: %s", problem.name, name, exc)
+                continue
+        if result is None:  # declined
+            _reemit(caught)
             continue
-        if (result is not None and getattr(func, "hands_over", False)
-                and result.status != "optimal"):
-            from sklearn.exceptions import ConvergenceWarning
+        result.primal = to_numpy(result.primal)
+        result.dual = to_numpy(result.dual)
+        certify(problem, result, tol)
+        _log.log(logging.INFO if result.status == "optimal" else logging.WARNING,
+                 "%s (%s): %s in %.2f s (gap %.2e, violation %.2e)", problem.name, name,
+                 result.status, time.perf_counter() - t0, result.gap, result.max_violation)
+        answers.append((result, caught))
+        if result.status == "optimal" or method != "auto":
+            break
+        # "auto": an answer that is not certified has not decided the program; the
+        # next method (the reference path last) does
+        if verbose:
+            print(f"[{problem.name}] method {name!r}: {result.status} (gap {result.gap:.2e},"
+                  f" violation {result.max_violation:.2e}); trying the next method")
+    if not answers:
+        raise ValueError(f"no max-margin method accepts the problem {problem.name}.")
+    result, caught = min(answers, key=lambda a: _uncertainty(a[0], tol))
+    # the methods' own convergence warnings give way to the certificate's verdict (which
+    # quotes them when the answer is not certified)
+    said = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    _reemit(w for w in caught if not issubclass(w.category, ConvergenceWarning))
+    if result.status != "optimal":
+        tried = ", ".join(f"{r.method!r}: {r.status}" for r, _ in answers)
+        quoted = "".join(f" The method said: {m}" for m in said)
+        warnings.warn(
+            f"{problem.name}: no answer could be certified ({tried}); returning the one of "
+            f"method {result.method!r}, status {result.status!r}: relative duality gap "
+            f"{result.gap:.2e}, largest constraint violation {result.max_violation:.2e} "
+            f"(tol={tol:g}). Increase max_iter, or pass another method.{quoted}",
+            ConvergenceWarning, stacklevel=2)
+    if callback is not None:  # the final certificate, whatever the method
+        callback(result.n_iter, result.gap, result.max_violation)
+    return result
 
-            warnings.warn(f"{problem.name} ({name}): the certified relative duality gap "
-                          f"is {result.gap:.2e} > tol={tol:g}; the solution is accurate to "
-                          "about that relative amount.", ConvergenceWarning, stacklevel=2)
-        if result is not None:
-            result.primal = to_numpy(result.primal)
-            result.dual = to_numpy(result.dual)
-            if callback is not None:  # the final certificate, whatever the method
-                callback(result.n_iter, result.gap, result.max_violation)
-            return result
-    raise ValueError(f"no max-margin method accepts the problem {problem.name}.")
+
+def _uncertainty(result, tol):
+    """How far an answer is from certified (0 when it is): the largest of its
+    violation and ``|gap|`` in units of ``tol``."""
+    if result.status == "optimal":
+        return 0.0
+    t = max(tol, 1e-16)
+    return max(result.max_violation / t, abs(result.gap) / t, 1.0)
+
+
+def _reemit(caught):
+    """Warn again, at their own file and line, warnings recorded by ``catch_warnings``."""
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+#: programs with more constraint-row entries than this announce their size and the
+#: methods tried at ``logging.INFO`` (logger ``"skntp.svm"``)
+LOG_SIZE = 1_000_000
+
+
+def _log_program(problem, names):
+    n_rows = len(problem.constraints)
+    n_var = int(np.prod(problem.shape))
+    if n_rows * max(problem.shape[-1], 1) >= LOG_SIZE:
+        _log.info("%s: %d constraints on %d variables (norm %s); methods %s", problem.name,
+                  n_rows, n_var, norm_label(problem.norm), ", ".join(names))
+
+
 
 
 #: Score maps of magnitude outside this range are solved at unit magnitude.
@@ -1218,6 +1335,8 @@ def _scale_back(problem, result, alpha):
         result.dual = result.dual * alpha
         if problem.norm == "fro":
             result.dual = result.dual * alpha
+        result.objective = result.objective * alpha
+        result.bound = result.bound * alpha
     if not np.all(np.isfinite(result.primal)):
         raise FloatingPointError(
             f"{problem.name}: the solution overflows float64 (the data's scores have "
