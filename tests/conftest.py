@@ -109,7 +109,8 @@ def pytest_sessionfinish(session, exitstatus):
     config = session.config
     goals = {"lines": config.getoption("--cov-fail-under-lines"),
              "branches": config.getoption("--cov-fail-under-branches")}
-    if all(g is None for g in goals.values()) or config.option.collectonly:
+    if (all(g is None for g in goals.values()) or config.option.collectonly
+            or hasattr(config, "workerinput")):  # a pytest-xdist worker: the controller decides
         return
     plugin = config.pluginmanager.getplugin("_cov")
     controller = getattr(plugin, "cov_controller", None)
