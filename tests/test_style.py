@@ -37,8 +37,10 @@ def test_demo_runs():
 def test_ci_runs_exactly_the_readme_test_command():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     commands = [line for line in readme.splitlines()
-                if line.startswith("pip install -e ") and "pytest" in line]
+                if line.startswith("pip install ") and "pytest" in line]
     assert len(commands) == 1, commands
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert ci[-1] == commands[0]
     assert "--runslow" in commands[0] and "--cov=skntp" in commands[0]
+    # a fresh environment with the newest packages, as a new user's
+    assert "--upgrade" in commands[0] and "venv" in "\n".join(ci)
