@@ -64,6 +64,7 @@ direction of their growth is tested as a Farkas ray (the lower bound
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 
@@ -175,10 +176,36 @@ _COMPILED = []
 def _sweep(*args):
     """The compiled :func:`_sweep_source` (numba, cached on disk; imported on first use)."""
     if not _COMPILED:
-        import numba
-
-        _COMPILED.append(numba.njit(cache=True, fastmath=_FASTMATH)(_sweep_source))
+        _COMPILED.append(_compile(_sweep_source))
     return _COMPILED[0](*args)
+
+
+def cache_dir():
+    """Where the compiled kernels are cached: ``NUMBA_CACHE_DIR`` when the user set it,
+    else ``skntp/numba`` in the user's cache folder (``~/.cache`` on Linux).
+
+    Never next to the source, numba's default: inside an installed package the
+    cache files outlive ``pip uninstall`` (they are in no RECORD), and the folder
+    they keep alive shadows a later editable install (``import skntp`` then
+    finds a namespace package without a module: "unknown location").
+    """
+    import numba
+    from numba.misc.appdirs import AppDirs
+
+    return numba.config.CACHE_DIR or os.path.join(AppDirs("skntp").user_cache_dir, "numba")
+
+
+def _compile(func):
+    import numba
+
+    # numba picks the cache's place when the function is decorated; the user-provided
+    # locator reads numba.config.CACHE_DIR, which is set for that moment only
+    chosen = numba.config.CACHE_DIR
+    numba.config.CACHE_DIR = cache_dir()
+    try:
+        return numba.njit(cache=True, fastmath=_FASTMATH)(func)
+    finally:
+        numba.config.CACHE_DIR = chosen
 
 
 class _NTPDual:
