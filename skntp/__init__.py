@@ -12,11 +12,16 @@ The explicit programs are in :mod:`skntp.svm`, the papers' data in
 :mod:`skntp.datasets`.
 """
 
+import logging
+
 from .attention import AttentionSelector, JointAttentionSVM
 from .decoder import NTPDecoderClassifier
 from .self_attention import NTPAttentionClassifier
 
 __version__ = "0.1.0"
+
+# a library's loggers stay silent unless the application configures logging
+logging.getLogger("skntp").addHandler(logging.NullHandler())
 
 __all__ = [
     "AttentionSelector",

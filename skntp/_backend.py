@@ -15,6 +15,8 @@ import numpy as np
 from sklearn.externals import array_api_compat
 from sklearn.externals.array_api_compat import numpy as _np_xp
 
+from ._warnings import user_stacklevel
+
 __all__ = ["Backend", "CHUNK_ELEMENTS", "blas_threads", "exp_", "get_backend", "row_chunks",
            "sparse_rows_matmul", "to_numpy"]
 
@@ -193,7 +195,7 @@ def get_backend(backend="numpy", device=None, dtype="float64"):
 
             warnings.warn("device='cpu' has no effect with backend='numpy' (NumPy runs on "
                           "the CPU); pass backend='torch' to run torch on the CPU.",
-                          UserWarning, stacklevel=3)
+                          UserWarning, stacklevel=user_stacklevel())
         return Backend("numpy", _np_xp, None, np.dtype(dtype))
     if backend == "torch":
         if importlib.util.find_spec("torch") is None:

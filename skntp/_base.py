@@ -34,6 +34,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ._backend import get_backend, to_numpy
+from ._warnings import user_stacklevel
 
 __all__ = [
     "BACKEND_CONSTRAINTS",
@@ -437,7 +438,7 @@ class ImplicitBiasEstimator(BaseEstimator):
             if self.solver == "svm":
                 raise type(exc)(f"solver='svm' needs the {program} solution: {exc}") from exc
             warnings.warn(f"{str(exc).rstrip('.')}. {consequence}", UserWarning,
-                          stacklevel=5)
+                          stacklevel=user_stacklevel())
             return None, exc
         finally:
             close_progress(progress)
@@ -582,7 +583,7 @@ class ImplicitBiasEstimator(BaseEstimator):
             new = renamed[name]
             warnings.warn(f"{type(self).__name__}.{name} was renamed to {new}; the old "
                           "name will be removed in the next release.", FutureWarning,
-                          stacklevel=2)
+                          stacklevel=user_stacklevel())
             return getattr(self, new)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -595,7 +596,7 @@ def warn_renamed_parameter(estimator, old, new):
     """
     name = type(estimator).__name__
     warnings.warn(f"{name}({old}) was renamed to {name}({new}); the old name will be "
-                  "removed in the next release.", FutureWarning, stacklevel=5)
+                  "removed in the next release.", FutureWarning, stacklevel=user_stacklevel())
 
 
 def moved_attribute(module, name, moved):
@@ -608,5 +609,5 @@ def moved_attribute(module, name, moved):
 
     target_module, target = moved[name]
     warnings.warn(f"{module}.{name} moved to {target_module}.{target}; the old name will be "
-                  "removed in the next release.", FutureWarning, stacklevel=3)
+                  "removed in the next release.", FutureWarning, stacklevel=user_stacklevel())
     return getattr(importlib.import_module(target_module), target)

@@ -28,6 +28,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import blas_threads, to_numpy
+from ._warnings import user_stacklevel
 
 __all__ = ["DESCENT_NORMS", "SCALE_FREE", "SOLVERS", "OptimResult", "check_descent_norm",
            "limit_norm", "minimize", "steepest_direction"]
@@ -558,7 +559,7 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
                 "square of the scale of the embeddings): lower lr, rescale the data, or "
                 "use float64.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
             break
         params, loss, grads = new, new_loss, new_grads
@@ -582,7 +583,7 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
             "give every candidate the same score there, or the data are so small in "
             "scale that the gradient underflowed. Start elsewhere (init='random' or an "
             "array), or check and rescale the data.",
-            ConvergenceWarning, stacklevel=4)
+            ConvergenceWarning, stacklevel=user_stacklevel())
     if stop_reason == "max_iter" and k > 0 and solver != "adam":
         _warn_lr(solver, lr, k, loss0, np.asarray(to_numpy(loss), dtype=float))
     if rec.rows["iteration"][-1] != k:
@@ -607,14 +608,14 @@ def _warn_lr(solver, lr, k, loss0, loss):
             f"{float(np.max(loss[risen])):.6g} over {k} iterations: lr={lr!r} is too "
             "large for the curvature of this loss (which grows with the square of the "
             "data's scale). Lower lr, or rescale the data.",
-            ConvergenceWarning, stacklevel=5)
+            ConvergenceWarning, stacklevel=user_stacklevel())
     elif still.any():
         warnings.warn(
             f"{solver}: the loss did not change over {k} iterations (it stayed at "
             f"{float(np.max(loss[still])):.6g}): lr={lr!r} is far too small for this "
             "loss (whose gradient shrinks with the data's scale). Raise lr, or rescale "
             "the data.",
-            ConvergenceWarning, stacklevel=5)
+            ConvergenceWarning, stacklevel=user_stacklevel())
 
 
 def _warn_saturated(solver, k, loss, params, n_trials=None):
@@ -633,7 +634,7 @@ def _warn_saturated(solver, k, loss, params, n_trials=None):
         f"{solver}: the gradient underflowed to exactly zero {where}: the softmax is "
         f"saturated in {dtype}, so the iterates cannot move. Stopped; {advice}.",
         ConvergenceWarning,
-        stacklevel=5,
+        stacklevel=user_stacklevel(),
     )
 
 

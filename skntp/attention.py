@@ -52,6 +52,7 @@ from ._sequences import (
     checked_parameter,
     key_query_matrix,
 )
+from ._warnings import user_stacklevel
 from .metrics import alignment, numerical_rank
 from .models.attention import (
     ACTIVATIONS,
@@ -123,7 +124,7 @@ def _gmm_program(data, method, callback):
     if n_best > 1:
         msg += (f"; {n_best} choices reach the minimal norm, so the GMM direction is not "
                 "unique and gmm_direction_ is one of them")
-    warnings.warn(msg + ".", UserWarning, stacklevel=7)
+    warnings.warn(msg + ".", UserWarning, stacklevel=user_stacklevel())
     return p
 
 
@@ -202,7 +203,7 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
                 warnings.warn(
                     f"{str(exc).rstrip('.')}. The selected tokens (largest attention) admit "
                     "no head max-margin direction: head_mm_direction_, mm_direction_ and "
-                    "att_svm_direction_ are None.", UserWarning, stacklevel=6)
+                    "att_svm_direction_ are None.", UserWarning, stacklevel=user_stacklevel())
                 return out
         out["head_mm_direction_"] = unit(head)[0]
         # v != 0: the head SVM's constraints y_i v^T x_i >= 1 (n >= 1)
@@ -230,7 +231,7 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
                     problems.append(str(exc))
         if problems:
             warnings.warn(" ".join(problems) + " The corresponding direction is None.",
-                          UserWarning, stacklevel=6)
+                          UserWarning, stacklevel=user_stacklevel())
     finally:
         close_progress(progress)
     if relaxed is not None and relaxed.any():
@@ -334,7 +335,7 @@ def _kept_token_limit(data, q, kept, method, norm):
         direction = np.ravel(solve_max_margin(problem, method=method).primal)
     except NotSeparableError as exc:
         warnings.warn(f"{str(exc).rstrip('.')}. mm_direction_ is None.", UserWarning,
-                      stacklevel=5)
+                      stacklevel=user_stacklevel())
         direction = None
     return np.ravel(fin), direction
 
@@ -348,7 +349,8 @@ def _matrix_limit(tokens, Z, selected, mask, norm, method):
     except NotSeparableError:
         return None
     except ProgramTooLargeError as exc:
-        warnings.warn(f"{exc} The {norm}-norm limit is None.", UserWarning, stacklevel=5)
+        warnings.warn(f"{exc} The {norm}-norm limit is None.", UserWarning,
+                      stacklevel=user_stacklevel())
         return None
 
 
@@ -908,7 +910,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         except ValueError as exc:  # too many tied choices to enumerate
             if self.solver == "svm" or isinstance(exc, NotSeparableError):
                 raise
-            warnings.warn(f"{exc} gmm_direction_ is None.", UserWarning, stacklevel=4)
+            warnings.warn(f"{exc} gmm_direction_ is None.", UserWarning,
+                          stacklevel=user_stacklevel())
             p = None
         direction, norm = (None, 0.0) if p is None else unit(p)
         if p is not None and norm == 0:
@@ -935,7 +938,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                 warnings.warn(
                     f"the nuclear-norm limit has rank {rank} > rank={data['rank']}: "
                     f"key_query_ is its best rank-{data['rank']} approximation.",
-                    UserWarning, stacklevel=4)
+                    UserWarning, stacklevel=user_stacklevel())
             return _factors(W, data["rank"])
         return (q,) if self.train == "p" else (np.outer(u, q) / float(u @ u),)
 
@@ -1190,7 +1193,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         """Deprecated alias of :meth:`attention_weights` (kept for one release)."""
         warnings.warn("AttentionSelector.attention was renamed to attention_weights; the "
                       "old name will be removed in the next release.", FutureWarning,
-                      stacklevel=2)
+                      stacklevel=user_stacklevel())
         return self.attention_weights(X)
 
     def transform(self, X):
@@ -1621,7 +1624,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         """Deprecated alias of :meth:`attention_weights` (kept for one release)."""
         warnings.warn("JointAttentionSVM.attention was renamed to attention_weights; the "
                       "old name will be removed in the next release.", FutureWarning,
-                      stacklevel=2)
+                      stacklevel=user_stacklevel())
         return self.attention_weights(X)
 
     def transform(self, X):

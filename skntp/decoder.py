@@ -31,6 +31,7 @@ from ._base import (
     other_limit_directions,
     saturation_radius,
 )
+from ._warnings import user_stacklevel
 from .metrics import SubspaceProjector, history_metrics
 from .models.decoder import (
     CrossEntropy,
@@ -348,7 +349,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
                 f"iterations with gradient norm {self.history_['grad_norm'][-1]:.3g} > "
                 f"tol={self.tol}; the data are not NTP-separable, so the loss has a "
                 "finite minimizer that was not reached. Increase max_iter.",
-                ConvergenceWarning, stacklevel=4)
+                ConvergenceWarning, stacklevel=user_stacklevel())
 
     # ------------------------------------------------------------- predict
     def _logits(self, X):

@@ -26,6 +26,7 @@ from ._base import (
     saturation_radius,
     warn_renamed_parameter,
 )
+from ._warnings import user_stacklevel
 from .graphs import (
     PaddedSequences,
     check_token_labels,
@@ -346,7 +347,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
             warnings.warn(
                 f"W^cyc and W^mm are not orthogonal (cosine {cosine(wc, direction):.2e}), "
                 "against Lemma 2: a limit was solved inaccurately.", RuntimeWarning,
-                stacklevel=4)
+                stacklevel=user_stacklevel())
         return Limits(direction, wc, SubspaceProjector(rows if rows.shape[0] else None, (d, d)),
                       svm_result_=res, cyclic_basis_=info["basis"],
                       limit_directions_=directions,

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._backend import logsumexp, scatter_add, softmax
 from .._sequences import _real
+from .._warnings import user_stacklevel
 
 __all__ = ["LOSSES", "SelfAttentionRisk", "embedding_table", "head_matrix", "identity_head",
            "random_unit_embeddings", "realizable_samples", "saturation_gaps"]
@@ -229,7 +230,7 @@ def embedding_table(embeddings, n_tokens, embedding_dim, token_ids, rng):
             f"the largest token id is {K - 1}, so the vocabulary has K = {K} tokens (and "
             f"the embeddings K x d entries), but only {distinct} distinct ids occur: pass "
             "n_tokens (or embeddings), or re-index the ids (skntp.datasets.TokenEncoder).",
-            UserWarning, stacklevel=5)
+            UserWarning, stacklevel=user_stacklevel())
     if K < 2:
         raise ValueError(f"the vocabulary needs at least 2 tokens; got n_tokens={K}. Pass "
                          "n_tokens or embeddings.")
@@ -265,7 +266,7 @@ def head_matrix(head, E):
         warnings.warn(
             "the head violates Assumption 3 (argmax_k c_y^T e_k = y for every token "
             "y): attention cannot reach the minimal risk by selecting the label.",
-            UserWarning, stacklevel=4)
+            UserWarning, stacklevel=user_stacklevel())
     return C, gamma, False
 
 
@@ -298,5 +299,5 @@ def realizable_samples(ids, mask, y, identity):
                 if identity else "The theory's limits do not describe them.")
         warnings.warn(f"{bad.size} sample(s) (e.g. {bad[:5].tolist()}) are not realizable: "
                       "the label does not occur in the sequence (Assumption 2). " + tail,
-                      UserWarning, stacklevel=5)
+                      UserWarning, stacklevel=user_stacklevel())
     return realizable

@@ -245,7 +245,7 @@ def att_svm_w_problem(tokens, queries, selected, *, mask=None, norm="fro"):
 
 
 def att_svm_w(tokens, queries, selected, *, mask=None, norm="fro", method="auto",
-              tol=1e-8, max_iter=100_000, return_result=False, callback=None):
+              tol=None, max_iter=100_000, return_result=False, callback=None):
     """Solve the key-query ATT-SVM of :func:`att_svm_w_problem`.
 
     Parameters
@@ -287,7 +287,7 @@ def att_svm_w(tokens, queries, selected, *, mask=None, norm="fro", method="auto"
     return (res.primal, res) if return_result else res.primal
 
 
-def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=1e-8,
+def att_svm(keys, selected, relaxed=None, *, mask=None, method="auto", tol=None,
             max_iter=100_000, return_result=False, callback=None, norm="fro"):
     """Solve (ATT-SVM) (Sec. 2) or the relaxed program (10) (Sec. 3).
 

@@ -52,6 +52,7 @@ from dataclasses import replace
 import numpy as np
 import scipy.linalg as sla
 
+from .._warnings import user_stacklevel
 from ._core import (
     KeyScores,
     MaxMarginResult,
@@ -357,7 +358,8 @@ def _barrier(problem, model, prog, w0, tol, max_iter, verbose, callback, name):
         warnings.warn(
             f"{problem.name} ({name}): the certified relative duality gap is {gap:.2e} > "
             f"tol={tol:g} (the limit of float64 for this program); the solution is "
-            "accurate to about that relative amount.", ConvergenceWarning, stacklevel=4)
+            "accurate to about that relative amount.", ConvergenceWarning,
+            stacklevel=user_stacklevel())
     return MaxMarginResult(primal=W, dual=y, method=name,
                            status=status if gap <= tol else "max_iter",
                            n_iter=newton, gap=gap, max_violation=viol)

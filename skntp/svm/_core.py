@@ -46,6 +46,7 @@ from .._backend import (
     sparse_rows_matmul,
     to_numpy,
 )
+from .._warnings import user_stacklevel
 from ..models.attention import lifted_keys
 from ._certificate import certify
 
@@ -859,7 +860,7 @@ def _solve_cvxpy(problem, tol, max_iter, be, verbose, callback=None):
             f"{problem.name}: cvxpy returned status 'optimal_inaccurate'; the "
             "solution may be imprecise.",
             ConvergenceWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     wv = np.asarray(w.value, dtype=float)
     dual = np.zeros(len(c))
@@ -1102,7 +1103,7 @@ def solve_max_margin(
     problem,
     *,
     method="auto",
-    tol=1e-8,
+    tol=None,
     max_iter=100_000,
     backend="numpy",
     device=None,
@@ -1125,8 +1126,13 @@ def solve_max_margin(
         norms), or ``"auto"``: the methods of :data:`AUTO_ORDER` for the
         program's class, in order.  A method is never given a program in a norm
         it does not minimize (``ValueError``).
-    tol : float, default=1e-8
-        Relative duality-gap / feasibility tolerance of iterative methods.
+    tol : float, default=None
+        The certificate's tolerance: relative duality gap (in absolute value) and
+        constraint violation (relative to the right-hand sides, above each row's
+        rounding floor); below ``1000 eps`` the gap is held to that floor.  ``None``:
+        :data:`DEFAULT_TOL` for the program's norm (``1e-8``; ``1e-6`` for the
+        spectral norm, whose programs float64 does not certify closer: the barrier
+        method stops at gaps of 2e-8 to 1e-7, Clarabel's semidefinite form near 1e-5).
     max_iter : int, default=100_000
     backend, device, dtype :
         Array layer for iterative methods (see :func:`skntp._backend.get_backend`).
@@ -1162,6 +1168,8 @@ def solve_max_margin(
     inequalities of rhs ``<= 0`` and equalities of rhs 0) has the optimum
     ``w = 0`` in every norm; it is answered without a method (``method="trivial"``).
     """
+    if tol is None:
+        tol = DEFAULT_TOL.get(norm_kind(problem.norm), 1e-8)
     _check_solver_options(tol, max_iter)
     c = problem.constraints
     if not np.any(c.rhs[c.equality]) and not np.any(c.rhs[~c.equality] > 0):
@@ -1223,7 +1231,7 @@ def solve_max_margin(
                 # raise their own errors) does not cost "auto" the answers it has
                 if method != "auto" or not answers:
                     raise
-                _log.warning("%s (%s) failed: %s", problem.name, name, exc)
+                _log.info("%s (%s) failed: %s", problem.name, name, exc)
                 continue
         if result is None:  # declined
             _reemit(caught)
@@ -1231,9 +1239,8 @@ def solve_max_margin(
         result.primal = to_numpy(result.primal)
         result.dual = to_numpy(result.dual)
         certify(problem, result, tol)
-        _log.log(logging.INFO if result.status == "optimal" else logging.WARNING,
-                 "%s (%s): %s in %.2f s (gap %.2e, violation %.2e)", problem.name, name,
-                 result.status, time.perf_counter() - t0, result.gap, result.max_violation)
+        _log.info("%s (%s): %s in %.2f s (gap %.2e, violation %.2e)", problem.name, name,
+                  result.status, time.perf_counter() - t0, result.gap, result.max_violation)
         answers.append((result, caught))
         if result.status == "optimal" or method != "auto":
             break
@@ -1257,7 +1264,7 @@ def solve_max_margin(
             f"method {result.method!r}, status {result.status!r}: relative duality gap "
             f"{result.gap:.2e}, largest constraint violation {result.max_violation:.2e} "
             f"(tol={tol:g}). Increase max_iter, or pass another method.{quoted}",
-            ConvergenceWarning, stacklevel=2)
+            ConvergenceWarning, stacklevel=user_stacklevel())
     if callback is not None:  # the final certificate, whatever the method
         callback(result.n_iter, result.gap, result.max_violation)
     return result
@@ -1292,6 +1299,9 @@ def _log_program(problem, names):
 
 
 
+
+#: the certificate's default tolerance of a norm (:func:`solve_max_margin`'s ``tol=None``)
+DEFAULT_TOL = {"spectral": 1e-6}
 
 #: Score maps of magnitude outside this range are solved at unit magnitude.
 _WELL_SCALED = (1e-4, 1e4)
@@ -1347,7 +1357,7 @@ def _scale_back(problem, result, alpha):
         warnings.warn(
             f"{problem.name}: the multipliers overflow float64 at this data scale "
             f"({1.0 / alpha:.3g}); they are reported as inf, the solution is exact.",
-            RuntimeWarning, stacklevel=3)
+            RuntimeWarning, stacklevel=user_stacklevel())
     return result
 
 

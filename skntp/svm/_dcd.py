@@ -71,6 +71,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
+from .._warnings import user_stacklevel
 from ._core import BilinearScores, MaxMarginResult, register_method
 from ._fast import INFEASIBLE_MARGIN, _infeasible, anchored_blocks
 
@@ -381,7 +382,7 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
             f"iterations with relative duality gap {result.gap:.3e} and constraint violation "
             f"{result.max_violation:.3e} (tol={tol:g}); increase max_iter.",
             ConvergenceWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
     return result
 

@@ -129,6 +129,7 @@ import warnings
 import numpy as np
 
 from .._backend import scatter_add, to_numpy
+from .._warnings import user_stacklevel
 from ._core import (
     Constraints,
     MaxMarginProblem,
@@ -1001,7 +1002,7 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
             f"{result.max_violation:.3e} (tol={tol:g}); increase max_iter or use "
             "method='cvxpy'.",
             ConvergenceWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
     if verbose:
         print(f"[{problem.name} fast] {result.status}: {result.n_iter} iterations, "

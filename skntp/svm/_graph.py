@@ -28,6 +28,7 @@ import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
 from .._backend import get_backend, to_numpy
+from .._warnings import user_stacklevel
 from ..models.self_attention import SelfAttentionRisk
 from ._core import (
     BilinearScores,
@@ -178,7 +179,7 @@ def _solve_graph_ldp(problem, tol, max_iter, be, verbose, callback=None):
 register_method("graph-ldp", _solve_graph_ldp)
 
 
-def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=1e-8,
+def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=None,
               max_iter=100_000, return_result=False, norm="fro", **backend):
     """Solve (Graph-SVM): the max-margin attention weight ``W^mm``.
 
@@ -190,7 +191,8 @@ def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=1e-8,
     method : str, default="auto"
         Method of :func:`skntp.svm.solve_max_margin` (``"cvxpy"`` is the reference).
     tol, max_iter :
-        Tolerance and iteration cap of iterative methods.
+        The certificate's tolerance (``None``: the norm's default, see
+        :func:`~skntp.svm.solve_max_margin`) and the iteration cap.
     return_result : bool, default=False
         Also return the :class:`MaxMarginResult`.
     norm : {"fro", "nuclear", "spectral", "max", "l1"} or ("lp", p), default="fro"
@@ -326,7 +328,7 @@ def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=No
             f"gradient norm of {gn:.2e} only (tol={tol:g}); with loss={loss!r} and this "
             "head the minimizer may not be finite.",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     W = to_numpy(basis @ theta).reshape(d, d)
     return (W, info) if return_info else W

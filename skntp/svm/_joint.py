@@ -104,7 +104,7 @@ def head_svm_problem(tokens, y, *, norm="fro"):
     )
 
 
-def head_svm(tokens, y, *, method="auto", tol=1e-8, max_iter=100_000,
+def head_svm(tokens, y, *, method="auto", tol=None, max_iter=100_000,
              return_result=False, norm="fro", **backend):
     """Solve the head SVM: ``v^mm = argmin ||v||`` s.t. ``Y_i v^T r_i >= 1``.
 
@@ -119,7 +119,8 @@ def head_svm(tokens, y, *, method="auto", tol=1e-8, max_iter=100_000,
     method : str, default="auto"
         Max-margin core method (see :func:`skntp.svm.solve_max_margin`).
     tol, max_iter :
-        Tolerance and iteration cap of iterative methods.
+        The certificate's tolerance (``None``: the norm's default, see
+        :func:`~skntp.svm.solve_max_margin`) and the iteration cap.
     return_result : bool, default=False
         Also return the :class:`~skntp.svm.MaxMarginResult`.
     norm : {"fro", "max", "l1"} or ("lp", p), default="fro"
@@ -198,7 +199,7 @@ def relaxed_att_svm_problem(keys, selected, support=None, *, mask=None, norm="fr
 
 
 def relaxed_att_svm(keys, selected, support=None, *, mask=None, method="auto",
-                    tol=1e-8, max_iter=100_000, return_result=False, norm="fro",
+                    tol=None, max_iter=100_000, return_result=False, norm="fro",
                     **backend):
     """Solve the relaxed ATT-SVM (eq. (10)): ``p^relax``.
 
@@ -265,7 +266,7 @@ def _label_margin(tokens, y, solve):
 
 
 def joint_svm(X, y, keys=None, *, mask=None, max_enumeration=MAX_ENUMERATION,
-              n_starts=32, support_tol=1e-6, method="auto", tol=1e-8, max_iter=100_000, **backend):
+              n_starts=32, support_tol=1e-6, method="auto", tol=None, max_iter=100_000, **backend):
     """Choose the selected tokens and solve both programs of the joint model.
 
     The selected tokens ``alpha`` maximize the *label margin*

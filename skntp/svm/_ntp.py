@@ -249,7 +249,7 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
     )
 
 
-def ntp_svm(contexts, support, *, method="auto", tol=1e-8, max_iter=100_000,
+def ntp_svm(contexts, support, *, method="auto", tol=None, max_iter=100_000,
             return_result=False, norm="fro", **backend):
     """Solve the NTP-SVM: ``W^mm = argmin ||W||_F`` s.t. (4a) and (4b).
 
@@ -260,7 +260,8 @@ def ntp_svm(contexts, support, *, method="auto", tol=1e-8, max_iter=100_000,
     method : {"auto", "cvxpy", ...}, default="auto"
         Max-margin core method (see :func:`skntp.svm.solve_max_margin`).
     tol, max_iter :
-        Tolerance and iteration cap of iterative methods.
+        The certificate's tolerance (``None``: the norm's default, see
+        :func:`~skntp.svm.solve_max_margin`) and the iteration cap.
     return_result : bool, default=False
         Also return the :class:`MaxMarginResult` (duals, gap, iterations).
     norm : {"fro", "spectral", "max", "l1"} or ("lp", p), default="fro"
