@@ -1,5 +1,5 @@
 """
-Key-query attention: W goes to the Frobenius limit, K Q^T to the nuclear one
+Key-query attention: W goes to the Frobenius limit, Q K^T to the nuclear one
 ============================================================================
 
 *Transformers as Support Vector Machines* (Tarzanagh, Li, Thrampoulidis,

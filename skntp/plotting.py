@@ -135,16 +135,16 @@ class TrainingCurvesDisplay:
 
     Four panels (NTP paper Fig. 1 right and Fig. 4/5): (a) the loss and the
     entropy lower bound ``H`` (the loss converges to ``H``, Thm. 4.1); (b)
-    the parameter norm (diverges); (c) the alignment ``cos(W, W^mm)``
-    (solid) and the corrected alignment ``cos(W - W*, W^mm)`` (dashed), both
-    converging to 1; (d) the finite-component distance ``||P_F(W) - W*||``
+    the parameter norm (diverges); (c) the corrected alignment
+    ``cos(W - W*, W^mm)`` (solid) and the uncorrected ``cos(W, W^mm)``
+    (dashed), both converging to 1; (d) the finite-component distance ``||P_F(W) - W*||``
     (converges to 0).  Panels whose key no history has are left out, so
     attention histories (loss, norm, alignment) are drawn too.
 
     A *limit* -- a fit with ``solver="svm"``, or any history of a single
-    record -- has no trajectory: it is drawn as a dashed horizontal
-    reference line in the loss and alignment panels, and in the distance
-    panel when positive.  Its norm is the chosen radius ``svm_radius_``,
+    record -- has no trajectory: it is drawn as a horizontal reference line
+    (long dashes; dotted for its uncorrected alignment) in the loss and
+    alignment panels, and in the distance panel when positive.  Its norm is the chosen radius ``svm_radius_``,
     not a limit of GD, so it is not drawn.
 
     Use :meth:`from_estimator` to create one; the constructor only stores.

@@ -355,3 +355,16 @@ def test_token_priority_graphs_of_a_fitted_estimator(plt):
         plot_token_priority_graphs(object())
     with pytest.raises(ValueError, match="no graphs to draw"):
         plot_token_priority_graphs({})
+
+
+def test_reproduce_transformers_svm_quick():
+    # Thms. 1-2 of "Transformers as SVMs": W -> W^fro, Q K^T -> W^nuc (diagonal dominance)
+    from skntp._reproduce import REPRODUCTIONS
+
+    rep = REPRODUCTIONS["transformers-svm"](quick=True)
+    fits = rep.data["fits"]
+    for parameterization, own, other in (("W", "fro", "nuclear"), ("KQ", "nuclear", "fro")):
+        own_cos = np.mean([e.limit_alignments_[own] for e in fits[parameterization]])
+        other_cos = np.mean([e.limit_alignments_[other] for e in fits[parameterization]])
+        assert own_cos > 0.95 and own_cos > other_cos + 0.05
+    assert "Q K^T" in rep.table and "cos W^nuc" in rep.table
