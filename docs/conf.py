@@ -49,6 +49,9 @@ sphinx_gallery_conf = {
     "reset_modules": ("matplotlib",),
     "first_notebook_cell": None,
     "copyfile_regex": "",
+    # the execution-times pages load jQuery, DataTables and stylesheets from CDNs: the
+    # site must read offline
+    "write_computation_times": False,
 }
 
 autosummary_generate = True

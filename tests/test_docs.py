@@ -72,6 +72,18 @@ def test_docs_build(tmp_path):
     assert re.search(r'src="[./]*_static/mathjax/tex-chtml\.js"', decoder), "local MathJax"
     assert "cdn.jsdelivr" not in decoder
     assert (out / "_static" / "mathjax" / "tex-chtml.js").exists()
+    _assert_offline(out)
+
+
+REMOTE = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"'](?:https?:)?//",
+                    re.I)
+
+
+def _assert_offline(out):
+    """No page of the site loads a script, stylesheet or image from another host."""
+    for page in out.rglob("*.html"):
+        found = REMOTE.search(page.read_text(encoding="utf-8"))
+        assert found is None, f"{page.relative_to(out)} loads {found.group(0)!r}"
 
 
 def _code_blocks(page):
@@ -109,3 +121,4 @@ def test_docs_build_with_gallery(tmp_path):
         assert "paper" in page.lower()
         assert (out / "_images" / f"sphx_glr_{example.stem}_001.png").exists()
         assert example.stem in index
+    _assert_offline(out)
