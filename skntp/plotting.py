@@ -144,8 +144,8 @@ class TrainingCurvesDisplay:
     A *limit* -- a fit with ``solver="svm"``, or any history of a single
     record -- has no trajectory: it is drawn as a horizontal reference line
     (long dashes; dotted for its uncorrected alignment) in the loss and
-    alignment panels, and in the distance panel when positive.  Its norm is the chosen radius ``svm_radius_``,
-    not a limit of GD, so it is not drawn.
+    alignment panels, and in the distance panel when positive.  Its norm is the
+    chosen radius ``svm_radius_``, not a limit of GD, so it is not drawn.
 
     Use :meth:`from_estimator` to create one; the constructor only stores.
 
