@@ -278,16 +278,17 @@ def atomic_fit(estimator):
 
     The previous fitted state is set aside first (so no attribute of an
     earlier fit survives the new one) and put back if the fit raises, or is
-    interrupted (``KeyboardInterrupt``).
+    interrupted (``KeyboardInterrupt``) at any line.  Both swaps replace the
+    estimator's ``__dict__`` in one assignment, so no interrupt can leave it
+    half-updated; the first happens inside the ``try``.
     """
     state = dict(vars(estimator))
-    for name in [n for n in state if _is_fitted_name(n)]:
-        delattr(estimator, name)
     try:
+        object.__setattr__(estimator, "__dict__",
+                           {k: v for k, v in state.items() if not _is_fitted_name(k)})
         yield
     except BaseException:
-        vars(estimator).clear()
-        vars(estimator).update(state)
+        object.__setattr__(estimator, "__dict__", state)
         raise
 
 
