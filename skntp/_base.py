@@ -272,6 +272,26 @@ def _is_fitted_name(name):
         "_fit_state",)
 
 
+def reject_booleans(estimator):
+    """Refuse ``True``/``False`` for a numeric parameter.
+
+    ``bool`` is a subclass of ``int``, so scikit-learn's ``Interval(Integral, ...)``,
+    ``Interval(Real, ...)`` and ``Integral`` constraints accept ``lr=True`` or
+    ``max_iter=True`` as 1: almost surely a mistake, never what the user meant.
+    """
+    for name, constraints in getattr(estimator, "_parameter_constraints", {}).items():
+        value = getattr(estimator, name, None)
+        if not isinstance(value, (bool, np.bool_)):
+            continue
+        if any(c == "boolean" or c is bool for c in constraints):
+            continue
+        numeric = [c for c in constraints if isinstance(c, Interval)
+                   or c in (Integral, Real)]
+        if numeric:
+            raise ValueError(f"{type(estimator).__name__}: {name} must be a number, not the "
+                             f"boolean {value!r}.")
+
+
 @contextlib.contextmanager
 def atomic_fit(estimator):
     """Run a fit that either completes or leaves the estimator as it was.
@@ -305,6 +325,7 @@ class ImplicitBiasEstimator(BaseEstimator):
 
     # ------------------------------------------------------------------ fit
     def _fit(self, X, y=None, sample_weight=None):
+        reject_booleans(self)
         with atomic_fit(self):
             be = backend_of(self)  # an unavailable device fails before any work
             data = self._prepare(X, y, sample_weight)
@@ -340,13 +361,24 @@ class ImplicitBiasEstimator(BaseEstimator):
         """The norm of gradient descent's limit on this model's parameterization."""
         return "fro"
 
+    def _trains_vectors(self):
+        """Whether every trained parameter is a vector (no matrix norm applies)."""
+        return False
+
     def _limit_norm(self):
         """The norm of the max-margin limit of the estimator's solver
-        (:func:`skntp.diagnostics.limit_norm`): ``limit_norm_``."""
+        (:func:`skntp.diagnostics.limit_norm`): ``limit_norm_``.
+
+        The spectral and nuclear norms of a vector are its Euclidean norm, so on a
+        vector parameter spectral descent is normalized GD and its limit is the
+        Frobenius (Euclidean) one."""
         from ._optim import limit_norm
 
-        return limit_norm(self.solver, self.descent_norm, self.mirror_p,
+        norm = limit_norm(self.solver, self.descent_norm, self.mirror_p,
                           self._parameter_norm(), self.eps)
+        if norm in ("spectral", "nuclear") and self._trains_vectors():
+            return "fro"
+        return norm
 
     def _limits_in_norms(self, program, solve, consequence):
         """The unit directions of one program's solutions in the limit norm and in Frobenius.

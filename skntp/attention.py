@@ -804,6 +804,12 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     # ------------------------------------------------------------- the model
     def _prepare(self, X, y, sample_weight):
         init, fixed, enumeration = _renamed_selector_parameters(self)
+        if fixed is not None and (self.train == "p" or self.query_index is not None):
+            why = ("train='p' trains the query p itself (its start is init=)"
+                   if self.train == "p" else
+                   "query_index gives every input its own query")
+            raise ValueError(f"fixed_query={fixed!r} is not used: {why}. Leave "
+                             "fixed_query=None.")
         Xp, mask = check_attention_input(self, X, reset=True)
         n, T, d = Xp.shape
         classes, Y = binary_labels(y, n, self.classes, type(self).__name__)
@@ -887,6 +893,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
     def _parameter_norm(self):
         return "nuclear" if self.train == "W" and self.parameterization == "KQ" else "fro"
+
+    def _trains_vectors(self):
+        return self.train == "p"
 
     def _explicit_limits(self, data):
         own = self._limit_norm()
@@ -1461,6 +1470,9 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         return self._fit(X, y, sample_weight)
 
     # ------------------------------------------------------------- the model
+    def _trains_vectors(self):
+        return True  # the head v and the query p
+
     def _prepare(self, X, y, sample_weight):
         X, mask = check_attention_input(self, X, reset=True)
         n, T, d = X.shape

@@ -337,9 +337,22 @@ def vocabulary_log_loss(y_true, log_proba, labels, *, sample_weight=None, eps=No
             f"{missing.tolist()}. Fit the model with the whole vocabulary (e.g. "
             "NTPDecoderClassifier(vocabulary=...)) or pass labels=."
         )
-    floor = math.log(np.finfo(np.float64).eps if eps is None else float(eps))
+    floor = math.log(np.finfo(np.float64).eps if eps is None else _check_eps(eps))
     picked = np.maximum(log_proba[np.arange(y_true.shape[0]), cols], floor)
     return float(-np.average(picked, weights=sample_weight))
+
+
+def _check_eps(eps):
+    """``eps`` as a probability floor: a real number with ``0 < eps < 1``."""
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer,
+                                                                    np.floating)):
+        raise ValueError(f"eps must be a probability floor, a number in (0, 1), got {eps!r}.")
+    eps = float(eps)
+    if not 0.0 < eps < 1.0:
+        raise ValueError(f"eps must be a probability floor in (0, 1) (a floor of 0 makes a "
+                         f"ruled-out token cost infinity, one of 1 or more makes the score "
+                         f"positive), got {eps!r}.")
+    return eps
 
 
 class VocabularyLogLossScorer:
@@ -415,4 +428,6 @@ def make_vocabulary_log_loss_scorer(labels=None, *, eps=None):
     >>> bool(np.isfinite(search.cv_results_["mean_test_score"]).all())
     True
     """
+    if eps is not None:
+        _check_eps(eps)
     return VocabularyLogLossScorer(labels=labels, eps=eps)

@@ -197,6 +197,10 @@ def ntp_from_sequences(sequences, embed=None, *, context_size=None, pooling="las
     >>> X.shape, enc.inverse_transform(y).tolist()
     ((4, 3), ['cat', 'sat', 'dog', 'sat'])
     """
+    if context_size is not None and (isinstance(context_size, (bool, np.bool_)) or not (
+            isinstance(context_size, (int, np.integer)) and context_size >= 1)):
+        raise ValueError(f"context_size must be None or an integer >= 1 (tokens per "
+                         f"context), got {context_size!r}.")
     prefixes, targets = [], []
     for seq in sequences:
         seq = list(seq)

@@ -188,6 +188,26 @@ class TokenEncoder(TransformerMixin, BaseEstimator):
         self.n_tokens_ = len(tokens)
         return self
 
+    def fit_transform(self, X, y=None):
+        """Learn the vocabulary and return the token ids of every sequence.
+
+        ``X`` is read once: a generator or any other one-pass iterable works (the
+        default ``fit(X).transform(X)`` would find it used up and return ``[]``).
+
+        Parameters
+        ----------
+        X : iterable of str or of sequences of tokens
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        list of ndarray of int64
+        """
+        if not isinstance(X, str) and iter(X) is X:  # an iterator: one pass only
+            X = list(X)
+        return self.fit(X).transform(X)
+
     # ----------------------------------------------------------- transform
     def transform(self, X):
         """Token ids of every sequence.
