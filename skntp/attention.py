@@ -108,6 +108,20 @@ def _renamed_selector_parameters(est):
     return init, fixed, enumeration
 
 
+def optimal_tokens(scores, mask):
+    """The optimal tokens ``argmax_t gamma_it`` of each input, ties included.
+
+    Scores within ``1e-12`` of the input's top, *relative to the largest score of
+    the data* (the scores have the data's units), tie: scaling the tokens by any
+    factor changes no token's status.  All-zero scores tie everywhere.
+    """
+    sc = np.where(mask, scores, -np.inf)
+    top = sc.max(axis=1, keepdims=True)
+    real = np.abs(scores[mask])
+    scale = float(real.max()) if real.size else 0.0
+    return mask & (sc >= top - 1e-12 * scale)
+
+
 def _gmm_program(data, method, callback):
     """``p^mm*`` of the optimal tokens: (ATT-SVM), or (ATT-SVM') of App. D with ties."""
     optimal, keys, mask = data["optimal"], data["keys"], data["mask"]
@@ -413,9 +427,7 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
     selected = np.argmax(s, axis=1)
     saturation = float(s[np.arange(n), selected].mean())
     if optimal is None:
-        sc = np.where(mask, scores, -np.inf)
-        top = sc.max(axis=1, keepdims=True)
-        optimal = mask & (sc >= top - 1e-12 * (1 + np.abs(top)))
+        optimal = optimal_tokens(scores, mask)
     out = {"selected": selected, "saturation": saturation,
            "saturated": saturation >= threshold, "mm": None, "neighbors": None,
            "min_score_gap": float("nan"), "locally_optimal": False,
@@ -832,9 +844,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         else:
             data["keys"] = Xp @ W.T if self.train == "p" else Xp
         scores = np.where(data["mask"], Y[:, None] * self._token_values(Xp, V, v), -np.inf)
-        top = scores.max(axis=1, keepdims=True)
         data["scores"] = scores
-        data["optimal"] = data["mask"] & (scores >= top - 1e-12 * (1 + np.abs(top)))
+        data["optimal"] = optimal_tokens(scores, data["mask"])
         return data
 
     def _has_value_head(self):
@@ -1078,8 +1089,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                                      mm="infeasible" if mm is None else mm.ravel())
         else:
             rep = _selection(keys, q, mask)
-        directions = {n: None if w is None else w / np.linalg.norm(w)
-                      for n, w in solutions.items()}
+        # (unit: the norm of a solution of tiny entries underflows, its direction not)
+        directions = {n: None if w is None else unit(w)[0] for n, w in solutions.items()}
         mm = solutions[own]
         margin = float("nan") if mm is None else 1.0 / norm_value(mm, own)
         self.limit_directions_ = directions

@@ -94,3 +94,44 @@ def test_spectral_descent_of_a_vector_has_the_euclidean_limit(Est):
         ngd = Est(solver="ngd", lr=0.1, max_iter=300).fit(X, y)
         np.testing.assert_allclose(est.mm_direction_, ngd.mm_direction_, atol=1e-9)
         np.testing.assert_allclose(est.query_, ngd.query_, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-13, 1e-6, 1e6, 1e100])
+def test_optimal_tokens_and_limits_do_not_depend_on_the_units(scale):
+    # the tie test of the optimal tokens is relative to the data's scores: at 1e-12 an
+    # absolute 1e-12 made 4-5 tokens per input "optimal", at 1e-13 solver="svm" refused
+    import warnings
+
+    X, y = make_attention_random(random_state=0)[:2]
+    ref = AttentionSelector(solver="svm").fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = AttentionSelector(solver="svm").fit(X * scale, y)
+    np.testing.assert_array_equal(est.optimal_tokens_, ref.optimal_tokens_)
+    np.testing.assert_allclose(est.mm_direction_, ref.mm_direction_, atol=1e-9)
+
+
+@pytest.mark.parametrize("tokens, queries", [(1e-150, 1.0), (1.0, 1e150), (1e150, 1e-150),
+                                             (1e-100, 1e-100), (1e140, 1e150)])
+def test_the_nuclear_key_query_program_at_extreme_scales(tokens, queries):
+    # only the tokens were rescaled to unit magnitude, not the queries: LinAlgError at
+    # query scales of 1e150 and 1e200
+    from skntp.svm import att_svm_w
+    from skntp.svm._core import norm_value
+
+    data = make_key_query_data(random_state=0)
+    ref = att_svm_w(data.tokens, data.queries, data.optimal, norm="nuclear")
+    W = att_svm_w(data.tokens * tokens, data.queries * queries, data.optimal, norm="nuclear")
+    # W scales as 1 / (tokens * queries): the direction and the normalized value agree
+    assert norm_value(W, "nuclear") * tokens * queries == pytest.approx(
+        norm_value(ref, "nuclear"), rel=1e-7)
+    np.testing.assert_allclose(W / norm_value(W, "fro"), ref / norm_value(ref, "fro"),
+                               atol=1e-3)
+
+
+def test_a_program_beyond_float64_says_so():
+    from skntp.svm import att_svm_w
+
+    data = make_key_query_data(random_state=0)
+    with pytest.raises(FloatingPointError, match="magnitude beyond float64"):
+        att_svm_w(data.tokens * 1e200, data.queries * 1e200, data.optimal, norm="nuclear")

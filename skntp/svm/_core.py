@@ -381,8 +381,22 @@ class QueryKeyScores:
         return _max_abs(self.tokens) * _max_abs(self.queries)
 
     def rescaled(self, alpha):
-        """The map times ``alpha``."""
-        return _with(self, tokens=self.tokens * alpha)
+        """The map times ``alpha``, shared between the tokens and the queries so that
+        both end at the same magnitude (scaling the tokens alone leaves queries of
+        1e150 against tokens of 1e-150, which the nuclear-norm method cannot factor)."""
+        t, q = _max_abs(self.tokens), _max_abs(self.queries)
+        if t == 0.0 or q == 0.0:
+            return _with(self, tokens=self.tokens * alpha)
+        log_a = math.log(alpha)
+        f_tokens = math.exp(0.5 * (log_a + math.log(q) - math.log(t)))
+        f_queries = math.exp(0.5 * (log_a + math.log(t) - math.log(q)))
+        return _with(self, tokens=self.tokens * f_tokens, queries=self.queries * f_queries)
+
+    def unbalanced(self):
+        """Whether the tokens and the queries differ in magnitude by more than 1e4
+        (:func:`solve_max_margin` then solves the balanced map, ``rescaled(1)``)."""
+        t, q = _max_abs(self.tokens), _max_abs(self.queries)
+        return t > 0 and q > 0 and not 1e-4 <= t / q <= 1e4
 
     def to_backend(self, be):
         return _with(self, tokens=be.asarray(self.tokens), queries=be.asarray(self.queries))
@@ -912,7 +926,11 @@ def norm_value(W, norm):
         return float(np.abs(W).max(initial=0.0))
     if norm == "l1":
         return float(np.abs(W).sum())
-    return float(np.linalg.norm(W))
+    top = float(np.abs(W).max(initial=0.0))
+    if top == 0.0 or not np.isfinite(top):
+        return top
+    # scaled by the largest entry: squares of entries below 1e-154 would underflow to 0
+    return top * float(np.linalg.norm(W / top))
 
 
 def norm_gap(problem, W, dual, A=None):
@@ -1190,7 +1208,7 @@ def solve_max_margin(
     get_backend(backend, device, dtype)  # validates the request
     be = get_backend(backend, device, "float64")
     alpha = _unit_scale(problem.scores, problem.name)
-    if alpha != 1.0:
+    if alpha != 1.0 or getattr(problem.scores, "unbalanced", lambda: False)():
         scaled = _scaled_problem(problem, alpha)
         result = solve_max_margin(scaled, method=method, tol=tol, max_iter=max_iter,
                                   backend=backend, device=device, dtype=dtype,
