@@ -333,7 +333,9 @@ def test_explicit_solutions_agree_across_backends(seed):
                 from skntp.svm._core import norm_value
 
                 vals = [norm_value(w, problem.norm) for w in (a.primal, ref.primal)]
-                assert abs(vals[0] - vals[1]) <= 1e-7 * vals[1], method
+                # both certified to the norm's default tolerance (1e-6 for the spectral)
+                rtol = 1e-6 if kind == "spectral" else 1e-7
+                assert abs(vals[0] - vals[1]) <= rtol * vals[1], (kind, method)
                 compared.add(method)
                 continue
             # and both are the SVM (Clarabel's own accuracy is about 1e-6 relative)
