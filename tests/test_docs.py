@@ -119,6 +119,11 @@ def test_docs_build_with_gallery(tmp_path):
         assert f"sphx_glr_{example.stem}_001.png" in page, f"{example.name}: no figure"
         assert "sphx-glr-script-out" in page, f"{example.name}: no printed output"
         assert "paper" in page.lower()
+        outputs = re.findall(r'<pre[^>]*class="[^"]*sphx-glr-script-out[^"]*"[^>]*>(.*?)</pre>',
+                             page, flags=re.S) or re.findall(
+            r'sphx-glr-script-out.*?<pre>(.*?)</pre>', page, flags=re.S)
+        assert outputs and not any("nan" in o.lower().split() for o in outputs), \
+            f"{example.name}: NaN in its printed table"
         assert (out / "_images" / f"sphx_glr_{example.stem}_001.png").exists()
         assert example.stem in index
     _assert_offline(out)
