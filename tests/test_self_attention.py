@@ -62,10 +62,21 @@ def test_risk_gradient_matches_finite_differences(loss, head):
 def test_gradient_direction_survives_saturation():
     # At a huge norm the label takes all attention: the gradient is tiny but its
     # direction must still push the suppressed tokens down (not rounding noise).
+    # Gamma = E E^T of unit embeddings has the exact diagonal 1; E @ E.T rounds it to
+    # 1 +- 2e-16, an error of the data (not of the risk) that would swamp the squared
+    # loss's 1 - u (about 1e-82 at norm 300) and decide the gradient's sign by the
+    # platform's rounding, so the exact diagonal is written in.  The squared loss's
+    # gradient is of order (1 - u) s_t, below float64 at norm 600 (1e-328), so it is
+    # checked at norm 300, still saturated far past float64 (1 - u << 1e-16).
     X, y, E = make_token_priority_data(8, 8, 4, 6, acyclic=True, random_state=0)
-    clf = NTPAttentionClassifier(E, solver="svm", svm_radius=600.0).fit(X, y)
-    for loss, head in [("log", "identity"), ("squared", "embeddings"), ("ce", "embeddings")]:
-        gamma = np.eye(8) if head == "identity" else E @ E.T
+    clfs = {R: NTPAttentionClassifier(E, solver="svm", svm_radius=R).fit(X, y)
+            for R in (300.0, 600.0)}
+    unit_gamma = E @ E.T
+    np.fill_diagonal(unit_gamma, 1.0)
+    for loss, head, R in [("log", "identity", 600.0), ("squared", "embeddings", 300.0),
+                          ("ce", "embeddings", 600.0)]:
+        clf = clfs[R]
+        gamma = np.eye(8) if head == "identity" else unit_gamma
         ids, mask, last = check_token_sequences(X)
         risk = SelfAttentionRisk(get_backend(), E, gamma, ids, mask, last, y, loss=loss)
         _, (g,) = risk((clf.coef_,))
