@@ -361,6 +361,12 @@ class ImplicitBiasEstimator(BaseEstimator):
         """The norm of gradient descent's limit on this model's parameterization."""
         return "fro"
 
+    def _svm_method(self, norm):
+        """The max-margin method of the program in ``norm``: ``svm_method`` for the
+        limit norm's program, ``"auto"`` for the Frobenius program beside it
+        (``alignment_fro``), which an LP or norm-specific method cannot solve."""
+        return self.svm_method if norm == self._limit_norm() else "auto"
+
     def _trains_vectors(self):
         """Whether every trained parameter is a vector (no matrix norm applies)."""
         return False

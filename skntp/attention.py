@@ -597,7 +597,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         them from ``y``, which must then hold both; naming them lets ``y``
         hold one label only (e.g. a single input, Thm. 2).
     svm_method : str, default="auto"
-        Method of the max-margin core.
+        Method of the max-margin core for the program in the limit norm
+        (``limit_norm_``); the Frobenius program beside it always uses ``"auto"``.
     record_every : int, default=10
         Record the history every that many iterations (and always the first
         and the last).  Each record evaluates the metrics of ``history_``
@@ -910,7 +911,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
     def _explicit_limits(self, data):
         own = self._limit_norm()
-        program = lambda cb: _gmm_program(data, self.svm_method, cb)  # noqa: E731
+        program = lambda cb: _gmm_program(data, self._svm_method("fro"), cb)  # noqa: E731
         if own != "fro":
             def program(cb):
                 optimal = data["optimal"]
@@ -1082,10 +1083,11 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         if self.compute_limits or self.solver == "svm":
             selected = _selection(keys, q, mask)["selected"]
             for norm in solutions:
-                solutions[norm] = _matrix_limit(Xp, Z, selected, mask, norm, self.svm_method)
+                solutions[norm] = _matrix_limit(Xp, Z, selected, mask, norm,
+                                                self._svm_method(norm))
             mm = solutions[own]
             rep = diagnose_selection(keys, scores, q, mask=mask, optimal=data["optimal"],
-                                     method=self.svm_method,
+                                     method=self._svm_method("fro"),
                                      mm="infeasible" if mm is None else mm.ravel())
         else:
             rep = _selection(keys, q, mask)
@@ -1137,7 +1139,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             else:
                 self.query_, self.key_query_, q = u, params[0], params[0].T @ u
             rep = (diagnose_selection(data["keys"], np.where(mask, scores, 0.0), q, mask=mask,
-                                      optimal=data["optimal"], method=self.svm_method)
+                                      optimal=data["optimal"], method=self._svm_method("fro"))
                    if self.compute_limits or self.solver == "svm" else
                    _selection(data["keys"], q, mask))
             mm = rep.get("mm")  # zero: no constraint (one token per input), no direction
@@ -1320,7 +1322,8 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         Solve the head SVM and (ATT-SVM) for the selected tokens during
         ``fit`` (the directions and their alignment histories).
     svm_method : str, default="auto"
-        Method of the max-margin core.
+        Method of the max-margin core for the program in the limit norm
+        (``limit_norm_``); the Frobenius program beside it always uses ``"auto"``.
     record_every : int, default=10
         Record the history every that many iterations (and always the first
         and the last).  Each record evaluates the metrics of ``history_``

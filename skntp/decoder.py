@@ -102,7 +102,9 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         Solve the NTP-SVM and the finite component during ``fit`` (needed for
         ``solver="svm"``, ``mm_direction_`` and the alignment history).
     svm_method : str, default="auto"
-        Method of the max-margin core (``"auto"``, ``"cvxpy"``, ...).
+        Method of the max-margin core (``"auto"``, ``"cvxpy"``, ...) for the program in
+        the limit norm (``limit_norm_``); the Frobenius program beside it
+        (``alignment_fro``) always uses ``"auto"``.
     record_every : int, default=10
         Record the history every that many iterations (and always the first
         and the last).  Each record evaluates the metrics of ``history_``
@@ -262,7 +264,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
             "NTP-SVM",
             # (astype copies: a comparison would sort probs' indices in place)
             lambda norm, cb: solve_ntp_svm(contexts, probs.astype(bool), norm=norm,
-                                           method=self.svm_method, callback=cb,
+                                           method=self._svm_method(norm), callback=cb,
                                            **backend_kwargs(self))[1],
             "Gradient solvers still fit, but there is no max-margin direction: "
             "mm_direction_ is None.")

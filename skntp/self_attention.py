@@ -134,7 +134,8 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         Attention probability above which a token counts as *selected* when
         building pseudo token-priority graphs (:meth:`pseudo_graphs`, Sec. 6).
     svm_method : str, default="auto"
-        Method of the max-margin core.
+        Method of the max-margin core for the program in the limit norm
+        (``limit_norm_``); the Frobenius program beside it always uses ``"auto"``.
     record_weights : bool, default=False
         Also keep the weights ``W`` at every record of the history, in
         ``trajectory_`` (``record_every`` sets the stride; refused before the
@@ -337,7 +338,8 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         problem = graph_svm_problem(E, data["graphs"], sccs)
         directions, results, _ = self._limits_in_norms(
             "Graph-SVM", lambda norm, cb: solve_max_margin(
-                dataclasses.replace(problem, norm=norm), method=self.svm_method, callback=cb,
+                dataclasses.replace(problem, norm=norm), method=self._svm_method(norm),
+                callback=cb,
                 **backend_kwargs(self)),
             "mm_direction_ is None.")
         limit = self._limit_norm()

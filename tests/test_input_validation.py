@@ -135,3 +135,14 @@ def test_a_program_beyond_float64_says_so():
     data = make_key_query_data(random_state=0)
     with pytest.raises(FloatingPointError, match="magnitude beyond float64"):
         att_svm_w(data.tokens * 1e200, data.queries * 1e200, data.optimal, norm="nuclear")
+
+
+def test_svm_method_names_the_method_of_the_limit_norm_program(ntp):
+    # svm_method="lp-ipm" (a max-norm method) raised, because it was applied to the
+    # Frobenius program behind alignment_fro too
+    X, y = ntp
+    est = NTPDecoderClassifier(solver="signgd", svm_method="lp-ipm", lr=0.01,
+                               max_iter=50).fit(X, y)
+    assert est.limit_norm_ == "max" and est.svm_result_.method == "lp-ipm"
+    assert np.isfinite(est.history_["alignment_fro"]).all()
+    assert est._svm_method("fro") == "auto" and est._svm_method("max") == "lp-ipm"
