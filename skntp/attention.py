@@ -679,6 +679,8 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     mm_direction_ : ndarray of shape (k,) or None
         Unit ``p^mm(alpha)`` of the selected tokens (ATT-SVM); ``None`` when
         they are not separable, or without constraints (one token per input).
+        In a norm that is not strictly convex (``limit_norm_`` max, l1,
+        nuclear or spectral) one minimizer of possibly several.
     gmm_direction_ : ndarray of shape (k,) or None
         Unit ``p^mm*`` of the optimal tokens (Def. 1; ATT-SVM' of App. D
         when some input has several); ``None`` when infeasible.

@@ -137,7 +137,11 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         ``W*``, the minimum-norm solution of eq. (3); lies in ``F`` (eq. (5)).
     mm_direction_ : ndarray of shape (V, d) or None
         ``W^mm/||W^mm||_F`` (unit Frobenius norm), the NTP-SVM solution in
-        ``limit_norm_``; ``None`` when the data are not NTP-separable.
+        ``limit_norm_``; ``None`` when the data are not NTP-separable.  In the
+        Frobenius and lp norms the solution is unique; in the max, l1 and
+        spectral norms (not strictly convex) it need not be, and this is one
+        minimizer, the one the method found (its value is certified, the
+        point may change with the data's units or the method).
     mm_margin_ : float
         ``1/||W^mm||`` (in ``limit_norm_``), the NTP-margin (0 when not separable, nan when not
         computed).

@@ -176,7 +176,9 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         loss and the graphs.
     mm_direction_ : ndarray of shape (d, d) or None
         ``W^mm / ||W^mm||`` (zero when no graph has an ``i => j`` pair; None
-        when (Graph-SVM) is infeasible or ``compute_limits=False``).
+        when (Graph-SVM) is infeasible or ``compute_limits=False``).  In a norm
+        that is not strictly convex (``limit_norm_`` max, l1 or spectral) one
+        minimizer of possibly several.
     mm_margin_ : float
         ``1 / ||W^mm||`` (in ``limit_norm_``).
     limit_norm_ : str or tuple
