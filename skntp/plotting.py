@@ -71,6 +71,8 @@ def _pyplot():
 def _panel_axes(ax, n, *, panel_size=(3.6, 3.2), ncols=None):
     """``n`` Axes: the user's (one Axes when ``n == 1``, else a sequence of ``n``)
     or those of a new figure (one row, or ``ncols`` columns)."""
+    if n < 1:
+        raise ValueError("there is no panel to draw (an empty list of keys or panels).")
     if ax is None:
         plt = _pyplot()
         ncols = n if ncols is None else min(ncols, n)
@@ -89,14 +91,14 @@ def _panel_axes(ax, n, *, panel_size=(3.6, 3.2), ncols=None):
 
 def _history(obj):
     """``obj.history_`` for a fitted estimator, ``obj`` for a dict."""
-    if isinstance(obj, dict):
-        return obj
-    hist = getattr(obj, "history_", None)
+    hist = obj if isinstance(obj, dict) else getattr(obj, "history_", None)
     if hist is None:
         raise ValueError(
             f"{type(obj).__name__} has no history_: pass a fitted estimator or its "
             "history_ dict."
         )
+    if "iteration" not in hist or len(hist["iteration"]) == 0:
+        raise ValueError("a history has no record (no 'iteration' entries): nothing to plot.")
     return hist
 
 
@@ -539,6 +541,9 @@ class WordEmbeddingDisplay:
                 names = [names[i] for i in first] + [f"#{j}" for j in order[len(first):]]
         words = ([str(c) for c in fitted_decoder.classes_] if words is None
                  else [str(w) for w in words])
+        if len(words) != len(fitted_decoder.classes_):
+            raise ValueError(f"words needs one name per token of classes_: "
+                             f"{len(fitted_decoder.classes_)}, got {len(words)}.")
         disp = cls(P[order], fitted_decoder.mm_direction_, fitted_decoder.finite_component_,
                    H[order], np.asarray(fitted_decoder.context_weights_)[order], words,
                    names)
@@ -1041,8 +1046,10 @@ def plot_fig9_bars(dims, not_saturated, lmm, gmm, *, gaps=None, ax=None):
     values = [np.asarray(v, dtype=float) for v in (not_saturated, lmm, gmm)]
     if any(v.shape != (len(dims),) for v in values):
         raise ValueError("not_saturated, lmm and gmm need one fraction per dimension.")
-    if any(np.any((v < 0) | (v > 1)) for v in values):
-        raise ValueError("fractions must lie in [0, 1].")
+    if not dims:
+        raise ValueError("dims is empty: there is no dimension to draw.")
+    if any(not np.all((v >= 0) & (v <= 1)) for v in values):  # NaN fails too
+        raise ValueError("fractions must lie in [0, 1] (and not be NaN).")
     axes, fig, new = _panel_axes(ax, 1 if gaps is None else 2, panel_size=(5.5, 3.6))
     a = axes[0]
     x = np.arange(len(dims))
@@ -1102,8 +1109,11 @@ def plot_optimizer_norms(comparison, *, ax=None):
     axes, fig, new = _panel_axes(ax, 2, panel_size=(4.2, 3.4))
     for a, (key, title) in zip(axes, panels):
         values = np.asarray(comparison[key], dtype=float)
-        if values.shape != (len(solvers), len(norms)):
-            raise ValueError(f"{key} must have shape ({len(solvers)}, {len(norms)}).")
+        if values.shape != (len(solvers), len(norms)) or values.size == 0:
+            raise ValueError(f"{key} must have shape ({len(solvers)}, {len(norms)}), with "
+                             "at least one optimizer and one norm.")
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"{key} holds NaN or infinity: nothing to compare there.")
         image = a.imshow(values, vmin=min(0.0, float(np.nanmin(values))), vmax=1.0,
                          cmap="viridis")
         for (i, j), v in np.ndenumerate(values):

@@ -368,3 +368,33 @@ def test_reproduce_transformers_svm_quick():
         other_cos = np.mean([e.limit_alignments_[other] for e in fits[parameterization]])
         assert own_cos > 0.95 and own_cos > other_cos + 0.05
     assert "Q K^T" in rep.table and "cos W^nuc" in rep.table
+
+
+def test_plots_refuse_empty_or_nan_input_by_name():
+    # ZeroDivisionError, IndexError or a silent empty figure before
+    pytest.importorskip("matplotlib")
+    from skntp import NTPDecoderClassifier
+    from skntp import plotting as P
+    from skntp.datasets import make_ntp_data
+
+    X, y = make_ntp_data(n_samples=300, random_state=0)
+    est = NTPDecoderClassifier(max_iter=20, random_state=0).fit(X, y)
+    nan = np.array([[np.nan]])
+    cases = [
+        (lambda: P.plot_training_curves(est, keys=[]), "there is no panel to draw"),
+        (lambda: P.plot_training_curves({"iteration": np.array([]), "loss": np.array([])}),
+         "a history has no record"),
+        (lambda: P.plot_word_embeddings(est, words=["a"]),
+         "words needs one name per token of classes_: 10, got 1"),
+        (lambda: P.plot_fig9_bars([], [], [], []), "dims is empty"),
+        (lambda: P.plot_fig9_bars([2], [np.nan], [0.5], [0.5]), r"\(and not be NaN\)"),
+        (lambda: P.plot_optimizer_norms({"solvers": ["a"], "norms": ["fro"],
+                                         "alignment": nan, "margin_fraction": nan}),
+         "alignment holds NaN"),
+        (lambda: P.plot_optimizer_norms({"solvers": [], "norms": [], "alignment":
+                                         np.zeros((0, 0)), "margin_fraction": np.zeros((0, 0))}),
+         "at least one optimizer and one norm"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
