@@ -61,7 +61,10 @@ print("paper (Fig. 4/5): CE -> H, norm grows, both correlations -> 1, "
 # --------
 # The SVM limit is drawn as dashed reference lines (its norm is the chosen
 # radius ``svm_radius_``, not a limit of GD, so it is left out there).
-fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
-plot_training_curves([*fits.values(), svm], labels=["GD", "NGD", "Adam", "SVM"], ax=axes)
+# (a 2 x 2 grid: at the page's width a row of four panels shrinks the legends' text
+# to a few pixels)
+fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
+plot_training_curves([*fits.values(), svm], labels=["GD", "NGD", "Adam", "SVM"],
+                     ax=axes.ravel())
 fig.tight_layout()
 plt.show()

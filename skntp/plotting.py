@@ -302,7 +302,11 @@ class TrainingCurvesDisplay:
                             plt.Line2D([], [], color="gray", ls="--")]
                 names += ["cos(W - W*, W^mm)", "cos(W, W^mm)"]
             if handles and (key in ("loss", "alignment") or len(keys) == 1):
-                a.legend(handles, names, fontsize=7)
+                # below the panel, where no curve is (inside, wherever the curves
+                # go they cross it); 9 pt, readable at the figure's size
+                a.legend(handles, names, fontsize=9, loc="upper center",
+                         bbox_to_anchor=(0.5, 0.0), borderaxespad=3.4, ncol=2,
+                         frameon=False)
         if new:
             fig.tight_layout()
         self.axes_, self.figure_ = np.asarray(axes, dtype=object), fig

@@ -398,3 +398,21 @@ def test_plots_refuse_empty_or_nan_input_by_name():
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+def test_training_curve_legends_are_readable_and_cover_no_curve(plt, small_fit):
+    from skntp.plotting import plot_training_curves
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
+    plot_training_curves([small_fit], ax=axes.ravel())
+    fig.tight_layout()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legends = [a for a in axes.ravel() if a.get_legend() is not None]
+    assert len(legends) == 2  # the loss and the alignment panels
+    for ax in legends:
+        legend = ax.get_legend()
+        assert min(t.get_fontsize() for t in legend.get_texts()) >= 9
+        box, data = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert box.y1 < data.y0  # below the panel's data area, where no curve is
+        assert box.y0 >= fig.bbox.y0  # and inside the figure
