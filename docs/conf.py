@@ -12,11 +12,25 @@ Formulas are typeset by a MathJax copy bundled with the
 
 import os
 import sys
+import warnings
 
 sys.path.insert(0, os.path.abspath(".."))
 sys.path.insert(0, os.path.abspath("."))  # gallery_order
 
 import skntp  # noqa: E402
+
+
+def _formatwarning(message, category, filename, lineno, line=None):
+    """A warning as a gallery page prints it: its category and message only.
+
+    The file name in Python's default format is a path on the machine that builds the
+    docs (the example's copy, or a library's site-packages); the published pages must
+    not show it.
+    """
+    return f"{category.__name__}: {message}\n"
+
+
+warnings.formatwarning = _formatwarning
 
 project = "skntp"
 author = "skntp developers"
