@@ -97,6 +97,12 @@ def _history(obj):
             f"{type(obj).__name__} has no history_: pass a fitted estimator or its "
             "history_ dict."
         )
+    return hist
+
+
+def _recorded_history(obj):
+    """:func:`_history`, which must hold at least one record."""
+    hist = _history(obj)
     if "iteration" not in hist or len(hist["iteration"]) == 0:
         raise ValueError("a history has no record (no 'iteration' entries): nothing to plot.")
     return hist
@@ -207,7 +213,7 @@ class TrainingCurvesDisplay:
         runs = _as_list(estimators_or_histories)
         if not runs:
             raise ValueError("nothing to plot: pass at least one estimator or history.")
-        hists = [_history(r) for r in runs]
+        hists = [_recorded_history(r) for r in runs]
         if labels is None:
             names = [getattr(r, "solver", None) for r in runs]
             if len(runs) == 1:
@@ -382,7 +388,7 @@ def plot_metric_over_trials(estimators_or_histories, key="alignment", *, band=(0
     runs = _as_list(estimators_or_histories)
     if not runs:
         raise ValueError("nothing to plot: pass at least one estimator or history.")
-    hists = [_history(r) for r in runs]
+    hists = [_recorded_history(r) for r in runs]
     missing = [i for i, h in enumerate(hists) if key not in h]
     if missing:
         raise ValueError(f"trial(s) {missing[:5]} have no {key!r} in their history.")
