@@ -460,7 +460,8 @@ def test_att_svm_passes_its_solver_options(solve, args, monkeypatch):
         getattr(svm_attention, solve)(*args())
     with pytest.raises(Stop):
         getattr(svm_attention, solve)(*args(), tol=1e-5, max_iter=7, method="cvxpy")
-    assert seen[0]["tol"] == 1e-8 and seen[0]["max_iter"] == 100_000
+    # (tol=None: the norm's default of solve_max_margin)
+    assert seen[0]["tol"] is None and seen[0]["max_iter"] == 100_000
     assert seen[0]["method"] == "auto" and seen[0]["callback"] is None
     assert seen[1]["tol"] == 1e-5 and seen[1]["max_iter"] == 7
     assert seen[1]["method"] == "cvxpy"

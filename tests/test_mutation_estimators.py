@@ -781,9 +781,10 @@ def test_matrix_gmm_outside_the_frobenius_norm_gets_method_and_progress(monkeypa
                       solver="svm", svm_method="cvxpy", verbose=1, classes=[-1, 1]).fit(X, y)
     norm, method, callback = calls[0]
     assert (norm, method) == ("nuclear", "cvxpy") and callable(callback)
-    # _matrix_limit 13: so are the limits of the fitted attributes, in each norm
+    # _matrix_limit 13: so are the limits of the fitted attributes, in each norm; the
+    # method names the limit norm's program, the Frobenius one beside it uses auto
     assert sorted(n for n, _, _ in calls[1:]) == ["fro", "nuclear"]
-    assert {m for _, m, _ in calls} == {"cvxpy"}
+    assert {(n, m) for n, m, _ in calls} == {("nuclear", "cvxpy"), ("fro", "auto")}
 
 
 def test_gmm_in_the_max_norm_of_padded_inputs_against_cvxpy(monkeypatch):

@@ -809,7 +809,7 @@ def test_joint_svm_passes_its_options_to_every_program(monkeypatch):
     names = [c[0].name for c in calls]  # separable choices' head SVMs, ATT-SVMs, p^relax
     assert set(names) == {"head SVM", "ATT-SVM", "relaxed ATT-SVM (10)"}
     assert names.count("relaxed ATT-SVM (10)") == 1
-    assert all(c[1] == dict(method="auto", tol=1e-8, max_iter=100_000) for c in calls)
+    assert all(c[1] == dict(method="auto", tol=None, max_iter=100_000) for c in calls)
     calls.clear()
     for max_enumeration in (256, 1):
         joint_svm(X, y, mask=mask, support_tol=-1.0, max_enumeration=max_enumeration,
@@ -840,7 +840,7 @@ def test_head_and_relaxed_att_svm_pass_their_options_and_defaults(monkeypatch):
     calls = _spy_on_the_core(monkeypatch, "_joint")
     head_svm(X[np.arange(4), alpha], y)
     relaxed_att_svm(X, alpha, mask=mask)
-    assert [c[1] for c in calls] == [dict(method="auto", tol=1e-8, max_iter=100_000)] * 2
+    assert [c[1] for c in calls] == [dict(method="auto", tol=None, max_iter=100_000)] * 2
     calls.clear()
     options = dict(method="cvxpy", tol=1e-7, max_iter=5000, dtype="float64")
     head_svm(X[np.arange(4), alpha], y, **options)

@@ -82,7 +82,7 @@ def test_overflowing_solution_is_an_error_not_inf():
         ntp_svm(H * 1e-306, S)
 
 
-@pytest.mark.parametrize("tol", [-1.0, float("nan"), float("inf"), "1e-8", None])
+@pytest.mark.parametrize("tol", [-1.0, float("nan"), float("inf"), "1e-8", True + 0j])
 def test_solver_tolerance_is_validated(tol):
     problem = ntp_svm_problem(np.eye(3, 4), np.eye(3, 5, dtype=bool))
     with pytest.raises(ValueError, match="tol must be a finite number >= 0"):
