@@ -31,7 +31,7 @@ from skntp.svm import (
     ntp_svm_problem,
     solve_max_margin,
 )
-from skntp.svm._core import constraint_violation
+from skntp.svm._problem import constraint_violation
 
 
 # --------------------------------------------------------------------------

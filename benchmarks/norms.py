@@ -77,7 +77,7 @@ def compare(name, problem, ours, limit, reference=None):
     """Time ``ours`` and cvxpy (Clarabel) on ``problem``; ``reference``, the
     ``(seconds, result)`` of an earlier cvxpy run on it, is reused.  Returns the
     cvxpy run."""
-    from skntp.svm._core import norm_value
+    from skntp.svm._norms import norm_value
 
     t_ours, r_ours = timed(problem, ours, limit)
     t_ref, r_ref = timed(problem, "cvxpy", limit) if reference is None else reference

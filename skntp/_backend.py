@@ -17,7 +17,8 @@ from sklearn.externals.array_api_compat import numpy as _np_xp
 
 from ._warnings import user_stacklevel
 
-__all__ = ["Backend", "CHUNK_ELEMENTS", "blas_threads", "exp_", "get_backend", "row_chunks",
+__all__ = ["Backend", "CHUNK_ELEMENTS", "blas_threads", "exp_", "get_backend", "lifted_keys",
+           "row_chunks",
            "sparse_rows_matmul", "to_numpy"]
 
 _DTYPES = {"float64", "float32"}
@@ -370,3 +371,15 @@ def sparse_rows_matmul(xp, out_rows, cols, values, n_out, dense):
 
     mat = sp.csr_matrix((values, (out_rows, cols)), shape=(n_out, dense.shape[0]))
     return np.asarray(mat @ dense)
+
+
+def lifted_keys(xp, X, Z):
+    """The keys ``vec(z_i x_it^T)`` of shape ``(n, T, k d)``: ``<vec(W), key> = z_i^T W x_it``.
+
+    With them the model with one query per input, ``f(X_i) = v^T X_i^T
+    S(X_i W^T z_i)`` ("Transformers as Support Vector Machines", eq. (1) with
+    ``W`` transposed), is the model of Sec. 2 with the query ``p = vec(W)``:
+    one risk, one gradient and one ATT-SVM (on these keys) serve both.
+    """
+    n, T, d = X.shape
+    return xp.reshape(Z[:, None, :, None] * X[:, :, None, :], (n, T, Z.shape[1] * d))

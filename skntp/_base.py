@@ -425,7 +425,7 @@ class ImplicitBiasEstimator(BaseEstimator):
         Refused before the run when the records would take more than a quarter
         of the available memory.
         """
-        from .svm._core import available_memory
+        from .svm._problem import available_memory
 
         shape = np.shape(training.params0[0])
         steps = (len(training.radii) if training.radii is not None and self.solver == "regpath"

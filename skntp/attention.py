@@ -74,11 +74,11 @@ from .svm import (
     head_svm,
     joint_svm,
     min_score_gap,
+    norm_value,
     relaxed_att_svm,
     support_vectors,
     svm_neighbors,
 )
-from .svm._core import norm_value
 
 __all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "JointAttentionSVM",
            "diagnose_selection"]
@@ -886,7 +886,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     def _prepare_matrix(self, data):
         """The queries ``z_i`` and the lifted keys ``vec(z_i x_it^T)`` of the matrix model."""
         from .models.attention import lifted_keys
-        from .svm._core import check_program_size
+        from .svm._problem import check_program_size
 
         Xp, W = data["X"], data["W"]
         n, T, d = Xp.shape

@@ -40,8 +40,7 @@ from .models.decoder import (
     ntp_cross_entropy,
     ntp_logit_gaps,
 )
-from .svm import NotSeparableError, log_odds_problem, solve_ntp_svm
-from .svm._core import norm_value, solve_min_norm
+from .svm import NotSeparableError, log_odds_problem, norm_value, solve_min_norm, solve_ntp_svm
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 

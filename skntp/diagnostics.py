@@ -19,7 +19,8 @@ from sklearn.base import clone
 
 from ._optim import limit_norm, steepest_direction
 from .svm import finite_component, ntp_svm_problem, solve_max_margin
-from .svm._core import constraint_operator, norm_value
+from .svm._norms import norm_value
+from .svm._problem import constraint_operator
 
 __all__ = ["compare_optimizers", "limit_norm", "normalized_margin", "steepest_direction"]
 

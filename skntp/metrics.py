@@ -88,7 +88,7 @@ class SubspaceProjector:
     matrix : sparse matrix or LinearOperator of shape (n_rows, n_features), or None
         Rows spanning the subspace (``None`` or no rows: the zero subspace).  A
         :class:`~scipy.sparse.linalg.LinearOperator` (matrix-free rows, e.g.
-        :func:`skntp.svm._core.constraint_operator`) always takes the LSQR path.
+        :func:`skntp.svm._problem.constraint_operator`) always takes the LSQR path.
     shape : tuple
         Shape of the parameter the projector is applied to.
     max_dense : int, default=30_000_000
@@ -106,7 +106,7 @@ class SubspaceProjector:
         large ones a matrix-free operator (LSQR per projection), so nothing
         of size ``(n_rows, n_features)`` is ever formed.
         """
-        from .svm._core import constraint_operator
+        from .svm._problem import constraint_operator
 
         max_dense = cls.MAX_DENSE if max_dense is None else max_dense
         n_rows, n_features = len(problem.constraints), int(np.prod(problem.shape))

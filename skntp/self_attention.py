@@ -45,7 +45,7 @@ from .models.self_attention import (
     realizable_samples,
     saturation_gaps,
 )
-from .svm._core import norm_value, solve_max_margin
+from .svm import norm_value, solve_max_margin
 from .svm._graph import cyclic_correction, graph_svm_problem, pseudo_limits
 
 __all__ = ["NTPAttentionClassifier"]

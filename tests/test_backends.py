@@ -20,7 +20,7 @@ from skntp._optim import minimize
 from skntp.datasets import make_ntp_data
 from skntp.models.decoder import CrossEntropy, aggregate_contexts
 from skntp.svm import log_odds_problem, ntp_svm_problem, solve_max_margin, solve_min_norm
-from skntp.svm._core import _METHODS
+from skntp.svm.solvers import METHODS as _METHODS
 from skntp.sweeps import fit_ntp_trials, run_sweep, trial_seeds
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -330,7 +330,7 @@ def test_explicit_solutions_agree_across_backends(seed):
             assert isinstance(b.primal, np.ndarray) and isinstance(b.dual, np.ndarray)
             assert _rel(b.primal, a.primal) <= RTOL64, (kind, method)
             if kind in ("nuclear", "lp", "ntp-max", "spectral"):  # the value, not the point
-                from skntp.svm._core import norm_value
+                from skntp.svm._norms import norm_value
 
                 vals = [norm_value(w, problem.norm) for w in (a.primal, ref.primal)]
                 # both certified to the norm's default tolerance (1e-6 for the spectral)

@@ -19,7 +19,8 @@ from scipy.optimize import linprog
 from skntp.datasets import make_ntp_svm_data
 from skntp.svm import ntp_svm_problem, solve_max_margin
 from skntp.svm._certificate import STATUSES
-from skntp.svm._core import _METHOD_NORMS, _METHODS, norm_kind
+from skntp.svm._norms import norm_kind
+from skntp.svm.solvers import METHODS
 
 TOL = 1e-8
 
@@ -137,7 +138,7 @@ NORMS = ["fro", "nuclear", "spectral", "max", "l1", ("lp", 3.0)]
 
 
 def _methods_for(norm):
-    return sorted(name for name, norms in _METHOD_NORMS.items() if norm_kind(norm) in norms)
+    return sorted(name for name, m in METHODS.items() if norm_kind(norm) in m.norms)
 
 
 @pytest.mark.parametrize("norm", NORMS, ids=str)
@@ -148,7 +149,7 @@ def test_no_method_calls_an_uncertified_answer_optimal(norm, seed):
     ref = reference_value(A, rhs, eq, (5, 8), norm)
     problem = ntp_svm_problem(H, S, norm=norm)
     for method in _methods_for(norm) + ["auto"]:
-        if method != "auto" and method not in _METHODS:
+        if method != "auto" and method not in METHODS:
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -199,28 +200,27 @@ def test_the_thousand_context_max_norm_program_is_certified(caplog):
 def test_auto_keeps_its_answers_when_a_later_method_fails(monkeypatch):
     from sklearn.exceptions import ConvergenceWarning
 
-    from skntp.svm import _core
+    from skntp.svm import _problem, solvers
 
     H, S = random_instance(7, m=4, d=6, V=4)
     problem = ntp_svm_problem(H, S)
     exact = solve_max_margin(problem, method="cvxpy")
 
     def rough(p, *args):  # feasible, 10 % above the optimum: not certified
-        return _core.MaxMarginResult(primal=1.1 * exact.primal, dual=exact.dual,
+        return _problem.MaxMarginResult(primal=1.1 * exact.primal, dual=exact.dual,
                                      method="rough", status="optimal")
 
     def broken(p, *args):
         raise RuntimeError("the solver crashed")
 
     for name, func in (("rough", rough), ("broken", broken)):
-        monkeypatch.setitem(_core._METHODS, name, func)
-        monkeypatch.setitem(_core._METHOD_NORMS, name, ("fro",))
-    monkeypatch.setitem(_core.AUTO_ORDER, "decoder", ("rough", "broken"))
+        monkeypatch.setitem(solvers.METHODS, name, solvers.Method(func))
+    monkeypatch.setitem(solvers.AUTO_ORDER, "decoder", ("rough", "broken"))
     with pytest.warns(ConvergenceWarning, match=r"\('rough': optimal_inaccurate\)"):
         res = solve_max_margin(problem)
     assert res.method == "rough" and res.gap == pytest.approx(1 - 1 / 1.1, rel=1e-6)
     # a crash with no answer before it, or of a method asked by name, is the user's to see
-    monkeypatch.setitem(_core.AUTO_ORDER, "decoder", ("broken", "rough"))
+    monkeypatch.setitem(solvers.AUTO_ORDER, "decoder", ("broken", "rough"))
     with pytest.raises(RuntimeError, match="the solver crashed"):
         solve_max_margin(problem)
     with pytest.raises(RuntimeError, match="the solver crashed"):

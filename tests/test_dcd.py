@@ -23,7 +23,7 @@ from skntp.svm import (
     solve_max_margin,
     solve_ntp_svm,
 )
-from skntp.svm._dcd import solve_dcd
+from skntp.svm.solvers.dual_coordinate_descent import solve_dcd
 
 cp = pytest.importorskip("cvxpy")
 

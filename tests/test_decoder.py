@@ -18,7 +18,7 @@ from skntp.datasets import make_ntp_2d_example, make_ntp_data, ntp_from_sequence
 from skntp.decoder import aggregate_contexts
 from skntp.metrics import alignment
 from skntp.svm import NotSeparableError, finite_component, ntp_svm, ntp_svm_problem
-from skntp.svm._core import constraint_violation
+from skntp.svm._problem import constraint_violation
 
 SEEDS = [0, 1, 2]
 

@@ -4,12 +4,14 @@ import numpy as np
 import pytest
 from test_fast_solver import rel_err, tight_cvxpy
 
+import skntp.svm.solvers.dual_active_set as dual_active_set
+import skntp.svm.solvers.least_distance as least_distance
+import skntp.svm.solvers.nnls_working_set as nnls_working_set
 from skntp.svm import (
     Constraints,
     KeyScores,
     MaxMarginProblem,
     NotSeparableError,
-    _attention,
     att_svm_problem,
     solve_max_margin,
 )
@@ -122,11 +124,11 @@ def test_scan_paths(seed, monkeypatch):
     """Pool selection with rescans, from dense rows and from the key scores."""
     problem = _build("att", 50 + seed)
     ref = solve_max_margin(problem, method="cvxpy")
-    monkeypatch.setattr(_attention, "_DAS_POOL", 10)
+    monkeypatch.setattr(dual_active_set, "_DAS_POOL", 10)
     assert _check(problem, solve_max_margin(problem, method=METHOD), ref)
-    monkeypatch.setattr(_attention, "_DAS_DENSE_MAX", 0)
+    monkeypatch.setattr(dual_active_set, "_DAS_DENSE_MAX", 0)
     _check(problem, solve_max_margin(problem, method=METHOD), ref)
-    monkeypatch.setattr(_attention, "_DAS_POOL", 1000)  # whole, but no dense rows
+    monkeypatch.setattr(dual_active_set, "_DAS_POOL", 1000)  # whole, but no dense rows
     _check(problem, solve_max_margin(problem, method=METHOD), ref)
 
 
@@ -181,9 +183,9 @@ def test_auto_routes_key_scores_here():
 
 def test_addition_limit_falls_back(monkeypatch):
     problem = _head(np.random.default_rng(2), 300, 10)
-    rows = _attention._KeyRows(problem)
-    assert _attention._dual_active_set(rows, problem.constraints.rhs, 10, max_add=3) is None
-    monkeypatch.setattr(_attention, "_DAS_MAX_ADD", 0)
+    rows = least_distance.KeyRows(problem)
+    assert dual_active_set._dual_active_set(rows, problem.constraints.rhs, 10, max_add=3) is None
+    monkeypatch.setattr(dual_active_set, "_DAS_MAX_ADD", 0)
     with pytest.raises(ValueError, match="no max-margin method accepts"):
         solve_max_margin(problem, method=METHOD)
     res = solve_max_margin(problem, method="auto")
@@ -192,13 +194,13 @@ def test_addition_limit_falls_back(monkeypatch):
 
 def test_declines_other_programs():
     problem = _head(np.random.default_rng(4), 20, 3)
-    big = MaxMarginProblem(KeyScores(np.zeros((1, 1, _attention._NNLS_MAX_DIM + 1))),
+    big = MaxMarginProblem(KeyScores(np.zeros((1, 1, nnls_working_set.MAX_DIM + 1))),
                            Constraints([0], [0], [-1], [1.0], [False]))
-    assert _attention._solve_dual_active_set(big, 1e-8, 100, None, 0) is None
+    assert dual_active_set.solve(big, 1e-8, 100, None, 0) is None
     eq = MaxMarginProblem(problem.scores, Constraints(
         problem.constraints.block, problem.constraints.pos, problem.constraints.ref,
         problem.constraints.rhs, np.r_[True, np.zeros(19, bool)]))
-    assert _attention._solve_dual_active_set(eq, 1e-8, 100, None, 0) is None
+    assert dual_active_set.solve(eq, 1e-8, 100, None, 0) is None
 
 
 @pytest.mark.slow

@@ -11,6 +11,9 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import nnls as scipy_nnls
 
+import skntp.svm.solvers.dual_active_set as dual_active_set
+import skntp.svm.solvers.least_distance as least_distance
+import skntp.svm.solvers.nnls_working_set as nnls_working_set
 from skntp import AttentionSelector, JointAttentionSVM, NTPAttentionClassifier, NTPDecoderClassifier
 from skntp._backend import get_backend, to_numpy
 from skntp._progress import ProgressBar
@@ -22,12 +25,10 @@ from skntp.svm import (
     KeyScores,
     MaxMarginProblem,
     NotSeparableError,
-    _attention,
     att_svm,
     graph_svm_problem,
     solve_max_margin,
 )
-from skntp.svm import _graph as graph_module
 from skntp.svm._graph import cyclic_correction
 
 
@@ -163,12 +164,12 @@ def test_nnls_iteration_limit_lets_the_next_method_decide(monkeypatch):
     def failing(*args, **kwargs):
         raise RuntimeError("Maximum number of iterations reached.")
 
-    monkeypatch.setattr("scipy.optimize.nnls", failing)
+    monkeypatch.setattr(least_distance, "nnls", failing)
     K = np.random.default_rng(1).standard_normal((4, 3, 5))
     problem = att_svm_problem_from(K)
-    assert _attention._solve_nnls(problem, 1e-8, 100, None, 0) is None
-    monkeypatch.setattr("scipy.optimize.nnls", scipy_nnls)
-    assert _attention._solve_nnls(problem, 1e-8, 100, None, 0).method == "nnls"
+    assert nnls_working_set.solve(problem, 1e-8, 100, None, 0) is None
+    monkeypatch.setattr(least_distance, "nnls", scipy_nnls)
+    assert nnls_working_set.solve(problem, 1e-8, 100, None, 0).method == "nnls"
 
 
 def att_svm_problem_from(K):
@@ -181,11 +182,11 @@ def att_svm_problem_from(K):
 def test_nnls_declines_programs_it_cannot_solve():
     K = np.random.default_rng(2).standard_normal((2, 2, 3))
     eq = MaxMarginProblem(KeyScores(K), Constraints([0], [0], [1], [0.0], [True]))
-    assert _attention._solve_nnls(eq, 1e-8, 100, None, 0) is None
-    big = MaxMarginProblem(KeyScores(np.zeros((1, 2, _attention._NNLS_MAX_DIM + 1))),
+    assert nnls_working_set.solve(eq, 1e-8, 100, None, 0) is None
+    big = MaxMarginProblem(KeyScores(np.zeros((1, 2, nnls_working_set.MAX_DIM + 1))),
                            Constraints([0], [0], [1], [1.0], [False]))
-    assert _attention._solve_nnls(big, 1e-8, 100, None, 0) is None
-    empty = _attention._dual_active_set(_attention._KeyRows(MaxMarginProblem(
+    assert nnls_working_set.solve(big, 1e-8, 100, None, 0) is None
+    empty = dual_active_set._dual_active_set(least_distance.KeyRows(MaxMarginProblem(
         KeyScores(K), Constraints([], [], [], [], []))), np.zeros(0), 3)
     np.testing.assert_array_equal(empty[0], np.zeros(3))
     assert empty[1].shape == (0,) and empty[2] == 0
@@ -197,13 +198,13 @@ def test_graph_ldp_declines_and_detects_ties_that_leave_zero():
 
     problem = graph_svm_problem(E, token_priority_graphs(X, y))
     other = MaxMarginProblem(problem.scores, problem.constraints)  # not marked Graph-SVM
-    assert graph_module._solve_graph_ldp(other, 1e-8, 100, None, 0) is None
+    assert least_distance.solve(other, 1e-8, 100, None, 0) is None
     c = problem.constraints
     shifted = MaxMarginProblem(problem.scores, Constraints(
         c.block, c.pos, c.ref, np.where(c.equality, 1.0, c.rhs), c.equality),
         info={"graph_svm": True})
     if c.equality.any():  # non-zero right-hand sides on ties: not this method's program
-        assert graph_module._solve_graph_ldp(shifted, 1e-8, 100, None, 0) is None
+        assert least_distance.solve(shifted, 1e-8, 100, None, 0) is None
     # one-dimensional W, scores e_t W with e = (1, 2): the tie S_1 = S_0 forces W = 0,
     # which cannot satisfy the strict S_0 - S_1 >= 1
     from skntp.svm import BilinearScores
@@ -212,7 +213,7 @@ def test_graph_ldp_declines_and_detects_ties_that_leave_zero():
                            Constraints([0, 0], [1, 0], [0, 1], [0.0, 1.0], [True, False]),
                            name="Graph-SVM", info={"graph_svm": True})
     with pytest.raises(NotSeparableError, match=r"the ties leave W = 0 only"):
-        graph_module._solve_graph_ldp(tie, 1e-8, 100, None, 0)
+        least_distance.solve(tie, 1e-8, 100, None, 0)
 
 
 def test_self_attention_risk_refuses_unknown_losses_and_cyclic_left_out_samples():

@@ -24,7 +24,7 @@ from skntp.svm import (
     ntp_svm_problem,
     solve_max_margin,
 )
-from skntp.svm._fast import anchored_structure, solve_fast
+from skntp.svm.solvers.accelerated_dual import anchored_structure, solve_fast
 
 
 # --------------------------------------------------------------------------
@@ -248,7 +248,7 @@ def test_auto_uses_dcd_for_ntp_and_fast_on_torch():
     assert solve_max_margin(problem).method == "dcd"
     pytest.importorskip("torch")
     from skntp._backend import get_backend
-    from skntp.svm._dcd import solve_dcd
+    from skntp.svm.solvers.dual_coordinate_descent import solve_dcd
 
     # the compiled method runs on the CPU; a torch device other than the CPU
     # goes to the array-layer method (a fake device: only its name is read)
@@ -338,7 +338,7 @@ def test_torch_backend_same_answer():
 def test_working_set_matches_whole_program(seed):
     """Rounds of restricted solves end at the whole program's optimum."""
     from skntp._backend import get_backend
-    from skntp.svm._fast import _solve_working_set
+    from skntp.svm.solvers.accelerated_dual import _solve_working_set
 
     rng = np.random.default_rng(100 + seed)
     m, d, V = int(rng.integers(10, 40)), int(rng.integers(4, 30)), int(rng.integers(8, 30))
@@ -392,7 +392,7 @@ def test_table_projection_is_exact(seed, partial, dense_passes_above, monkeypatc
     against a brute-force bisection; tables with every position constrained
     and with some positions unconstrained (fixed at 0)."""
     from skntp._backend import get_backend
-    from skntp.svm._fast import _TableSpace
+    from skntp.svm.solvers.accelerated_dual import _TableSpace
 
     rng = np.random.default_rng(8 + seed)
     problem = partial_table_problem(rng, 40, 12) if partial else ntp_problem(rng, 40, 5, 12)

@@ -117,7 +117,7 @@ def test_the_nuclear_key_query_program_at_extreme_scales(tokens, queries):
     # only the tokens were rescaled to unit magnitude, not the queries: LinAlgError at
     # query scales of 1e150 and 1e200
     from skntp.svm import att_svm_w
-    from skntp.svm._core import norm_value
+    from skntp.svm._norms import norm_value
 
     data = make_key_query_data(random_state=0)
     ref = att_svm_w(data.tokens, data.queries, data.optimal, norm="nuclear")

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from skntp.svm import _dcd
+import skntp.svm.solvers.dual_coordinate_descent as _dcd
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_compiled_kernels_are_cached_outside_the_package(monkeypatch, tmp_path):
     numba = pytest.importorskip("numba")
-    package = Path(_dcd.__file__).resolve().parents[1]
+    package = Path(_dcd.__file__).resolve().parents[2]
     kernel = _dcd._compile(_dcd._sweep_source)
     path = Path(kernel._cache._cache_path).resolve()
     assert package not in path.parents

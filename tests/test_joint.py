@@ -22,7 +22,7 @@ from skntp.svm import (
     solve_max_margin,
     support_vectors,
 )
-from skntp.svm._core import constraint_violation
+from skntp.svm._problem import constraint_violation
 
 
 def cos(a, b):

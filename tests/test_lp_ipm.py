@@ -1,6 +1,6 @@
 """The structured interior-point method of the max-norm program of a linear decoder.
 
-``method="lp-ipm"`` (:mod:`skntp.svm._lpipm`) solves ``min ||W||_max`` under the
+``method="lp-ipm"`` (:mod:`skntp.svm.solvers.lp_interior_point`) solves ``min ||W||_max`` under the
 constraints of linear-decoder scores whose rows, in each block, all involve
 one token of the block (the NTP-SVM, eq. (4a)-(4b) of Thrampoulidis 2024; the
 Crammer-Singer SVM; one-sided rows ``S[b, t] >= r``).  The references are cvxpy
@@ -19,7 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 from test_norms import _ntp_instance
 from test_references_ntp import check_ntp_constraints, ntp_svm_all_pairs
 
-import skntp.svm._lpipm as lpipm
+import skntp.svm.solvers.lp_interior_point as lpipm
 from skntp.datasets import make_ntp_svm_data
 from skntp.svm import (
     BilinearScores,
@@ -263,7 +263,7 @@ def test_programs_that_are_not_stars_are_declined():
     E = np.eye(4)[:, :3]
     problem = MaxMarginProblem(BilinearScores(H, E), Constraints([0], [1], [0], np.ones(1),
                                                                  np.zeros(1, bool)), norm="max")
-    assert lpipm._solve_lp_ipm(problem, 1e-8, 100, None, 0) is None
+    assert lpipm.solve(problem, 1e-8, 100, None, 0) is None
     with pytest.raises(ValueError, match="minimizes the max norm, not the fro"):
         solve_max_margin(ntp_svm_problem(*_ntp_instance(0)), method="lp-ipm")
 
@@ -307,7 +307,7 @@ def test_memory_guard_hands_over_to_highs(monkeypatch):
     H, S = _ntp_instance(1)
     problem = ntp_svm_problem(H, S, norm="max")
     monkeypatch.setattr(lpipm, "available_memory", lambda: 1000)
-    assert lpipm._solve_lp_ipm(problem, 1e-8, 100, None, 0) is None
+    assert lpipm.solve(problem, 1e-8, 100, None, 0) is None
     assert solve_max_margin(problem).method == "highs"
 
 
@@ -339,9 +339,9 @@ def test_memory_guard_counts_the_dense_equality_system_only_where_needed(monkeyp
     cs = _star_problem(Hc, labels, 3)
     need = lpipm._memory_need(lpipm._level_form(cs), True)
     monkeypatch.setattr(lpipm, "available_memory", lambda: 1.5 * need)
-    assert lpipm._solve_lp_ipm(cs, 1e-8, 100, None, 0) is None
+    assert lpipm.solve(cs, 1e-8, 100, None, 0) is None
     monkeypatch.setattr(lpipm, "available_memory", lambda: 2.5 * need)
-    assert lpipm._solve_lp_ipm(cs, 1e-8, 100, None, 0).gap <= 1e-8
+    assert lpipm.solve(cs, 1e-8, 100, None, 0).gap <= 1e-8
 
 
 def test_tolerance_and_progress():
@@ -384,14 +384,14 @@ def test_refused_certificates_stop_the_method(monkeypatch):
     # (here: every certificate's gap raised to 1e-7) end the run at the _REFUSALS-th
     problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
     first = solve_max_margin(problem, method="lp-ipm").n_iter  # certified at once
-    real = lpipm._certified_lp
+    real = lpipm.certified_lp
 
     def refused(*args, **kwargs):
         res = real(*args, **kwargs)
         res.gap = max(res.gap, 1e-7)
         return res
 
-    monkeypatch.setattr(lpipm, "_certified_lp", refused)
+    monkeypatch.setattr(lpipm, "certified_lp", refused)
     res = solve_max_margin(problem, method="lp-ipm")
     assert res.n_iter == first + lpipm._REFUSALS - 1
     # _solve_lp_ipm 149, 154: the best certificate of the run stands, here the first
@@ -402,10 +402,10 @@ def test_refused_certificates_stop_the_method(monkeypatch):
         res.gap = next(gaps)
         return res
 
-    monkeypatch.setattr(lpipm, "_certified_lp", worse_each_time)
+    monkeypatch.setattr(lpipm, "certified_lp", worse_each_time)
     seen = []  # _solve_lp_ipm 103-108: each certificate reaches the callback
     # (the method's own figures: solve_max_margin recomputes the certificate)
-    res = lpipm._solve_lp_ipm(problem, 1e-8, 100_000, None, 0, lambda *a: seen.append(a))
+    res = lpipm.solve(problem, 1e-8, 100_000, None, 0, lambda *a: seen.append(a))
     assert res.gap == 1e-7 and res.n_iter == first + lpipm._REFUSALS - 1
     assert [a[:2] for a in seen[:3]] == [(first + k, 1e-7 * (k + 1)) for k in range(3)]
     assert all(len(a) == 3 and 0.0 <= a[2] < 1e-8 for a in seen[:3])
@@ -419,7 +419,7 @@ def test_a_certified_answer_skips_the_infeasibility_check(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the Frobenius program was solved")
 
-    monkeypatch.setattr(lpipm, "solve_max_margin", fail)
+    monkeypatch.setattr(lpipm._solve, "solve_max_margin", fail)
     res = solve_max_margin(problem, method="lp-ipm")
     assert res.status == "optimal" and res.gap <= 1e-8
     # _ipm 247: nor does an answer that the active-set polish certifies

@@ -1,6 +1,6 @@
 """Tests added for mutation run 9: the attention programs and their methods
 (``skntp/svm/_attention.py``) and the nuclear-norm interior-point method
-(``skntp/svm/_nuclear.py``).
+(``skntp/svm/solvers/sdp_interior_point.py``).
 
 Each test checks documented behaviour against a value written here by hand (the
 definition in a docstring, a closed form, a program in cvxpy) and names the
@@ -16,11 +16,15 @@ from test_nnls_working_set import _att
 from test_nuclear import _instance as _key_query_instance
 
 import skntp.svm._attention as svm_attention
+import skntp.svm.solvers.dual_active_set as dual_active_set
+import skntp.svm.solvers.least_distance as least_distance
+import skntp.svm.solvers.nnls_working_set as nnls_working_set
 from skntp.svm import (
     Constraints,
     KeyScores,
     MaxMarginProblem,
     NotSeparableError,
+    _problem,
     att_svm_prime,
     att_svm_w,
     is_locally_optimal,
@@ -101,7 +105,7 @@ def test_att_svm_prime_enumerates_at_most_4096_choices_by_default(monkeypatch):
 def test_solve_ldp_calls_a_margin_below_1e_6_infeasible(norm_x, feasible):
     # solve_ldp 19 (f = 2 e_{d+1} halves the threshold): min |x| s.t. x / norm_x >= 1
     # is x = norm_x, 1 - h^T u = 1 / (1 + norm_x^2) = 1.23e-12 resp. 6.9e-13
-    x, lam = svm_attention.solve_ldp([[1.0 / norm_x]], [1.0])
+    x, lam = least_distance.solve_ldp([[1.0 / norm_x]], [1.0])
     if feasible:
         assert x == pytest.approx([norm_x], rel=1e-3)
         assert lam == pytest.approx([norm_x ** 2], rel=1e-3)  # x = G^T lam
@@ -111,20 +115,19 @@ def test_solve_ldp_calls_a_margin_below_1e_6_infeasible(norm_x, feasible):
 
 def test_solve_ldp_allows_nnls_50_m_d_1_iterations(monkeypatch):
     # solve_ldp 23, 26 (scipy's default 3 m), 28, 29, 31 (other counts)
-    import scipy.optimize
 
-    seen, exact = [], scipy.optimize.nnls
+    seen, exact = [], least_distance.nnls
 
     def spy(A, b, maxiter=None, **kwargs):
         seen.append(maxiter)
         return exact(A, b, maxiter=maxiter, **kwargs)
 
-    monkeypatch.setattr(scipy.optimize, "nnls", spy)
+    monkeypatch.setattr(least_distance, "nnls", spy)
     G = np.random.default_rng(1).standard_normal((7, 3))
-    x, _ = svm_attention.solve_ldp(G, np.ones(7))
+    x, _ = least_distance.solve_ldp(G, np.ones(7))
     assert seen == [50 * (7 + 3 + 1)]
-    monkeypatch.setattr(scipy.optimize, "nnls", exact)
-    ref, _ = svm_attention.solve_ldp(G, np.ones(7))
+    monkeypatch.setattr(least_distance, "nnls", exact)
+    ref, _ = least_distance.solve_ldp(G, np.ones(7))
     np.testing.assert_array_equal(x, ref)
 
 
@@ -133,7 +136,7 @@ def test_solve_ldp_allows_nnls_50_m_d_1_iterations(monkeypatch):
 
 def test_smallest_returns_what_its_docstring_says():
     rng = np.random.default_rng(2)
-    smallest = svm_attention._smallest
+    smallest = dual_active_set._smallest
     # _smallest 2: k >= m is every index, in order
     v = rng.random(10)
     np.testing.assert_array_equal(smallest(v, 10), np.arange(10))
@@ -153,7 +156,7 @@ def test_smallest_returns_what_its_docstring_says():
 
 
 def test_smallest_cuts_ties_at_the_quantile_to_k():
-    smallest = svm_attention._smallest
+    smallest = dual_active_set._smallest
     m, k = 1000, 5  # a sample of every 50th value, cut at its smallest
     # _smallest 29 (< cut): all values tied, the pool must not be empty
     got = smallest(np.ones(m), k)
@@ -177,10 +180,10 @@ def test_smallest_cuts_ties_at_the_quantile_to_k():
 
 def test_row_norms_reads_each_row_once_in_chunks(monkeypatch):
     # _row_norms 7, 8, 11, 12, 13, 14: chunks of _DAS_NORM_CHUNK rows, each read once
-    monkeypatch.setattr(svm_attention, "_DAS_NORM_CHUNK", 3)
+    monkeypatch.setattr(dual_active_set, "_DAS_NORM_CHUNK", 3)
     G = np.random.default_rng(4).standard_normal((10, 4))
     rows = _DenseRows(G)
-    np.testing.assert_allclose(svm_attention._row_norms(rows, 10),
+    np.testing.assert_allclose(dual_active_set._row_norms(rows, 10),
                                np.sqrt((G ** 2).sum(axis=1)), rtol=1e-14)
     spans = [range(10)[s] for s in rows.read]
     assert all(len(s) <= 3 for s in spans)
@@ -217,14 +220,14 @@ def test_initial_working_set_is_the_tightest_at_the_scaled_row_sum():
         G = rng.standard_normal((m, d)) + (trial % 3) * rng.standard_normal(d)
         h = [np.ones(m), rng.random(m), 0.1 * rng.random(m), -rng.random(m),
              rng.standard_normal(m)][trial % 5]
-        got = svm_attention._initial_working_set(_DenseRows(G), h, k)
+        got = nnls_working_set._initial_working_set(_DenseRows(G), h, k)
         assert len(got) == k
         assert set(got.tolist()) == _initial_by_hand(G, h, k), trial
 
 
 def test_initial_working_set_edge_cases():
     rng = np.random.default_rng(6)
-    iws = svm_attention._initial_working_set
+    iws = nnls_working_set._initial_working_set
     # _initial_working_set 15, 16: rows that sum to zero give the k largest h
     for _ in range(20):
         g = rng.integers(-5, 6, (6, 3)).astype(float)  # sums exactly to zero
@@ -289,7 +292,7 @@ def _head_program(n, d, seed=0, rhs=None):
 def _record_nnls(problem, monkeypatch):
     """Solve with "nnls", recording each LDP's rows (``None``: all) and answer."""
     rounds = []
-    exact_rows, exact_ldp = svm_attention._KeyRows.rows, svm_attention._solve_ldp_checked
+    exact_rows, exact_ldp = least_distance.KeyRows.rows, least_distance.solve_ldp_checked
 
     def rows(self, idx=None):
         rounds.append([None if idx is None else np.array(idx)])
@@ -300,11 +303,11 @@ def _record_nnls(problem, monkeypatch):
         rounds[-1].append(out)
         return out
 
-    monkeypatch.setattr(svm_attention._KeyRows, "rows", rows)
-    monkeypatch.setattr(svm_attention, "_solve_ldp_checked", ldp)
-    res = svm_attention._solve_nnls(problem, 1e-8, 100, None, 0)
-    monkeypatch.setattr(svm_attention._KeyRows, "rows", exact_rows)
-    monkeypatch.setattr(svm_attention, "_solve_ldp_checked", exact_ldp)
+    monkeypatch.setattr(least_distance.KeyRows, "rows", rows)
+    monkeypatch.setattr(nnls_working_set, "solve_ldp_checked", ldp)
+    res = nnls_working_set.solve(problem, 1e-8, 100, None, 0)
+    monkeypatch.setattr(least_distance.KeyRows, "rows", exact_rows)
+    monkeypatch.setattr(nnls_working_set, "solve_ldp_checked", exact_ldp)
     return res, rounds
 
 
@@ -331,8 +334,8 @@ def test_nnls_working_set_rounds_follow_the_rule(initial, monkeypatch):
     # each round checked by hand on rows written from the definition; a small first
     # working set (_WS_INITIAL) makes more rounds
     if initial is not None:
-        monkeypatch.setattr(svm_attention, "_WS_INITIAL", initial)
-    size = svm_attention._WS_INITIAL
+        monkeypatch.setattr(nnls_working_set, "_WS_INITIAL", initial)
+    size = nnls_working_set._WS_INITIAL
     total = 0
     for args, seed in (((400, 10, 30), 1), ((120, 16, 30), 0), ((200, 6, 8), 2)):
         problem = _att(np.random.default_rng(seed), *args)
@@ -363,14 +366,14 @@ def test_nnls_working_set_rounds_follow_the_rule(initial, monkeypatch):
 def test_nnls_stops_after_the_round_limit(monkeypatch):
     # _solve_nnls 59, 60, 61: _WS_MAX_ROUNDS rounds at most; one short of the rounds
     # needed, the answer violates its program and is declined
-    monkeypatch.setattr(svm_attention, "_WS_INITIAL", 10)
+    monkeypatch.setattr(nnls_working_set, "_WS_INITIAL", 10)
     problem = _att(np.random.default_rng(1), 400, 10, 30)
-    needed = svm_attention._solve_nnls(problem, 1e-8, 100, None, 0).n_iter
+    needed = nnls_working_set.solve(problem, 1e-8, 100, None, 0).n_iter
     assert needed >= 3
-    monkeypatch.setattr(svm_attention, "_WS_MAX_ROUNDS", needed)
-    assert svm_attention._solve_nnls(problem, 1e-8, 100, None, 0).n_iter == needed
-    monkeypatch.setattr(svm_attention, "_WS_MAX_ROUNDS", needed - 1)
-    assert svm_attention._solve_nnls(problem, 1e-8, 100, None, 0) is None
+    monkeypatch.setattr(nnls_working_set, "_WS_MAX_ROUNDS", needed)
+    assert nnls_working_set.solve(problem, 1e-8, 100, None, 0).n_iter == needed
+    monkeypatch.setattr(nnls_working_set, "_WS_MAX_ROUNDS", needed - 1)
+    assert nnls_working_set.solve(problem, 1e-8, 100, None, 0) is None
 
 
 @pytest.mark.parametrize("h_scale", [1.0, 1e3])
@@ -378,12 +381,12 @@ def test_nnls_declines_an_answer_violating_by_more_than_1e_6_scale(h_scale, monk
     # _solve_nnls 12 (scale 1), 18 (scale at least 2): the answer x (1 - delta) violates
     # the active rows by delta * h; accepted up to 1e-6 max(1, max |h|)
     problem = _head_program(40, 5, rhs=np.full(40, h_scale))
-    exact = svm_attention._solve_ldp_checked
+    exact = least_distance.solve_ldp_checked
     for delta, accepted in ((0.5e-6, True), (1.5e-6, False)):
-        monkeypatch.setattr(svm_attention, "_solve_ldp_checked",
+        monkeypatch.setattr(nnls_working_set, "solve_ldp_checked",
                             lambda G, h, p, delta=delta: ((1 - delta) * exact(G, h, p)[0],
                                                           exact(G, h, p)[1]))
-        res = svm_attention._solve_nnls(problem, 1e-8, 100, None, 0)
+        res = nnls_working_set.solve(problem, 1e-8, 100, None, 0)
         assert (res is not None) == accepted, delta
         if accepted:
             assert res.max_violation == pytest.approx(delta * h_scale, rel=1e-2)
@@ -393,7 +396,7 @@ def test_nnls_size_limits(monkeypatch):
     # _solve_nnls 6 (2000 parameters declined), 31, 32, 33, 34 (the whole-program size
     # max(300, 2 (d + 1)) = 402 for d = 200)
     for d, solved in ((2000, True), (2001, False)):
-        res = svm_attention._solve_nnls(_head_program(3, d), 1e-8, 100, None, 0)
+        res = nnls_working_set.solve(_head_program(3, d), 1e-8, 100, None, 0)
         assert (res is not None) == solved, d
     for n, whole in ((402, True), (403, False)):
         _, rounds = _record_nnls(_head_program(n, 200), monkeypatch)
@@ -403,7 +406,7 @@ def test_nnls_size_limits(monkeypatch):
 
 
 def test_solve_ldp_without_constraints_is_zero():
-    x, lam = svm_attention.solve_ldp(np.zeros((0, 3)), np.zeros(0))
+    x, lam = least_distance.solve_ldp(np.zeros((0, 3)), np.zeros(0))
     np.testing.assert_array_equal(x, np.zeros(3))
     assert lam.shape == (0,)
 
@@ -426,16 +429,16 @@ def test_nnls_reports_the_duality_gap_of_its_pair(monkeypatch):
     # returned pair (1/2 with half the multipliers, here with ||x|| < 1), and 0 at x = 0
     problem = _head_program(40, 5)
     big = MaxMarginProblem(KeyScores(10.0 * problem.scores.keys), problem.constraints)
-    exact = svm_attention._solve_ldp_checked
-    monkeypatch.setattr(svm_attention, "_solve_ldp_checked",
+    exact = least_distance.solve_ldp_checked
+    monkeypatch.setattr(nnls_working_set, "solve_ldp_checked",
                         lambda G, h, p: (exact(G, h, p)[0], 0.5 * exact(G, h, p)[1]))
-    res = svm_attention._solve_nnls(big, 1e-8, 100, None, 0)
+    res = nnls_working_set.solve(big, 1e-8, 100, None, 0)
     assert float(res.primal @ res.primal) < 1.0
     assert res.gap == pytest.approx(0.5, rel=1e-6)
-    monkeypatch.setattr(svm_attention, "_solve_ldp_checked", exact)
+    monkeypatch.setattr(nnls_working_set, "solve_ldp_checked", exact)
     relaxed = _head_program(40, 5, rhs=np.zeros(40))  # every row relaxed: x = 0
     with np.errstate(all="raise"):
-        res = svm_attention._solve_nnls(relaxed, 1e-8, 100, None, 0)
+        res = nnls_working_set.solve(relaxed, 1e-8, 100, None, 0)
     assert not res.primal.any() and res.gap == 0.0
 
 
@@ -470,7 +473,7 @@ def test_att_svm_passes_its_solver_options(solve, args, monkeypatch):
 def test_nuclear_certificate_by_hand():
     # nuclear_certificate 9 (b >= 0 scaled), 13 (values above 1 only), 19, 26, 33 (the
     # violations): W = I and rows z_j = e_1, a_j = (v_j, 0.3), so z_j^T W a_j = v_j
-    from skntp.svm._nuclear import nuclear_certificate
+    from skntp.svm.solvers.sdp_interior_point import nuclear_certificate
 
     def rows(v):
         v = np.asarray(v, dtype=float)
@@ -497,7 +500,7 @@ def test_nuclear_certificate_by_hand():
 def test_nuclear_certificate_degenerate_values():
     # nuclear_certificate 34 (violation of b > 0 rows), 59, 60 (||W||_* = 1 and 0), 62, 63
     # (spectral norm 1 and 0): the relative gap (||W||_* - b^T y) / ||W||_* by hand
-    from skntp.svm._nuclear import nuclear_certificate
+    from skntp.svm.solvers.sdp_interior_point import nuclear_certificate
 
     e1 = np.array([[1.0, 0.0]])
     # ||W||_* = 1 exactly, no rescaling (b / z^T W a = 1): gap 1 - b y / ||a||
@@ -531,7 +534,7 @@ def test_max_step_is_the_largest_step_keeping_definiteness():
     # generalized eigenvalue problem (min eig of (D, A) = e: t = -1 / e where e < -1)
     import scipy.linalg as sla
 
-    from skntp.svm._nuclear import _max_step
+    from skntp.svm.solvers.sdp_interior_point import _max_step
 
     rng = np.random.default_rng(7)
     B = rng.standard_normal((4, 4))
@@ -549,7 +552,7 @@ def test_max_step_is_the_largest_step_keeping_definiteness():
 def test_max_step_vec_keeps_the_vector_nonnegative():
     # _max_step_vec 2 (dx = 0 counted as decreasing), 10, 15: the largest t <= 1 with
     # x + t dx >= 0
-    from skntp.svm._nuclear import _max_step_vec
+    from skntp.svm.solvers.sdp_interior_point import _max_step_vec
 
     x = np.array([1.0, 2.0, 3.0])
     assert _max_step_vec(x, np.array([0.0, 1.0, 0.0])) == 1.0
@@ -561,7 +564,7 @@ def test_rank_one_factors_of_differences_and_of_rows_against_zero():
     # _rank_one_factors 4: z_j^T W a_j >= b_j with a_j = x_pos - x_ref, or x_pos where
     # ref = -1
     from skntp.svm import QueryKeyScores
-    from skntp.svm._nuclear import _rank_one_factors
+    from skntp.svm.solvers.sdp_interior_point import _rank_one_factors
 
     rng = np.random.default_rng(8)
     X, Z = rng.standard_normal((3, 4, 2)), rng.standard_normal((3, 5))
@@ -579,7 +582,7 @@ def test_nuclear_ipm_takes_its_programs_and_declines_others():
     from dataclasses import replace
 
     from skntp.svm import att_svm_w_problem
-    from skntp.svm._nuclear import _solve_nuclear_ipm
+    from skntp.svm.solvers.sdp_interior_point import solve as _solve_nuclear_ipm
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
     problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
@@ -602,17 +605,16 @@ def test_nuclear_ipm_takes_its_programs_and_declines_others():
 def test_nuclear_ipm_memory_estimate_is_a_dozen_m_by_m_matrices(monkeypatch):
     # _solve_nuclear_ipm 18, 20, 23, 24, 27-30: refused when m * 12 * 8 (m + k + d) bytes
     # exceed 4/5 of the available memory, with the program's name and the advice
-    import skntp.svm._core as core
     from skntp.svm import ProgramTooLargeError, att_svm_w_problem
-    from skntp.svm._nuclear import _solve_nuclear_ipm
+    from skntp.svm.solvers.sdp_interior_point import solve as _solve_nuclear_ipm
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
     problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
     m = len(problem.constraints)
     need = m * 12 * 8 * (m + Z.shape[1] + X.shape[2])
-    monkeypatch.setattr(core, "available_memory", lambda: need / 0.8 * (1 + 1e-9))
+    monkeypatch.setattr(_problem, "available_memory", lambda: need / 0.8 * (1 + 1e-9))
     assert _solve_nuclear_ipm(problem, 1e-8, 100, None, 0) is not None
-    monkeypatch.setattr(core, "available_memory", lambda: need / 0.8 * (1 - 1e-9))
+    monkeypatch.setattr(_problem, "available_memory", lambda: need / 0.8 * (1 - 1e-9))
     with pytest.raises(ProgramTooLargeError) as info:
         _solve_nuclear_ipm(problem, 1e-8, 100, None, 0)
     assert str(info.value).startswith(problem.name + ": ")
@@ -627,7 +629,7 @@ def test_nuclear_ipm_within_tol_but_violating_is_max_iter():
     from dataclasses import replace
 
     from skntp.svm import att_svm_w_problem
-    from skntp.svm._nuclear import _solve_nuclear_ipm
+    from skntp.svm.solvers.sdp_interior_point import solve as _solve_nuclear_ipm
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
     problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
@@ -645,7 +647,7 @@ def test_nuclear_ipm_reports_each_iterate_to_the_callback():
     # callback(iteration, gap, violation) of each iterate's certificate; the result is
     # the best of them
     from skntp.svm import att_svm_w_problem
-    from skntp.svm._nuclear import _solve_nuclear_ipm
+    from skntp.svm.solvers.sdp_interior_point import solve as _solve_nuclear_ipm
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
     problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
@@ -845,16 +847,17 @@ def test_att_svm_problem_input_checks():
 def test_nuclear_ipm_keeps_its_best_iterate_when_a_step_fails(monkeypatch, capsys):
     # _solve_nuclear_ipm 133 (a failed factorization declines), 142 (the printed gap),
     # 145, 146 (the Frobenius feasibility check runs only without convergence)
-    import skntp.svm._nuclear as nuclear
+    import skntp.svm.solvers.sdp_interior_point as sdp_interior_point
     from skntp.svm import att_svm_w_problem
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
     problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
     checked, calls = [], []
-    exact_check, exact_step = nuclear._raise_if_infeasible, nuclear._predictor_corrector
-    monkeypatch.setattr(nuclear, "_raise_if_infeasible",
+    exact_check = sdp_interior_point._raise_if_infeasible
+    exact_step = sdp_interior_point._predictor_corrector
+    monkeypatch.setattr(sdp_interior_point, "_raise_if_infeasible",
                         lambda p: checked.append(p) or exact_check(p))
-    res = nuclear._solve_nuclear_ipm(problem, 1e-8, 100, None, 1,
+    res = sdp_interior_point.solve(problem, 1e-8, 100, None, 1,
                                      callback=lambda *a: calls.append(a))
     assert res.status == "optimal" and not checked
     printed = [line for line in capsys.readouterr().out.splitlines()
@@ -863,10 +866,10 @@ def test_nuclear_ipm_keeps_its_best_iterate_when_a_step_fails(monkeypatch, capsy
     for line, (it, gap, _) in zip(printed, calls):
         assert line.startswith(f"nuclear-ipm {it:3d}: mu ") and f" gap {gap:.2e} " in line
     steps = []
-    monkeypatch.setattr(nuclear, "_predictor_corrector",
+    monkeypatch.setattr(sdp_interior_point, "_predictor_corrector",
                         lambda *a: None if len(steps) == 5 else steps.append(1) or
                         exact_step(*a))
-    res = nuclear._solve_nuclear_ipm(problem, 1e-8, 100, None, 0)
+    res = sdp_interior_point.solve(problem, 1e-8, 100, None, 0)
     assert res is not None and res.n_iter == 6 and res.status == "max_iter"
     assert len(checked) == 1 and res.gap > 1e-8
 
@@ -879,29 +882,29 @@ def test_dual_active_set_allows_50_d_plus_1_additions_by_default(monkeypatch):
     # set so that the limit is exactly the additions needed (or half one less), the
     # method ends (or gives up)
     problem = _head_program(300, 10, seed=3)
-    rows, h, d = svm_attention._KeyRows(problem), problem.constraints.rhs, 10
-    needed = svm_attention._dual_active_set(rows, h, d)[2]
+    rows, h, d = least_distance.KeyRows(problem), problem.constraints.rhs, 10
+    needed = dual_active_set._dual_active_set(rows, h, d)[2]
     assert needed > d
-    assert svm_attention._DAS_MAX_ADD == 50
-    monkeypatch.setattr(svm_attention, "_DAS_MAX_ADD", needed / (d + 1))
-    assert svm_attention._dual_active_set(rows, h, d)[2] == needed
-    monkeypatch.setattr(svm_attention, "_DAS_MAX_ADD", (needed - 0.5) / (d + 1))
-    assert svm_attention._dual_active_set(rows, h, d) is None
+    assert dual_active_set._DAS_MAX_ADD == 50
+    monkeypatch.setattr(dual_active_set, "_DAS_MAX_ADD", needed / (d + 1))
+    assert dual_active_set._dual_active_set(rows, h, d)[2] == needed
+    monkeypatch.setattr(dual_active_set, "_DAS_MAX_ADD", (needed - 0.5) / (d + 1))
+    assert dual_active_set._dual_active_set(rows, h, d) is None
 
 
 @pytest.mark.parametrize("m, pool", [(1000, 100), (10_000, 200), (120_000, 2000)])
 def test_dual_active_set_pool_is_m_over_50_within_100_and_2000(m, pool, monkeypatch):
     # _dual_active_set_loop 20 and the like: the pool of rows scanned between full
     # scans holds m / 50 rows, at least _DAS_POOL = 100 and at most 2000
-    sizes, exact = [], svm_attention._smallest
+    sizes, exact = [], dual_active_set._smallest
 
     def spy(values, k):
         sizes.append(k)
         return exact(values, k)
 
-    monkeypatch.setattr(svm_attention, "_smallest", spy)
+    monkeypatch.setattr(dual_active_set, "_smallest", spy)
     problem = _head_program(m, 3, seed=4)
-    res = svm_attention._solve_dual_active_set(problem, 1e-8, 100, None, 0)
+    res = dual_active_set.solve(problem, 1e-8, 100, None, 0)
     assert res is not None and sizes and set(sizes) == {pool}
 
 
@@ -912,14 +915,14 @@ def test_dual_active_set_declines_an_answer_violating_by_more_than_1e_9_scale(
     # violates the active rows by delta * h; accepted up to 1e-9 max(1, max |h|), else
     # declined for another method
     problem = _head_program(40, 5, rhs=np.full(40, h_scale))
-    exact = svm_attention._dual_active_set
+    exact = dual_active_set._dual_active_set
     for delta, accepted in ((0.5e-9, True), (1.5e-9, False)):
         def shrunk(rows, h, d, delta=delta):
             x, lam, n_add = exact(rows, h, d)
             return (1 - delta) * x, lam, n_add
 
-        monkeypatch.setattr(svm_attention, "_dual_active_set", shrunk)
-        res = svm_attention._solve_dual_active_set(problem, 1e-8, 100, None, 0)
+        monkeypatch.setattr(dual_active_set, "_dual_active_set", shrunk)
+        res = dual_active_set.solve(problem, 1e-8, 100, None, 0)
         assert (res is not None) == accepted, delta
         if accepted:
             assert res.max_violation == pytest.approx(delta * h_scale, rel=1e-2)
@@ -928,7 +931,7 @@ def test_dual_active_set_declines_an_answer_violating_by_more_than_1e_9_scale(
 def test_dual_active_set_takes_2000_parameters():
     # _solve_dual_active_set 7: 2000 parameters solved, 2001 declined
     for d, solved in ((2000, True), (2001, False)):
-        res = svm_attention._solve_dual_active_set(_head_program(3, d), 1e-8, 100, None, 0)
+        res = dual_active_set.solve(_head_program(3, d), 1e-8, 100, None, 0)
         assert (res is not None) == solved, d
 
 
@@ -938,23 +941,23 @@ def test_dual_active_set_reports_its_additions_and_the_gap_of_its_pair(monkeypat
     # ||x|| < 1), 0 at x = 0; the multipliers are those of the method
     problem = _head_program(40, 5)
     big = MaxMarginProblem(KeyScores(10.0 * problem.scores.keys), problem.constraints)
-    rows, h = svm_attention._KeyRows(big), big.constraints.rhs
-    x, lam, n_add = svm_attention._dual_active_set(rows, h, 5)
-    res = svm_attention._solve_dual_active_set(big, 1e-8, 100, None, 0)
+    rows, h = least_distance.KeyRows(big), big.constraints.rhs
+    x, lam, n_add = dual_active_set._dual_active_set(rows, h, 5)
+    res = dual_active_set.solve(big, 1e-8, 100, None, 0)
     assert res.method == "dual-active-set" and res.status == "optimal"
     assert res.n_iter == n_add
     np.testing.assert_array_equal(res.primal, x)
     np.testing.assert_array_equal(res.dual, lam)
     assert abs(res.gap) <= 1e-12
-    exact = svm_attention._dual_active_set
-    monkeypatch.setattr(svm_attention, "_dual_active_set",
+    exact = dual_active_set._dual_active_set
+    monkeypatch.setattr(dual_active_set, "_dual_active_set",
                         lambda r, h, d: (lambda o: (o[0], 0.5 * o[1], o[2]))(exact(r, h, d)))
-    res = svm_attention._solve_dual_active_set(big, 1e-8, 100, None, 0)
+    res = dual_active_set.solve(big, 1e-8, 100, None, 0)
     assert float(res.primal @ res.primal) < 1.0
     assert res.gap == pytest.approx(0.5, rel=1e-9)
-    monkeypatch.setattr(svm_attention, "_dual_active_set", exact)
+    monkeypatch.setattr(dual_active_set, "_dual_active_set", exact)
     with np.errstate(all="raise"):
-        res = svm_attention._solve_dual_active_set(_head_program(40, 5, rhs=np.zeros(40)),
+        res = dual_active_set.solve(_head_program(40, 5, rhs=np.zeros(40)),
                                                    1e-8, 100, None, 0)
     assert not res.primal.any() and res.gap == 0.0 and res.n_iter == 0
 
@@ -965,7 +968,7 @@ def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
     # first, then x1 + x2 >= 1 + 1.5e-10 is violated by 1.5e-10 and must be added; the
     # solution is (1, 1.5e-10) by hand
     delta = 1.5e-10
-    res = svm_attention._solve_dual_active_set(
+    res = dual_active_set.solve(
         _head_from_rows(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1.0, 1.0 + delta])),
         1e-8, 100, None, 0)
     assert res.n_iter == 2
@@ -973,7 +976,7 @@ def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
     # _dual_active_set_loop 72 (the tolerance divided by the scale): with rhs 1000 the
     # tolerance is 1e-7; a row violated by 0.5e-7 is within it, one by 1.5e-7 is added
     for delta, added in ((0.5e-7, False), (1.5e-7, True)):
-        res = svm_attention._solve_dual_active_set(
+        res = dual_active_set.solve(
             _head_from_rows(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1e3, 1e3 + delta])),
             1e-8, 100, None, 0)
         assert res.n_iter == (2 if added else 1)
@@ -984,14 +987,14 @@ def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
 def test_dual_active_set_keeps_rows_densely_up_to_its_limit(monkeypatch):
     # _dual_active_set_loop 38-43: the normalized rows are formed once (rows() of all)
     # when m (d + 1) <= _DAS_DENSE_MAX, else read on demand; the answer is the same
-    monkeypatch.setattr(svm_attention, "_DAS_DENSE_MAX", 1200)
-    read, exact = [], svm_attention._KeyRows.rows
-    monkeypatch.setattr(svm_attention._KeyRows, "rows",
+    monkeypatch.setattr(dual_active_set, "_DAS_DENSE_MAX", 1200)
+    read, exact = [], least_distance.KeyRows.rows
+    monkeypatch.setattr(least_distance.KeyRows, "rows",
                         lambda self, idx=None: read.append(idx is None) or exact(self, idx))
     for m, dense in ((300, True), (301, False)):
         read.clear()
         problem = _head_program(m, 3, seed=5)
-        res = svm_attention._solve_dual_active_set(problem, 1e-8, 100, None, 0)
+        res = dual_active_set.solve(problem, 1e-8, 100, None, 0)
         assert any(read) == dense, m
         G = rows_by_definition(problem)
         ref = tight_qp(G, problem.constraints.rhs, problem.constraints.equality,
@@ -1002,12 +1005,12 @@ def test_dual_active_set_keeps_rows_densely_up_to_its_limit(monkeypatch):
 def test_dual_active_set_scans_every_row_of_small_programs(monkeypatch):
     # _dual_active_set_loop 85 and the like: up to 2 * pool (= 200) rows every row is
     # looked at in every step, without a pool; above, a pool is drawn (_smallest)
-    sizes, exact = [], svm_attention._smallest
-    monkeypatch.setattr(svm_attention, "_smallest",
+    sizes, exact = [], dual_active_set._smallest
+    monkeypatch.setattr(dual_active_set, "_smallest",
                         lambda values, k: sizes.append(k) or exact(values, k))
     for m, pooled in ((200, False), (201, True)):
         sizes.clear()
-        res = svm_attention._solve_dual_active_set(_head_program(m, 3, seed=6), 1e-8, 100,
+        res = dual_active_set.solve(_head_program(m, 3, seed=6), 1e-8, 100,
                                                    None, 0)
         assert res is not None and bool(sizes) == pooled, m
 
@@ -1019,7 +1022,7 @@ def test_dual_active_set_picks_among_rows_violated_beyond_their_tolerance():
     # (multiplier 0, x1 = 0); x = (0, 2e-10 / 10) by hand
     G = np.array([[1.0, 0.0], [0.0, 10.0]])
     h = np.array([0.9e-10, 2e-10])
-    res = svm_attention._solve_dual_active_set(_head_from_rows(G, h), 1e-8, 100, None, 0)
+    res = dual_active_set.solve(_head_from_rows(G, h), 1e-8, 100, None, 0)
     assert res.n_iter == 1 and res.dual[0] == 0.0 and res.dual[1] > 0
     np.testing.assert_allclose(res.primal, [0.0, 2e-11], rtol=1e-12, atol=0)
 
@@ -1033,7 +1036,7 @@ def test_dual_active_set_with_duplicated_rows_in_the_pooled_regime():
     R = rng.standard_normal((150, 4))
     R *= np.sign(R @ rng.standard_normal(4))[:, None]
     G = np.vstack([R, R])
-    res = svm_attention._solve_dual_active_set(_head_from_rows(G), 1e-8, 100, None, 0)
+    res = dual_active_set.solve(_head_from_rows(G), 1e-8, 100, None, 0)
     assert res is not None and res.n_iter <= 3 * (4 + 1)
     ref = tight_qp(R, np.ones(150), np.zeros(150, bool), (4,))
     assert rel_err(res.primal, ref) <= 1e-10
@@ -1049,7 +1052,7 @@ def test_dual_active_set_full_scan_allows_the_roundoff_of_the_slacks():
     # and the answer stays x = e1
     G = np.vstack([[1.0, 0.0], [1.0, 1.0], np.tile([0.0, 1.0], (250, 1))])
     h = np.r_[1.0, 1.0 + 1e-10, -np.ones(250)]
-    res = svm_attention._solve_dual_active_set(_head_from_rows(G, h), 1e-8, 100, None, 0)
+    res = dual_active_set.solve(_head_from_rows(G, h), 1e-8, 100, None, 0)
     assert res.n_iter == 1
     np.testing.assert_array_equal(res.primal, [1.0, 0.0])
 
@@ -1060,7 +1063,7 @@ def test_dual_active_set_rescans_every_scan_every_additions(monkeypatch):
     # pool runs dry.  The method scans all rows (rows.values) and reads the picked row
     # alone (rows.rows([p])) at its first addition and after every scan_every = 3
     # additions, and scans once more to find nothing violated
-    monkeypatch.setattr(svm_attention, "_DAS_DENSE_MAX", 0)
+    monkeypatch.setattr(dual_active_set, "_DAS_DENSE_MAX", 0)
     rng = np.random.default_rng(8)
     R = rng.standard_normal((60, 8))
     R *= np.sign(R @ rng.standard_normal(8))[:, None]
@@ -1075,14 +1078,14 @@ def test_dual_active_set_rescans_every_scan_every_additions(monkeypatch):
 
     # the order of the picks, each by a full scan (scan_every = 1)
     rows = Counted(R)
-    *_, n_add = svm_attention._dual_active_set(rows, np.ones(60), 8, pool=60, scan_every=1)
+    *_, n_add = dual_active_set._dual_active_set(rows, np.ones(60), 8, pool=60, scan_every=1)
     picks = rows.single()
     assert len(picks) == n_add >= 7
     # the second pick (from the pool below) made row 0
     order = np.r_[picks[1], np.delete(np.arange(60), picks[1])]
     new_index = np.argsort(order)
     rows = Counted(R[order])
-    x, lam, n_add = svm_attention._dual_active_set(rows, np.ones(60), 8, pool=60,
+    x, lam, n_add = dual_active_set._dual_active_set(rows, np.ones(60), 8, pool=60,
                                                    scan_every=3)
     assert n_add == len(picks) and lam[0] > 0
     assert rows.single() == [int(new_index[p]) for p in picks[::3]]
@@ -1104,7 +1107,7 @@ def test_blocking_step_by_hand(u, r, k, t):
     # _dual_active_set_loop 112, 114, 243-253 (run 10: the ratio test, now a function):
     # the largest t with u - t r >= 0, and the k it blocks
     with np.errstate(divide="ignore", invalid="ignore"):
-        kk, tt = svm_attention._blocking_step(np.array(u), np.array(r))
+        kk, tt = dual_active_set._blocking_step(np.array(u), np.array(r))
     assert tt == t and (k is None or kk == k)
     if np.isfinite(tt):
         after = np.array(u) - tt * np.array(r)
@@ -1116,7 +1119,7 @@ def test_dual_active_set_solves_the_final_active_set_afresh(monkeypatch):
     # drift (here made to, by 1e-5 of noise on each update); the answer is solved afresh
     # from the final active rows, G_A x = h_A with x = G_A^T u, so the drift stays out of it
     noise = np.random.default_rng(9)
-    exact = svm_attention.dger
+    exact = dual_active_set.dger
 
     def drifting(alpha, x, y, a, overwrite_a=0):
         out = exact(alpha, x, y, a=a, overwrite_a=overwrite_a)
@@ -1124,11 +1127,11 @@ def test_dual_active_set_solves_the_final_active_set_afresh(monkeypatch):
             out += 1e-5 * noise.standard_normal(out.shape)
         return out
 
-    monkeypatch.setattr(svm_attention, "dger", drifting)
+    monkeypatch.setattr(dual_active_set, "dger", drifting)
     rng = np.random.default_rng(3)
     R = rng.standard_normal((150, 6))
     R *= np.sign(R @ rng.standard_normal(6))[:, None]
-    res = svm_attention._solve_dual_active_set(_head_from_rows(R), 1e-8, 100, None, 0)
+    res = dual_active_set.solve(_head_from_rows(R), 1e-8, 100, None, 0)
     ref = tight_qp(R, np.ones(150), np.zeros(150, bool), (6,))
     assert rel_err(res.primal, ref) <= 1e-12
     np.testing.assert_allclose(R.T @ res.dual, res.primal, atol=1e-12)
@@ -1157,7 +1160,7 @@ def test_resolved_active_set_by_hand(u, kept):
     # min u >= -1e-9 max(1, max u), and then clipped at 0
     ga, ha = _active_rows_for(u)
     x0, u0 = np.full(5, 7.0), np.full(3, 9.0)  # the loop's drifted iterate
-    x, un = svm_attention._resolved_active_set(ga, ha, x0, u0)
+    x, un = dual_active_set._resolved_active_set(ga, ha, x0, u0)
     if not kept:
         assert x is x0 and un is u0
         return
@@ -1193,7 +1196,7 @@ def test_resolved_active_set_keeps_the_iterate_for_dependent_rows(kind):
     ga, ha = _dependent_rows(kind)
     x0, u0 = np.arange(5.0), np.full(len(ha), 0.25)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        x, un = svm_attention._resolved_active_set(ga, ha, x0, u0)
+        x, un = dual_active_set._resolved_active_set(ga, ha, x0, u0)
     assert x is x0 and un is u0
 
 
@@ -1206,16 +1209,16 @@ def test_dual_active_set_silences_its_own_zero_divisions(monkeypatch):
     G = np.array([[0, 1, -1], [-1, 1, 1], [1, 0, -1], [-1, 0, -1], [-1, 1, 0], [1, 1, -1],
                   [-1, 1, 1]], dtype=float)
     h = np.array([2.0, 0.0, 2.0, 2.0, 0.0, 2.0, 0.0])
-    loop, states = svm_attention._dual_active_set_loop, []
+    loop, states = dual_active_set._dual_active_set_loop, []
 
     def spy(*args):
         states.append(np.geterr())
         np.float64(1.0) / np.float64(0.0)  # a division by zero inside the loop
         return loop(*args)
 
-    monkeypatch.setattr(svm_attention, "_dual_active_set_loop", spy)
+    monkeypatch.setattr(dual_active_set, "_dual_active_set_loop", spy)
     with np.errstate(all="raise"):
-        res = svm_attention._solve_dual_active_set(_head_from_rows(G, h), 1e-8, 100, None, 0)
+        res = dual_active_set.solve(_head_from_rows(G, h), 1e-8, 100, None, 0)
     assert states and all(s["divide"] == s["invalid"] == "ignore" for s in states)
     ref = tight_qp(G, h, np.zeros(7, bool), (3,))
     assert rel_err(res.primal, ref) <= 1e-10
@@ -1223,12 +1226,12 @@ def test_dual_active_set_silences_its_own_zero_divisions(monkeypatch):
 
 def test_dual_active_set_passes_its_pool_size(monkeypatch):
     # _dual_active_set 20 (pool dropped): the pool of the selection is the one asked for
-    sizes, exact = [], svm_attention._smallest
-    monkeypatch.setattr(svm_attention, "_smallest",
+    sizes, exact = [], dual_active_set._smallest
+    monkeypatch.setattr(dual_active_set, "_smallest",
                         lambda values, k: sizes.append(k) or exact(values, k))
     problem = _head_program(300, 4, seed=10)
     h = problem.constraints.rhs
-    x, _, _ = svm_attention._dual_active_set(svm_attention._KeyRows(problem), h, 4, pool=7)
+    x, _, _ = dual_active_set._dual_active_set(least_distance.KeyRows(problem), h, 4, pool=7)
     assert sizes and set(sizes) == {7}
     ref = tight_qp(rows_by_definition(problem), h, problem.constraints.equality, (4,))
     assert rel_err(x, ref) <= 1e-10

@@ -21,10 +21,16 @@ from sklearn.exceptions import ConvergenceWarning
 from test_norms_lp_spectral import _att_instance, _kq_instance
 from test_svm_core import key_problem
 
-import skntp.svm._barrier as barrier
+import skntp.svm.solvers.barrier as barrier
 from skntp._backend import get_backend
-from skntp.svm import att_svm_problem, att_svm_w_problem, ntp_svm_problem, solve_max_margin
-from skntp.svm._core import KeyScores
+from skntp.svm import (
+    _problem,
+    att_svm_problem,
+    att_svm_w_problem,
+    ntp_svm_problem,
+    solve_max_margin,
+)
+from skntp.svm._problem import KeyScores
 
 LINE = re.compile(r"^(pnorm|spectral)-barrier\s+(\d+): mu (\S+) newton (\d+) gap (\S+) "
                   r"violation (\S+)$")
@@ -452,12 +458,11 @@ def test_max_variables_is_the_largest_parameter_taken(monkeypatch):
 
 
 def test_program_too_large_names_the_program_and_its_memory(monkeypatch):
-    import skntp.svm._core as core
     from skntp.svm import ProgramTooLargeError
 
     problem = _att(k=6)
     m, n = len(problem.constraints), 6
-    monkeypatch.setattr(core, "available_memory", lambda: 100.0)
+    monkeypatch.setattr(_problem, "available_memory", lambda: 100.0)
     with pytest.raises(ProgramTooLargeError) as err:
         solve_max_margin(problem, method="pnorm-barrier")
     msg = str(err.value)

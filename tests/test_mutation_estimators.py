@@ -23,7 +23,7 @@ from skntp import NTPDecoderClassifier
 from skntp.attention import AttentionSelector, JointAttentionSVM
 from skntp.datasets import make_token_priority_data
 from skntp.self_attention import NTPAttentionClassifier
-from skntp.svm import NotSeparableError, graph_svm_problem, solve_max_margin
+from skntp.svm import NotSeparableError, _problem, graph_svm_problem, solve_max_margin
 
 
 # --------------------------------------------------------------------------
@@ -711,17 +711,16 @@ def test_matrix_limits_of_one_token_inputs_are_none():
 def test_lifted_keys_too_large_for_memory(monkeypatch):
     # _prepare_matrix 31, 33 (the name and the size per lifted key): n T = 6 x 9 keys of
     # 3 k d doubles, 2 400 bytes each, 129 600 bytes against 80 % of 150 000
-    import skntp.svm._core as core
     from skntp.svm import ProgramTooLargeError
 
     X, y, v = _cross_attention()
-    monkeypatch.setattr(core, "available_memory", lambda: 150_000)
+    monkeypatch.setattr(_problem, "available_memory", lambda: 150_000)
     with pytest.raises(ProgramTooLargeError,
                        match=r"^the lifted keys vec\(z_i x_it\^T\): the program has 54 "
                              r"constraints and needs about 0\.000121 GiB"):
         AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
                           classes=[-1, 1]).fit(X, y)
-    monkeypatch.setattr(core, "available_memory", lambda: 170_000)
+    monkeypatch.setattr(_problem, "available_memory", lambda: 170_000)
     AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
                       compute_limits=False, classes=[-1, 1]).fit(X, y)
 

@@ -23,8 +23,9 @@ from test_optimizer_limits import _margin, _onehot_optimum
 from test_references_ntp import numerical_grad
 from test_references_self_attention import cyclic_instance, graphs_by_hand
 
-import skntp.svm._attention as svm_attention
-import skntp.svm._graph as svm_graph
+import skntp.svm._problem as _problem
+import skntp.svm.solvers.highs as highs
+import skntp.svm.solvers.least_distance as least_distance
 from skntp.datasets import make_token_priority_data
 from skntp.graphs import is_acyclic, strongly_connected_components, token_priority_graphs
 from skntp.svm import (
@@ -177,10 +178,10 @@ def test_graph_ldp_declines_problems_above_its_size_limit(monkeypatch):
     problem = graph_svm_problem(E, graphs)
     size = len(problem.constraints) * E.shape[1] ** 2
     be = None
-    monkeypatch.setattr(svm_graph, "_LDP_MAX_ENTRIES", size)
-    assert svm_graph._solve_graph_ldp(problem, 1e-8, 100, be, 0) is not None
-    monkeypatch.setattr(svm_graph, "_LDP_MAX_ENTRIES", size - 1)
-    assert svm_graph._solve_graph_ldp(problem, 1e-8, 100, be, 0) is None
+    monkeypatch.setattr(least_distance, "_LDP_MAX_ENTRIES", size)
+    assert least_distance.solve(problem, 1e-8, 100, be, 0) is not None
+    monkeypatch.setattr(least_distance, "_LDP_MAX_ENTRIES", size - 1)
+    assert least_distance.solve(problem, 1e-8, 100, be, 0) is None
     # the core then answers with another method, the same W^mm
     ref = _graph_svm_by_hand(E, graphs_by_hand(list(X), y))
     W, res = graph_svm(E, graphs, return_result=True)
@@ -193,16 +194,16 @@ def test_graph_ldp_declines_a_solution_that_fails_its_feasibility_check(monkeypa
     # (more than the check's 1e-7) or by 1/2 is declined, not returned.
     X, y, E, graphs = _cyclic_instance(1)
     problem = graph_svm_problem(E, graphs)
-    exact = svm_attention.solve_ldp
+    exact = least_distance.solve_ldp
     for shrink in (1.5e-7, 0.5):
         def short(G, h, shrink=shrink):
             z, lam = exact(G, h)
             return z * (1.0 - shrink), lam
 
-        monkeypatch.setattr(svm_attention, "solve_ldp", short)
-        assert svm_graph._solve_graph_ldp(problem, 1e-8, 100, None, 0) is None
-    monkeypatch.setattr(svm_attention, "solve_ldp", exact)
-    assert svm_graph._solve_graph_ldp(problem, 1e-8, 100, None, 0) is not None
+        monkeypatch.setattr(least_distance, "solve_ldp", short)
+        assert least_distance.solve(problem, 1e-8, 100, None, 0) is None
+    monkeypatch.setattr(least_distance, "solve_ldp", exact)
+    assert least_distance.solve(problem, 1e-8, 100, None, 0) is not None
 
 
 def test_graph_ldp_reports_the_duality_gap_of_its_pair(monkeypatch):
@@ -211,11 +212,11 @@ def test_graph_ldp_reports_the_duality_gap_of_its_pair(monkeypatch):
     # ||W||^2 < 1 (embeddings of norm 10).
     X, y, E, graphs = _cyclic_instance(1)
     E = 10.0 * E
-    exact = svm_attention.solve_ldp
-    monkeypatch.setattr(svm_attention, "solve_ldp",
+    exact = least_distance.solve_ldp
+    monkeypatch.setattr(least_distance, "solve_ldp",
                         lambda G, h: (exact(G, h)[0], 0.5 * exact(G, h)[1]))
     # the method's own figures (solve_max_margin recomputes a scale-free certificate)
-    res = svm_graph._solve_graph_ldp(graph_svm_problem(E, graphs), 1e-8, 100, None, 0)
+    res = least_distance.solve(graph_svm_problem(E, graphs), 1e-8, 100, None, 0)
     W = res.primal
     sq = np.sum(W * W)
     assert sq < 1.0
@@ -705,10 +706,9 @@ def test_solve_ntp_svm_reports_the_reduced_solves_status_gap_and_violation(monke
 
 
 def test_a_too_large_ntp_svm_is_named_in_its_error(monkeypatch):
-    import skntp.svm._core as svm_core
     from skntp.svm import ProgramTooLargeError, ntp_svm_problem
 
-    monkeypatch.setattr(svm_core, "available_memory", lambda: 1000)
+    monkeypatch.setattr(_problem, "available_memory", lambda: 1000)
     S = np.eye(5, dtype=bool)[[0, 1, 2, 3]]
     with pytest.raises(ProgramTooLargeError, match=r"^NTP-SVM: the program has 16 constraints"):
         ntp_svm_problem(np.eye(4), S)
@@ -874,16 +874,14 @@ def test_relaxed_att_svm_takes_a_support_of_zeros_and_ones():
 
 def _spy_on_linprog(monkeypatch):
     """The ``method`` of every ``scipy.optimize.linprog`` call, in order."""
-    import scipy.optimize
-
     methods = []
-    real = scipy.optimize.linprog
+    real = highs.linprog
 
     def spy(*args, **kwargs):
         methods.append(kwargs.get("method"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(scipy.optimize, "linprog", spy)
+    monkeypatch.setattr(highs, "linprog", spy)
     return methods
 
 
@@ -988,13 +986,12 @@ def test_highs_general_formulations_against_cvxpy(norm, monkeypatch):
     # the LPs over (w, t), -t <= w_i <= t (max: HiGHS's formulation when the fast one gives
     # nothing) and over w = u - v (l1), on an NTP-SVM with equality rows (two-token
     # supports); the reported violation recomputed from the problem's rows
-    import skntp.svm._core as core
     from skntp.svm import ntp_svm_problem, solve_max_margin
 
     H, S = _one_token_supports(5, 8, 10, 5, 5)
     S[0, (S[0].argmax() + 1) % 5] = S[3, (S[3].argmax() + 2) % 5] = True
     if norm == "max":
-        monkeypatch.setattr(core, "_solve_highs_max_homogeneous", lambda *args: None)
+        monkeypatch.setattr(highs, "_solve_max_homogeneous", lambda *args: None)
     problem = ntp_svm_problem(H, S, norm=norm)
     eq = problem.constraints.equality
     assert eq.sum() == 2
@@ -1017,7 +1014,6 @@ def test_highs_answers_are_certified_by_their_gap(monkeypatch):
     # floor of float64 (1000 ulps) is met at that floor ...
     from sklearn.exceptions import ConvergenceWarning
 
-    import skntp.svm._core as core
     from skntp.svm import ntp_svm_problem, solve_max_margin
 
     H, S = _one_token_supports(3, 8, 10, 5, 5)
@@ -1027,8 +1023,8 @@ def test_highs_answers_are_certified_by_their_gap(monkeypatch):
         res = solve_max_margin(problem, method="highs", tol=1e-18)
     assert res.status == "optimal" and abs(res.gap) <= 1e3 * np.finfo(float).eps
     # ... and an answer 1 % above the optimum is feasible but not certified
-    exact = core._solve_highs_max_homogeneous
-    monkeypatch.setattr(core, "_solve_highs_max_homogeneous",
+    exact = highs._solve_max_homogeneous
+    monkeypatch.setattr(highs, "_solve_max_homogeneous",
                         lambda *a: (1.01 * exact(*a)[0],) + exact(*a)[1:])
     with pytest.warns(ConvergenceWarning, match=r"\('highs': optimal_inaccurate\)") as rec:
         res = solve_max_margin(problem, method="highs")
@@ -1042,8 +1038,7 @@ def test_bilinear_pair_values_and_sparse_adjoint_against_the_score_table(scaled,
     # S[b, t] = s_t e_t^T W Q[b] (the decoder's scores, with the output scales of the
     # exchangeable-token reduction): pair values S[b, pos] - has_ref S[b, ref] and the
     # adjoint of a sparse table, against the dense table, in one, two and three chunks
-    import skntp.svm._core as core
-    from skntp.svm._core import BilinearScores
+    from skntp.svm._problem import BilinearScores
 
     rng = np.random.default_rng(0)
     B, T, q = 4, 5, 3
@@ -1056,7 +1051,7 @@ def test_bilinear_pair_values_and_sparse_adjoint_against_the_score_table(scaled,
     want = S[block, pos] - has_ref * S[block, ref]
     for chunk in (None, 3 * q, 2 * q):  # 6 pairs: one chunk, two, three
         if chunk is not None:
-            monkeypatch.setattr(core, "CHUNK_ELEMENTS", chunk)
+            monkeypatch.setattr(_problem, "CHUNK_ELEMENTS", chunk)
         np.testing.assert_allclose(scores.pair_values(np, W, block, pos, ref, has_ref), want,
                                    rtol=1e-13)
     one = scores.pair_values(np, W, block[:1], pos[:1], ref[:1], has_ref[:1])
@@ -1102,7 +1097,7 @@ def test_cvxpy_reference_path_reports_its_violation_gap_and_matrix_order():
 
 def test_norm_value_dual_norm_and_check_norm_against_their_definitions():
     from skntp.svm import check_norm, dual_norm
-    from skntp.svm._core import norm_value
+    from skntp.svm._norms import norm_value
 
     W = np.random.default_rng(0).standard_normal((3, 4))
     want = {"fro": np.linalg.norm(W), "nuclear": np.linalg.norm(W, "nuc"),
@@ -1153,7 +1148,7 @@ def test_min_norm_solution_of_one_equation_in_closed_form(scale):
 
 def test_bilinear_scores_keep_their_output_scales_on_another_backend():
     from skntp._backend import get_backend
-    from skntp.svm._core import BilinearScores
+    from skntp.svm._problem import BilinearScores
 
     rng = np.random.default_rng(1)
     Q, W, s = rng.standard_normal((3, 2)), rng.standard_normal((4, 2)), np.arange(1.0, 5.0)
@@ -1171,7 +1166,7 @@ def test_bilinear_scores_keep_their_output_scales_on_another_backend():
 # ------------------------------------------ run 8: the rest of the max-margin core (_core.py)
 @pytest.mark.parametrize("argument", ["queries", "outputs", "output_scale"])
 def test_bilinear_scores_name_the_array_that_is_not_finite(argument):
-    from skntp.svm._core import BilinearScores
+    from skntp.svm._problem import BilinearScores
 
     arrays = {"queries": np.ones((2, 3)), "outputs": np.ones((4, 3))}
     if argument == "output_scale":
@@ -1185,7 +1180,7 @@ def test_bilinear_scores_name_the_array_that_is_not_finite(argument):
 
 
 def test_bilinear_scores_magnitude_at_zero_one_and_the_end_of_float64():
-    from skntp.svm._core import BilinearScores
+    from skntp.svm._problem import BilinearScores
 
     big = np.finfo(np.float64).max
     # an all-zero factor is an empty map; a factor of exactly 1 changes nothing
@@ -1219,18 +1214,16 @@ def test_min_norm_relative_residual_of_an_inconsistent_system_in_closed_form():
 
 
 def test_min_norm_passes_its_iteration_limit_and_tolerance_to_lsqr(monkeypatch):
-    import scipy.sparse.linalg as spla
-
-    from skntp.svm import solve_min_norm
+    from skntp.svm import _solve, solve_min_norm
 
     calls = []
-    lsqr = spla.lsqr
+    lsqr = _solve.lsqr
 
     def spy(A, b, **kw):
         calls.append(kw)
         return lsqr(A, b, **kw)
 
-    monkeypatch.setattr(spla, "lsqr", spy)
+    monkeypatch.setattr(_solve, "lsqr", spy)
     rng = np.random.default_rng(3)
     keys, rhs = rng.standard_normal((4, 6)), rng.standard_normal(4)
     for scale in (1.0, 1e-9):  # 1e-9: solved at unit scale, then scaled back
@@ -1243,7 +1236,7 @@ def test_min_norm_passes_its_iteration_limit_and_tolerance_to_lsqr(monkeypatch):
 
 
 def test_bilinear_scores_take_output_scales_as_a_column():
-    from skntp.svm._core import BilinearScores
+    from skntp.svm._problem import BilinearScores
 
     rng = np.random.default_rng(2)
     Q, W, s = rng.standard_normal((3, 2)), rng.standard_normal((4, 2)), np.arange(1.0, 5.0)
@@ -1253,7 +1246,7 @@ def test_bilinear_scores_take_output_scales_as_a_column():
 
 
 def test_score_maps_count_the_multiply_adds_of_one_forward_product():
-    from skntp.svm._core import BilinearScores, KeyScores, QueryKeyScores
+    from skntp.svm._problem import BilinearScores, KeyScores, QueryKeyScores
 
     B, T, p, q = 2, 3, 5, 7
     # S = Q W^T (q p multiply-adds per entry of the B x p product), then E: B T p more
@@ -1275,7 +1268,7 @@ def _random_constraints(rng, B, T, n, equality_frac=0.3):
 
 
 def _score_maps(rng, B, T):
-    from skntp.svm._core import BilinearScores, KeyScores, QueryKeyScores
+    from skntp.svm._problem import BilinearScores, KeyScores, QueryKeyScores
 
     return {
         "keys": KeyScores(rng.standard_normal((B, T, 3))),
@@ -1295,7 +1288,8 @@ def test_constraint_rows_operators_and_class_against_the_definitions(kind, n_row
 
     from skntp._backend import get_backend, to_numpy
     from skntp.svm import MaxMarginProblem
-    from skntp.svm._core import constraint_operator, program_class
+    from skntp.svm._problem import constraint_operator
+    from skntp.svm._solve import program_class
 
     if backend == "torch":
         pytest.importorskip("torch")
@@ -1356,7 +1350,7 @@ def test_constraints_validate_concatenate_and_count():
 
 def test_score_maps_refuse_bad_arrays_and_measure_their_magnitude():
     from skntp.svm import Constraints, MaxMarginProblem
-    from skntp.svm._core import KeyScores, QueryKeyScores
+    from skntp.svm._problem import KeyScores, QueryKeyScores
 
     with pytest.raises(ValueError, match=r"^keys must be 3-D .* got shape \(2, 3\)"):
         KeyScores(np.ones((2, 3)))
@@ -1401,7 +1395,7 @@ def test_score_maps_refuse_bad_arrays_and_measure_their_magnitude():
 
 
 def test_norm_kinds_and_labels():
-    from skntp.svm._core import norm_kind, norm_label
+    from skntp.svm._norms import norm_kind, norm_label
 
     assert [norm_kind(n) for n in ("fro", "max", ("lp", 1.5))] == ["fro", "max", "lp"]
     assert [norm_label(n) for n in ("fro", "nuclear", ("lp", 1.5), ("lp", 3.0))] == [
@@ -1410,7 +1404,7 @@ def test_norm_kinds_and_labels():
 
 def _fake_methods(monkeypatch, results, **attrs):
     """Register methods ``m0, m1, ...`` returning ``results`` in order; return the calls."""
-    from skntp.svm import _core
+    from skntp.svm import _problem, solvers
 
     calls = []
     names = []
@@ -1419,14 +1413,13 @@ def _fake_methods(monkeypatch, results, **attrs):
 
         def method(problem, tol, max_iter, be, verbose, callback, name=name, result=result):
             calls.append((name, tol, max_iter, be.name, verbose, be.dtype))
-            return None if result is None else _core.MaxMarginResult(**result)
+            return None if result is None else _problem.MaxMarginResult(**result)
 
         for key, value in attrs.get(name, {}).items():
             setattr(method, key, value)
-        monkeypatch.setitem(_core._METHODS, name, method)
-        monkeypatch.setitem(_core._METHOD_NORMS, name, ("fro",))
+        monkeypatch.setitem(solvers.METHODS, name, solvers.Method(method))
         names.append(name)
-    monkeypatch.setitem(_core.AUTO_ORDER, "keys", tuple(names))
+    monkeypatch.setitem(solvers.AUTO_ORDER, "keys", tuple(names))
     return calls
 
 
@@ -1505,15 +1498,14 @@ def test_auto_returns_the_least_uncertain_answer_when_none_is_certified(monkeypa
 
 
 def test_methods_own_convergence_warnings_give_way_to_the_certificate(monkeypatch):
-    from skntp.svm import _core, solve_max_margin
+    from skntp.svm import _problem, solve_max_margin, solvers
 
     def noisy(problem, tol, max_iter, be, verbose, callback):
         warnings.warn("inner convergence warning", ConvergenceWarning, stacklevel=2)
         warnings.warn("inner user warning", UserWarning, stacklevel=2)
-        return _core.MaxMarginResult(**_answer(1.0))
+        return _problem.MaxMarginResult(**_answer(1.0))
 
-    monkeypatch.setitem(_core._METHODS, "noisy", noisy)
-    monkeypatch.setitem(_core._METHOD_NORMS, "noisy", ("fro",))
+    monkeypatch.setitem(solvers.METHODS, "noisy", solvers.Method(noisy))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert solve_max_margin(_one_row(), method="noisy").status == "optimal"
@@ -1522,16 +1514,16 @@ def test_methods_own_convergence_warnings_give_way_to_the_certificate(monkeypatc
 
 @pytest.mark.parametrize("own, pool", [(False, "size"), (1, 0), (None, np.inf)])
 def test_methods_run_under_the_blas_threads_they_ask_for(own, pool, monkeypatch):
-    from skntp.svm import _core, solve_max_margin
+    from skntp.svm import _solve, solve_max_margin
 
     sizes = []
-    real = _core.blas_threads
+    real = _solve.blas_threads
 
     def spy(size, be=None):
         sizes.append((size, be.name))
         return real(size, be)
 
-    monkeypatch.setattr(_core, "blas_threads", spy)
+    monkeypatch.setattr(_solve, "blas_threads", spy)
     attrs = {} if own is False else {"blas_threads": own}
     _fake_methods(monkeypatch, [_answer(0.0)], m0=attrs)
     problem = _one_row()
@@ -1581,7 +1573,8 @@ def test_solve_max_margin_validates_the_array_layer_and_upcasts_float32(monkeypa
 
 
 def test_unit_scale_at_the_ends_of_the_well_scaled_range():
-    from skntp.svm._core import BilinearScores, KeyScores, _unit_scale
+    from skntp.svm._problem import BilinearScores, KeyScores
+    from skntp.svm._solve import _unit_scale
 
     def keys(mag):
         return KeyScores(np.array([[[mag, -0.5 * mag]]]))
@@ -1606,7 +1599,7 @@ def test_available_memory_reads_memavailable_and_falls_back(monkeypatch):
     import io
     import os
 
-    from skntp.svm import _core
+    from skntp.svm import _problem
 
     real_open = builtins.open
     meminfo = "MemTotal:       8000 kB\nMemFree:        1000 kB\nMemAvailable:   2048 kB\n"
@@ -1617,7 +1610,7 @@ def test_available_memory_reads_memavailable_and_falls_back(monkeypatch):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", fake_open)
-    assert _core.available_memory() == 2048 * 1024
+    assert _problem.available_memory() == 2048 * 1024
     meminfo = "MemTotal:       8000 kB\n"  # no MemAvailable line: the physical memory
 
     def no_meminfo(path, *args, **kwargs):
@@ -1627,31 +1620,31 @@ def test_available_memory_reads_memavailable_and_falls_back(monkeypatch):
 
     for opener in (fake_open, no_meminfo):
         monkeypatch.setattr(builtins, "open", opener)
-        assert _core.available_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+        assert _problem.available_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf(
             "SC_PHYS_PAGES")
 
     def no_sysconf(name):
         raise ValueError(name)
 
     monkeypatch.setattr(os, "sysconf", no_sysconf)
-    assert _core.available_memory() == 1 << 62
+    assert _problem.available_memory() == 1 << 62
 
 
 def test_check_program_size_at_four_fifths_of_the_memory(monkeypatch):
-    from skntp.svm import ProgramTooLargeError, _core
+    from skntp.svm import ProgramTooLargeError, _problem
 
-    monkeypatch.setattr(_core, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(_problem, "available_memory", lambda: 2**30)
     per = 0.8 * 2**30 / 1000
-    _core.check_program_size("toy", 1000, "Use less.", bytes_per_constraint=per)  # fits
+    _problem.check_program_size("toy", 1000, "Use less.", bytes_per_constraint=per)  # fits
     with pytest.raises(ProgramTooLargeError,
                        match=r"^toy: the program has 1e\+03 constraints and needs about 0\.801 "
                              r"GiB of memory to build and solve; 1 GiB are available\. Use "
                              r"less\.$"):
-        _core.check_program_size("toy", 1001, "Use less.", bytes_per_constraint=per)
-    n = int(0.8 * 2**30 // _core.BYTES_PER_CONSTRAINT)  # the default per-constraint cost
-    _core.check_program_size("toy", n, "Use less.")
+        _problem.check_program_size("toy", 1001, "Use less.", bytes_per_constraint=per)
+    n = int(0.8 * 2**30 // _problem.BYTES_PER_CONSTRAINT)  # the default per-constraint cost
+    _problem.check_program_size("toy", n, "Use less.")
     with pytest.raises(ProgramTooLargeError):
-        _core.check_program_size("toy", n + 1, "Use less.")
+        _problem.check_program_size("toy", n + 1, "Use less.")
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
@@ -1659,7 +1652,7 @@ def test_operators_of_one_position_and_rows_against_zero(backend):
     # one position per block (T = 1): a row without a reference must not gather another
     from skntp._backend import get_backend, to_numpy
     from skntp.svm import Constraints, MaxMarginProblem
-    from skntp.svm._core import BilinearScores, KeyScores
+    from skntp.svm._problem import BilinearScores, KeyScores
 
     if backend == "torch":
         pytest.importorskip("torch")
@@ -1687,7 +1680,8 @@ def test_operators_of_one_position_and_rows_against_zero(backend):
 
 def test_norm_gap_by_hand_and_at_zero():
     from skntp.svm import Constraints, MaxMarginProblem
-    from skntp.svm._core import KeyScores, norm_gap
+    from skntp.svm._norms import norm_gap
+    from skntp.svm._problem import KeyScores
 
     rng = np.random.default_rng(6)
     K = rng.standard_normal((4, 3, 5))
@@ -1713,18 +1707,18 @@ def test_norm_gap_by_hand_and_at_zero():
 
 
 def test_solve_max_margin_keeps_the_requested_device_and_names_the_program(monkeypatch):
-    from skntp.svm import Constraints, MaxMarginProblem, _core, solve_max_margin
-    from skntp.svm._core import BilinearScores, KeyScores
+    from skntp.svm import Constraints, MaxMarginProblem, _solve, solve_max_margin
+    from skntp.svm._problem import BilinearScores, KeyScores
 
     pytest.importorskip("torch")
     requests = []
-    real = _core.get_backend
+    real = _solve.get_backend
 
     def spy(backend="numpy", device=None, dtype="float64"):
         requests.append((backend, device, dtype))
         return real(backend, device, dtype)
 
-    monkeypatch.setattr(_core, "get_backend", spy)
+    monkeypatch.setattr(_solve, "get_backend", spy)
     calls = _fake_methods(monkeypatch, [_answer(0.5), _answer(0.0)])
     small = MaxMarginProblem(KeyScores(1e-7 * np.array([[[1.0, 0.0], [0.0, 1.0]]])),
                              Constraints([0], [0], [1], [1.0], [False]))
@@ -1749,7 +1743,7 @@ def test_solve_max_margin_keeps_the_requested_device_and_names_the_program(monke
 
 
 def test_solver_options_accepted_and_refused():
-    from skntp.svm._core import _check_solver_options
+    from skntp.svm._solve import _check_solver_options
 
     for tol in (0, 0.0, np.float32(1e-3), np.int64(0), 1e-8):
         _check_solver_options(tol, 1)

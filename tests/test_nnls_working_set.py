@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 from test_fast_solver import rel_err, rows_by_definition, tight_cvxpy
 
+import skntp.svm.solvers.least_distance as least_distance
+import skntp.svm.solvers.nnls_working_set as nnls_working_set
 from skntp.svm import (
     Constraints,
     KeyScores,
     MaxMarginProblem,
     NotSeparableError,
-    _attention,
     solve_max_margin,
 )
 
@@ -80,7 +81,7 @@ def _build(case, seed):
 @pytest.mark.parametrize("k", range(len(CASES)))
 def test_nnls_matches_cvxpy_and_kkt(k, initial, monkeypatch):
     if initial is not None:  # a tiny first working set: many rounds
-        monkeypatch.setattr(_attention, "_WS_INITIAL", initial)
+        monkeypatch.setattr(nnls_working_set, "_WS_INITIAL", initial)
     problem = _build(CASES[k], 100 + k)
     res = solve_max_margin(problem, method="nnls")
     if initial is not None and len(problem.constraints) > 100:
@@ -108,12 +109,12 @@ def test_nnls_matches_cvxpy_and_kkt(k, initial, monkeypatch):
 
 def test_several_rounds_happen():
     problem = _att(np.random.default_rng(0), 200, 10, 60)
-    assert len(problem.constraints) > _attention._WS_INITIAL
+    assert len(problem.constraints) > nnls_working_set._WS_INITIAL
     res = solve_max_margin(problem, method="nnls")
     assert res.n_iter >= 2
     assert res.max_violation <= 1e-9
     # outside the last working set the multipliers are exactly zero
-    assert np.count_nonzero(res.dual) <= 2 * (problem.shape[0] + 1) + _attention._WS_INITIAL
+    assert np.count_nonzero(res.dual) <= 2 * (problem.shape[0] + 1) + nnls_working_set._WS_INITIAL
 
 
 def test_auto_uses_dual_active_set_then_nnls():
@@ -146,7 +147,7 @@ def test_infeasible_raises(n):
 def test_dense_rows_match_constraint_matrix(kind):
     problem = _build({"att": ("att", 30, 5, 4), "head": ("head", 40, 3),
                       "mixed": ("mixed", 30, 5, 4)}[kind], 7)
-    rows = _attention._KeyRows(problem)
+    rows = least_distance.KeyRows(problem)
     A = problem.constraint_matrix().toarray()
     np.testing.assert_array_equal(A, rows_by_definition(problem))
     np.testing.assert_array_equal(rows.rows(), A)
@@ -188,9 +189,9 @@ def test_working_set_when_the_rows_sum_to_zero():
     rhs = np.r_[0.5 * np.ones(200), -4.0 * np.ones(200)]
     problem = MaxMarginProblem(KeyScores(keys), Constraints(
         np.arange(n), np.zeros(n), -np.ones(n), rhs, np.zeros(n, bool)), name="band")
-    rows = _attention._KeyRows(problem)
+    rows = least_distance.KeyRows(problem)
     np.testing.assert_array_equal(rows.row_sum(), 0.0)
-    first = _attention._initial_working_set(rows, rhs, 50)
+    first = nnls_working_set._initial_working_set(rows, rhs, 50)
     assert set(first.tolist()) <= set(range(200))  # the largest rhs: the >= 1 rows
     res = solve_max_margin(problem, method="nnls")
     ref = solve_max_margin(problem, method="cvxpy")

@@ -196,6 +196,6 @@ def test_program_too_large_is_refused(monkeypatch):
     from skntp.svm import ProgramTooLargeError
 
     X, Z, sel = _instance(0)
-    monkeypatch.setattr("skntp.svm._core.available_memory", lambda: 1000)
+    monkeypatch.setattr("skntp.svm._problem.available_memory", lambda: 1000)
     with pytest.raises(ProgramTooLargeError, match="m x m matrices"):
         att_svm_w(X, Z, sel, norm="nuclear", method="nuclear-ipm")

@@ -10,19 +10,19 @@ import scipy.sparse as sp
 from threadpoolctl import threadpool_info
 
 import skntp._backend as backend_module
-import skntp.svm._core as core
 from skntp import NTPDecoderClassifier
 from skntp._backend import blas_threads, get_backend
 from skntp.metrics import SubspaceProjector
 from skntp.svm import (
     ProgramTooLargeError,
+    _problem,
     exchangeable_tokens,
     finite_component,
     log_odds_problem,
     ntp_svm,
     solve_ntp_svm,
 )
-from skntp.svm._core import constraint_operator
+from skntp.svm._problem import constraint_operator
 
 
 def sparse_probs(rng, m, V, k=3):
@@ -162,7 +162,7 @@ def test_limits_leave_the_gradient_fit_bit_identical():
 
 
 def test_too_large_program_is_refused_with_its_size(monkeypatch):
-    monkeypatch.setattr(core, "available_memory", lambda: 10_000_000)
+    monkeypatch.setattr(_problem, "available_memory", lambda: 10_000_000)
     rng = np.random.default_rng(7)
     H = rng.standard_normal((300, 8))
     S = np.eye(200, dtype=bool)[rng.integers(0, 200, 300)]

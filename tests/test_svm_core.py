@@ -1,4 +1,4 @@
-"""The max-margin core (``skntp.svm._core``) against closed forms and dense algebra.
+"""The max-margin core (``skntp.svm._problem``, ``_solve``) against closed forms and dense algebra.
 
 * Score maps: ``forward`` is the dense map, ``adjoint`` its transpose and
   ``matrix`` its sparse matrix, checked entry by entry on small random shapes.
@@ -25,12 +25,13 @@ from skntp.svm import (
     MaxMarginResult,
     NotSeparableError,
     QueryKeyScores,
-    _core,
+    _solve,
     ntp_svm_problem,
     solve_max_margin,
     solve_min_norm,
+    solvers,
 )
-from skntp.svm._core import constraint_violation, register_method
+from skntp.svm._problem import constraint_violation
 
 EXACT_METHODS = ["cvxpy", "auto"]
 
@@ -114,7 +115,7 @@ def test_constraint_matrix_operators_and_violation_match_dense_rows():
                           [False, False, True, False, True])
     rows = dense_constraints(problem)
     np.testing.assert_allclose(problem.constraint_matrix().toarray(), rows, rtol=1e-13)
-    values, dual_to_primal = problem.operators(_core.get_backend())
+    values, dual_to_primal = problem.operators(_solve.get_backend())
     w = rng.standard_normal(5)
     lam = rng.standard_normal(5)
     np.testing.assert_allclose(values(w), rows @ w, rtol=1e-12)
@@ -282,10 +283,15 @@ def test_infeasible_programs_name_themselves():
 def methods(monkeypatch):
     """A private registry: the real cvxpy method plus the test's own, tried by "auto"
     for key-score programs in the order the test sets."""
-    registry = {"cvxpy": _core._METHODS["cvxpy"]}
-    monkeypatch.setattr(_core, "_METHODS", registry)
-    monkeypatch.setattr(_core, "AUTO_ORDER", dict(_core.AUTO_ORDER))
+    registry = {"cvxpy": solvers.METHODS["cvxpy"]}
+    monkeypatch.setattr(_solve, "METHODS", registry)
+    monkeypatch.setattr(_solve, "AUTO_ORDER", dict(solvers.AUTO_ORDER))
     return registry
+
+
+def register_method(name, func):
+    """Add a method to the private registry of the ``methods`` fixture."""
+    _solve.METHODS[name] = solvers.Method(func)
 
 
 def _answer(problem, primal, dual, name):
@@ -310,7 +316,7 @@ def test_auto_tries_methods_in_order_and_skips_decliners(methods):
     register_method("decline", decline)
     register_method("answer", answer)
     register_method("never", lambda *a: pytest.fail("a method out of the auto order"))
-    _core.AUTO_ORDER["keys"] = ("decline", "answer", "cvxpy")
+    _solve.AUTO_ORDER["keys"] = ("decline", "answer", "cvxpy")
     calls = []
     res = solve_max_margin(problem, tol=1e-6, max_iter=11, dtype="float32",
                            callback=lambda *a: calls.append(a))
@@ -327,7 +333,7 @@ def test_auto_moves_on_from_an_uncertified_result(methods):
     # an answer whose recomputed certificate fails has not decided: the next method
     # (cvxpy, last) decides; a certified one stands
     problem = key_problem([[[2.0, 0.0]]], [0], [0], [-1], [1.0], [False])
-    _core.AUTO_ORDER["keys"] = ("rough", "cvxpy")
+    _solve.AUTO_ORDER["keys"] = ("rough", "cvxpy")
     register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], [0.25], "rough"))
     assert solve_max_margin(problem).method == "cvxpy"
     register_method("rough", lambda p, *a: _answer(p, [0.5, 0.0], [0.25], "rough"))
@@ -335,7 +341,7 @@ def test_auto_moves_on_from_an_uncertified_result(methods):
     assert res.method == "rough" and res.status == "optimal"
     np.testing.assert_array_equal(res.primal, [0.5, 0.0])
     # the last candidate's answer is returned, with what it is, whatever it claimed
-    methods.pop("cvxpy")
+    _solve.AUTO_ORDER["keys"] = ("rough",)
     register_method("rough", lambda p, *a: _answer(p, [0.0, 0.0], [0.25], "rough"))
     with pytest.warns(ConvergenceWarning, match="no answer could be certified"):
         res = solve_max_margin(problem)
@@ -368,14 +374,15 @@ def test_cvxpy_reports_gap_and_violation_of_its_answer():
     assert np.all(lam >= -1e-9) and np.allclose(A.T @ lam, w, atol=1e-6)
 
 
-def test_auto_order_covers_every_class_and_ends_with_the_reference():
-    from skntp.svm._core import AUTO_ORDER, program_class
-    from skntp.svm._fast import GatheredScores
+def test_auto_order_covers_every_class_and_tries_the_reference():
+    from skntp.svm._solve import program_class
+    from skntp.svm.solvers import AUTO_ORDER
+    from skntp.svm.solvers.accelerated_dual import GatheredScores
 
     assert set(AUTO_ORDER) == {"decoder", "keys", "bilinear", "nuclear", "lp", "spectral",
                                "lp-norm"}
     for names in AUTO_ORDER.values():
-        assert names[-1] == "cvxpy" and set(names) <= set(_core._METHODS)
+        assert "cvxpy" in names and set(names) <= set(solvers.METHODS)
     H = np.eye(3, 4)
     ntp = ntp_svm_problem(H, np.eye(3, 5, dtype=bool))
     assert program_class(ntp) == "decoder"
@@ -394,7 +401,7 @@ def test_auto_order_covers_every_class_and_ends_with_the_reference():
     for cls, names in AUTO_ORDER.items():
         norm = {"nuclear": "nuclear", "lp": "max", "spectral": "spectral",
                 "lp-norm": "lp"}.get(cls, "fro")
-        assert all(norm in _core._METHOD_NORMS[name] for name in names)
+        assert all(norm in solvers.METHODS[name].norms for name in names)
     assert program_class(MaxMarginProblem(graph.scores, ntp.constraints,
                                           norm="spectral")) == "spectral"
     assert program_class(MaxMarginProblem(graph.scores, ntp.constraints,

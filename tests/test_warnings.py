@@ -10,7 +10,7 @@ from sklearn.model_selection import GridSearchCV
 
 from skntp import NTPDecoderClassifier
 from skntp.datasets import make_ntp_data
-from skntp.svm import Constraints, KeyScores, MaxMarginProblem, _core, solve_max_margin
+from skntp.svm import Constraints, KeyScores, MaxMarginProblem, _problem, solve_max_margin, solvers
 
 
 def _caught(func):
@@ -34,11 +34,10 @@ def test_a_fit_warns_at_the_users_line():
 
 def test_the_certificate_warns_at_the_users_line(monkeypatch):
     def rough(problem, *args):  # 10 % above the optimum: feasible, not certified
-        return _core.MaxMarginResult(primal=np.array([0.55, -0.55]), dual=np.array([0.5]),
+        return _problem.MaxMarginResult(primal=np.array([0.55, -0.55]), dual=np.array([0.5]),
                                      method="rough", status="optimal")
 
-    monkeypatch.setitem(_core._METHODS, "rough", rough)
-    monkeypatch.setitem(_core._METHOD_NORMS, "rough", ("fro",))
+    monkeypatch.setitem(solvers.METHODS, "rough", solvers.Method(rough))
     problem = MaxMarginProblem(KeyScores(np.array([[[1.0, 0.0], [0.0, 1.0]]])),
                                Constraints([0], [0], [1], [1.0], [False]))
     (w,) = _caught(lambda: solve_max_margin(problem, method="rough"))

@@ -54,7 +54,7 @@ import math
 
 import numpy as np
 
-from .._backend import log_softmax, logsumexp, softmax
+from .._backend import lifted_keys, log_softmax, logsumexp, softmax
 
 __all__ = [
     "ACTIVATIONS",
@@ -542,18 +542,6 @@ class QueryProblem:
         if self.u is None:
             return (self.be.asarray(direction),)
         return (self.be.asarray(np.outer(self.u, direction) / self.norm_u),)
-
-
-def lifted_keys(xp, X, Z):
-    """The keys ``vec(z_i x_it^T)`` of shape ``(n, T, k d)``: ``<vec(W), key> = z_i^T W x_it``.
-
-    With them the model with one query per input, ``f(X_i) = v^T X_i^T
-    S(X_i W^T z_i)`` ("Transformers as Support Vector Machines", eq. (1) with
-    ``W`` transposed), is the model of Sec. 2 with the query ``p = vec(W)``:
-    one risk, one gradient and one ATT-SVM (on these keys) serve both.
-    """
-    n, T, d = X.shape
-    return xp.reshape(Z[:, None, :, None] * X[:, :, None, :], (n, T, Z.shape[1] * d))
 
 
 class KeyQueryProblem:

@@ -1,10 +1,13 @@
 """Explicit max-margin programs on plain arrays.
 
-All programs go through one core, :func:`solve_max_margin`, which solves
-``min 1/2 ||w||^2`` under linear score-difference constraints.
+Two layers.  The programs: each model builds a :class:`MaxMarginProblem`
+(``_ntp``, ``_attention``, ``_joint``, ``_graph``: score maps and constraints,
+no solver), in a norm of ``_norms``.  The solvers: :func:`solve_max_margin`
+(``_solve``) hands a problem to a method of :mod:`skntp.svm.solvers` (one
+module per algorithm, an explicit ordered registry) and certifies the answer
+itself (``_certificate``).
 """
 
-from . import _barrier, _dcd, _fast, _lpipm, _nuclear  # noqa: F401  (register their methods)
 from ._attention import (
     att_svm,
     att_svm_prime,
@@ -15,20 +18,7 @@ from ._attention import (
     min_score_gap,
     svm_neighbors,
 )
-from ._core import (
-    BilinearScores,
-    Constraints,
-    KeyScores,
-    MaxMarginProblem,
-    MaxMarginResult,
-    NotSeparableError,
-    ProgramTooLargeError,
-    QueryKeyScores,
-    check_norm,
-    dual_norm,
-    solve_max_margin,
-    solve_min_norm,
-)
+from ._graph import cyclic_correction, graph_svm, graph_svm_problem
 from ._joint import (
     JointSVMResult,
     head_svm,
@@ -38,6 +28,7 @@ from ._joint import (
     relaxed_att_svm_problem,
     support_vectors,
 )
+from ._norms import NORMS, check_norm, dual_norm, norm_value
 from ._ntp import (
     exchangeable_tokens,
     finite_component,
@@ -46,6 +37,17 @@ from ._ntp import (
     ntp_svm_problem,
     solve_ntp_svm,
 )
+from ._problem import (
+    BilinearScores,
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
+    MaxMarginResult,
+    NotSeparableError,
+    ProgramTooLargeError,
+    QueryKeyScores,
+)
+from ._solve import solve_max_margin, solve_min_norm
 
 __all__ = [
     "BilinearScores",
@@ -56,8 +58,13 @@ __all__ = [
     "NotSeparableError",
     "ProgramTooLargeError",
     "QueryKeyScores",
+    "NORMS",
     "check_norm",
+    "cyclic_correction",
     "dual_norm",
+    "graph_svm",
+    "graph_svm_problem",
+    "norm_value",
     "att_svm",
     "att_svm_prime",
     "att_svm_problem",
@@ -83,18 +90,3 @@ __all__ = [
     "svm_neighbors",
 ]
 
-from ._graph import (  # noqa: E402
-    cyclic_correction,
-    graph_svm,
-    graph_svm_problem,
-)
-
-__all__ += ["cyclic_correction", "graph_svm", "graph_svm_problem"]
-
-
-def __getattr__(name):
-    # the risk is a model, not a program
-    from .._base import moved_attribute
-
-    return moved_attribute(__name__, name, {"SelfAttentionRisk": (
-        "skntp.models.self_attention", "SelfAttentionRisk")})

@@ -17,7 +17,7 @@ is decided here, from the program's own rows and nothing the method computed:
       = \\frac{r^T\\lambda}{\\|A^T\\lambda\\|_*}
 
   (``||.||_*`` the dual norm; for the Frobenius program this is the value of the
-  dual of the module docstring of :mod:`skntp.svm._core` at the best scaling of
+  dual of the module docstring of :mod:`skntp.svm._problem` at the best scaling of
   ``lam``), and the relative gap is ``(||w|| - LB) / ||w||``.  A feasible ``w``
   has a gap ``>= 0``; a *negative* gap says that ``w`` lies below a lower bound
   on the optimum, which only a point that violates the rows can;
@@ -68,7 +68,7 @@ def _absolute_scores(scores):
 
 def row_magnitudes(problem, w):
     """``sum_i |a_ki| |w_i|`` for every row ``k`` (the scale of its rounding error)."""
-    from ._core import Constraints
+    from ._problem import Constraints
 
     c = problem.constraints
     be = get_backend("numpy")
@@ -105,7 +105,7 @@ def certificate(problem, w, dual):
         sides' scale), ``gap`` (signed relative gap), ``objective`` (``||w||``)
         and ``bound`` (the dual lower bound ``LB``).
     """
-    from ._core import dual_norm, norm_value
+    from ._norms import dual_norm, norm_value
 
     c = problem.constraints
     w = np.asarray(w, dtype=float).reshape(problem.shape)

@@ -30,14 +30,8 @@ from sklearn.exceptions import ConvergenceWarning
 from .._backend import get_backend, to_numpy
 from .._warnings import user_stacklevel
 from ..models.self_attention import SelfAttentionRisk
-from ._core import (
-    BilinearScores,
-    Constraints,
-    MaxMarginProblem,
-    MaxMarginResult,
-    register_method,
-    solve_max_margin,
-)
+from ._problem import BilinearScores, Constraints, MaxMarginProblem
+from ._solve import solve_max_margin
 
 __all__ = [
     "cyclic_correction",
@@ -123,60 +117,6 @@ def graph_svm_problem(embeddings, graphs, sccs=None, *, norm="fro"):
     return problem
 
 
-_LDP_MAX_ENTRIES = 4_000_000
-
-
-def _solve_graph_ldp(problem, tol, max_iter, be, verbose, callback=None):
-    """Exact method for (Graph-SVM): eliminate the ties, then one least-distance NNLS.
-
-    The equalities of (Graph-SVM) are homogeneous, so ``W = N z`` with ``N``
-    an orthonormal basis of their null space, and the program becomes
-    ``min ||z||`` s.t. ``(A_in N) z >= 1``: a least-distance program solved
-    exactly by NNLS (:func:`skntp.svm._attention.solve_ldp`).  Declines other
-    problems, large ones, and any solution that fails the feasibility check
-    (the core then tries the next method).
-    """
-    from ._attention import solve_ldp
-    from ._core import NotSeparableError
-
-    c = problem.constraints
-    n_var = int(np.prod(problem.shape))
-    if not problem.info.get("graph_svm") or len(c) * n_var > _LDP_MAX_ENTRIES:
-        return None
-    if np.any(c.rhs[c.equality] != 0):
-        return None
-    A = problem.constraint_matrix().toarray()
-    eq, ineq = c.equality, ~c.equality
-    N = scipy.linalg.null_space(A[eq]) if eq.any() else np.eye(n_var)
-    dual = np.zeros(len(c))
-    # rows >= 1 are there: solve_max_margin answers a program of ties alone (w = 0)
-    if N.shape[1] == 0:
-        raise NotSeparableError(
-            f"{problem.name} is infeasible (the ties leave W = 0 only): "
-            f"{problem.infeasible_message}."
-        )
-    z, lam = solve_ldp(A[ineq] @ N, c.rhs[ineq])
-    if z is None:
-        raise NotSeparableError(
-            f"{problem.name} is infeasible (least-distance NNLS has zero residual): "
-            f"{problem.infeasible_message}."
-        )
-    w = N @ z
-    dual[ineq] = lam
-    if eq.any():
-        dual[eq] = np.linalg.lstsq(A[eq].T, w - A[ineq].T @ lam, rcond=None)[0]
-    vals = A @ w - c.rhs
-    viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
-    viol = float(viol.max()) if viol.size else 0.0
-    if viol > 1e-7 * max(1.0, float(np.abs(c.rhs).max())):
-        return None
-    sq = float(w @ w)
-    gap = (sq - float(c.rhs @ dual)) / sq if sq > 0 else 0.0
-    return MaxMarginResult(primal=w.reshape(problem.shape), dual=dual, method="graph-ldp",
-                           status="optimal", n_iter=0, gap=float(gap), max_violation=viol)
-
-
-register_method("graph-ldp", _solve_graph_ldp)
 
 
 def graph_svm(embeddings, graphs, sccs=None, *, method="auto", tol=None,

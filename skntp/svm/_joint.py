@@ -29,14 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._attention import att_svm_problem
-from ._core import (
-    Constraints,
-    KeyScores,
-    MaxMarginProblem,
-    NotSeparableError,
-    real_array,
-    solve_max_margin,
-)
+from ._problem import Constraints, KeyScores, MaxMarginProblem, NotSeparableError, real_array
+from ._solve import solve_max_margin
 
 __all__ = [
     "JointSVMResult",

@@ -5,16 +5,15 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ._core import (
+from ._problem import (
     BilinearScores,
     Constraints,
     MaxMarginProblem,
     MaxMarginResult,
     check_program_size,
     real_array,
-    solve_max_margin,
-    solve_min_norm,
 )
+from ._solve import solve_max_margin, solve_min_norm
 
 __all__ = ["exchangeable_tokens", "finite_component", "ntp_svm", "ntp_svm_problem",
            "log_odds_problem", "solve_ntp_svm"]
@@ -268,7 +267,7 @@ def ntp_svm(contexts, support, *, method="auto", tol=None, max_iter=100_000,
         The norm minimized under the same constraints (``"max"``: the limit of
         sign descent; ``"l1"``): a linear program, solved by HiGHS;
         ``"spectral"`` and ``("lp", p)``: the barrier methods of
-        :mod:`skntp.svm._barrier`.
+        :mod:`skntp.svm.solvers.barrier`.
     **backend :
         ``backend``, ``device``, ``dtype`` for iterative methods.
 

@@ -1,6 +1,6 @@
 r"""A fast max-margin method of our own: restarted accelerated dual ascent.
 
-The program (see :mod:`skntp.svm._core`) is
+The program (see :mod:`skntp.svm._problem`) is
 
 .. math::
 
@@ -128,17 +128,13 @@ import warnings
 
 import numpy as np
 
-from .._backend import scatter_add, to_numpy
-from .._warnings import user_stacklevel
-from ._core import (
-    Constraints,
-    MaxMarginProblem,
-    MaxMarginResult,
-    NotSeparableError,
-    register_method,
-)
+from ..._backend import get_backend, scatter_add, to_numpy
+from ..._warnings import user_stacklevel
+from .._problem import Constraints, MaxMarginProblem, MaxMarginResult, NotSeparableError
 
-__all__ = ["solve_fast"]
+__all__ = ["INFEASIBLE_MARGIN", "anchored_blocks", "anchored_structure",
+           "fista", "infeasible_error", "solve", "solve_fast"]
+
 
 #: Normalized-margin threshold below which a problem is declared infeasible.
 INFEASIBLE_MARGIN = 1e-9
@@ -572,7 +568,7 @@ def _cg_on_face(space, x0, mask, xp, max_iter, L):
     return scatter(z), None, k
 
 
-def _infeasible(problem, it):
+def infeasible_error(problem, it):
     return NotSeparableError(
         f"{problem.name} is infeasible: {problem.infeasible_message}. "
         f"(The dual certifies a normalized margin below {INFEASIBLE_MARGIN:g}; "
@@ -590,7 +586,7 @@ def _raise_if_ray(problem, space, check, xp, x, ray, a_scale, it):
         xs = space.project(x + (s * nx / nr) * ray)
         _, _, _, bound = check(xs, space.adjoint(xs))
         if bound * a_scale > 1.0 / INFEASIBLE_MARGIN:
-            raise _infeasible(problem, it)
+            raise infeasible_error(problem, it)
 
 
 #: CG iterations per polish cycle
@@ -651,7 +647,7 @@ def _polish(problem, space, check, xp, x, w, dval, L, a_scale, it, cycles=10):
     return x, w, dval, lam, gap, viol, check.last_ok, n_cg
 
 
-def _fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None, L=None,
+def fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None, L=None,
            callback=None, it0=0):
     """Restarted FISTA with face polishing on one problem (see the module docstring).
 
@@ -693,7 +689,7 @@ def _fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None
                 status = "optimal"
                 break
             if bound * a_scale > 1.0 / INFEASIBLE_MARGIN:
-                raise _infeasible(problem, it)
+                raise infeasible_error(problem, it)
             if it >= max_iter:
                 break
             # polish while its CG iterations are at most 3x the FISTA iterations
@@ -882,7 +878,7 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
         sub, index = _restrict(problem, keep)
         st_sub = anchored_structure(sub)
         x0 = None if x_full is None else _table_from_full(be, x_full, sub.scores)
-        res, x, L = _fista(sub, st_sub, be, inner_tol, max(max_iter - total, 1), verbose,
+        res, x, L = fista(sub, st_sub, be, inner_tol, max(max_iter - total, 1), verbose,
                            check_every, polish, x0=x0, L=L, callback=callback, it0=total)
         total += res.n_iter
         w = xp.reshape(res.primal, problem.shape)
@@ -976,7 +972,6 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         :data:`INFEASIBLE_MARGIN`.
     """
     if be is None:
-        from .._backend import get_backend
 
         be = get_backend("numpy")
     t0 = time.perf_counter()
@@ -991,7 +986,7 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         result = _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every,
                                     polish, callback=callback)
     else:
-        result = _fista(problem, st, be, tol, max_iter, verbose, check_every, polish,
+        result = fista(problem, st, be, tol, max_iter, verbose, check_every, polish,
                         callback=callback)[0]
     if result.status != "optimal":
         from sklearn.exceptions import ConvergenceWarning
@@ -1010,8 +1005,6 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
     return result
 
 
-def _method(problem, tol, max_iter, be, verbose, callback=None):
+def solve(problem, tol, max_iter, be, verbose, callback=None):
+    """The method ``"fast"`` (:func:`solve_fast` with its defaults)."""
     return solve_fast(problem, tol, max_iter, be, verbose, callback=callback)
-
-
-register_method("fast", _method)

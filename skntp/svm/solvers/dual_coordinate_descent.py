@@ -1,7 +1,7 @@
 r"""The sequential dual method for the NTP-SVM: block coordinate ascent, compiled.
 
 The NTP-SVM (Thrampoulidis 2024, Sec. 4, constraints (4a)-(4b)) is an
-anchored program (see :mod:`skntp.svm._fast`) whose score map is the
+anchored program (see :mod:`skntp.svm.solvers.accelerated_dual`) whose score map is the
 linear decoder, ``S[j, v] = s_v w_v^T h_j`` (``s_v = 1`` unless exchangeable
 tokens were merged, :func:`skntp.svm.solve_ntp_svm`).  In the table form of
 its dual,
@@ -52,13 +52,13 @@ Certificate
 -----------
 Every few passes the multipliers are mapped to ``w = A^T lam`` exactly,
 every constraint is evaluated (in row chunks of the score table) and the
-iteration stops with the certificate of :mod:`skntp.svm._fast`: relative
+iteration stops with the certificate of :mod:`skntp.svm.solvers.accelerated_dual`: relative
 duality gap and largest violation below ``tol``.  Infeasible programs make
 the dual unbounded: when the multipliers grow while ``w`` does not, the
 direction of their growth is tested as a Farkas ray (the lower bound
 ``||w*|| >= r^T lam / ||A^T lam||`` of any dual-feasible ``lam``) and
 :class:`NotSeparableError` is raised once it proves a normalized margin below
-:data:`skntp.svm._fast.INFEASIBLE_MARGIN`.
+:data:`skntp.svm.solvers.accelerated_dual.INFEASIBLE_MARGIN`.
 """
 
 from __future__ import annotations
@@ -71,11 +71,18 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from .._warnings import user_stacklevel
-from ._core import BilinearScores, MaxMarginResult, register_method
-from ._fast import INFEASIBLE_MARGIN, _infeasible, anchored_blocks
+from ..._backend import get_backend
+from ..._warnings import user_stacklevel
+from .._problem import BilinearScores, MaxMarginResult
+from .accelerated_dual import (
+    INFEASIBLE_MARGIN,
+    anchored_blocks,
+    anchored_structure,
+    fista,
+    infeasible_error,
+)
 
-__all__ = ["solve_dcd"]
+__all__ = ["cache_dir", "solve", "solve_dcd"]
 
 #: Over-relaxation of the row steps (any value in (0, 2) converges).
 OMEGA = 1.8
@@ -359,7 +366,7 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
     ------
     NotSeparableError
         When a Farkas ray of the dual certifies a normalized margin below
-        :data:`~skntp.svm._fast.INFEASIBLE_MARGIN`.
+        :data:`~skntp.svm.solvers.accelerated_dual.INFEASIBLE_MARGIN`.
     """
     sc = problem.scores
     if not isinstance(sc, BilinearScores) or sc.outputs is not None:
@@ -435,7 +442,7 @@ def _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state, h
             status = "optimal"
             break
         if bound * dual.a_scale > 1.0 / INFEASIBLE_MARGIN:
-            raise _infeasible(problem, epochs)
+            raise infeasible_error(problem, epochs)
         merit = max(gap, viol / dual.rscale)
         history.append((epochs, merit))
         reason = None
@@ -505,18 +512,13 @@ def _too_slow(history, tol):
 
 def _hand_over(dual, problem, lam, tol, max_iter, verbose, callback, epochs):
     """Continue with the accelerated method ``"fast"`` from the multipliers ``lam``."""
-    from .._backend import get_backend
-    from ._fast import _fista, anchored_structure
-
     x0 = dual.table(lam).toarray()
-    result = _fista(problem, anchored_structure(problem), get_backend("numpy"), tol, max_iter,
+    result = fista(problem, anchored_structure(problem), get_backend("numpy"), tol, max_iter,
                     verbose, 10, True, x0=x0, callback=callback, it0=epochs)[0]
     result.n_iter += epochs
     return result
 
 
-def _method(problem, tol, max_iter, be, verbose, callback=None):
+def solve(problem, tol, max_iter, be, verbose, callback=None):
+    """The method ``"dcd"`` (:func:`solve_dcd` with its defaults)."""
     return solve_dcd(problem, tol, max_iter, be, verbose, callback=callback)
-
-
-register_method("dcd", _method)

@@ -36,7 +36,7 @@ each block, all involve one token of the block (its *anchor*, a star), such as
 the Crammer-Singer multiclass SVM; other programs are declined.  Every answer
 is certified as the HiGHS path's is: ``W`` scaled to exact feasibility of the
 inequalities and the relative duality gap of the multipliers
-(:func:`~skntp.svm._core.norm_gap`).
+(:func:`~skntp.svm._norms.norm_gap`).
 """
 
 from __future__ import annotations
@@ -48,14 +48,9 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.linalg import lapack
 
-from ._core import (
-    BilinearScores,
-    _certified_lp,
-    available_memory,
-    constraint_operator,
-    register_method,
-    solve_max_margin,
-)
+from .. import _solve  # the dispatcher, for the infeasibility check (bound at call time)
+from .._problem import BilinearScores, available_memory, constraint_operator
+from .highs import certified_lp
 
 #: Mehrotra's predictor-corrector needs 20-60 iterations; more means it stalls.
 _MAX_ITER = 150
@@ -704,7 +699,7 @@ def _memory_need(form, dense_equalities):
                   + 5 * form.n_tokens * q * (m + 1) + 2 * form.n_tokens * q * q)
 
 
-def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
+def solve(problem, tol, max_iter, be, verbose, callback=None):
     """``min ||W||_max`` of a linear-decoder program by the level-form interior-point
     method; declines other norms, other score maps, programs that are not stars and
     programs whose dense systems would not fit in half the available memory."""
@@ -732,7 +727,7 @@ def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
             x *= max(1.0, float(np.max(c.rhs[pos] / vals[pos])))
         dual = np.zeros(len(c))
         dual[ineq], dual[eq] = lam, mu[: int(eq.sum())]
-        return _certified_lp(problem, A, x, dual, n_iter, tol, method="lp-ipm")
+        return certified_lp(problem, A, x, dual, n_iter, tol, method="lp-ipm")
 
     def certify(W, lam, mu, n_iter):
         res = certified(W, lam, mu, n_iter)
@@ -751,7 +746,7 @@ def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
         return best[0]
     # an interior-point method does not certify infeasibility: the Frobenius
     # program on the same rows does (a Farkas ray), and raises
-    solve_max_margin(replace(problem, norm="fro"))
+    _solve.solve_max_margin(replace(problem, norm="fro"))
     last = certified(W, lam, mu, it)
     res = last if not best or last.gap <= best[0].gap else best[0]
     res.n_iter = it
@@ -764,5 +759,4 @@ def _solve_lp_ipm(problem, tol, max_iter, be, verbose, callback=None):
 # one BLAS thread: its per-token loops alternate LAPACK calls (scipy's BLAS) with
 # products (NumPy's, a second pool), and two pools wait for each other's cores;
 # measured 30 s in one thread against 42 s in two at m = 1000 (benchmarks/norms.py)
-_solve_lp_ipm.blas_threads = 1
-register_method("lp-ipm", _solve_lp_ipm, norms=("max",))
+solve.blas_threads = 1

@@ -31,7 +31,7 @@ form, against ``O(m N^4)`` for a generic SDP solver; one iteration costs one
 
 Every iterate is certified as the fast methods are: ``W`` is scaled to exact
 feasibility, the multipliers ``y`` into the dual's feasible set, and the
-relative gap of the two values is reported (:func:`~skntp.svm._core.norm_gap`).
+relative gap of the two values is reported (:func:`~skntp.svm._norms.norm_gap`).
 """
 
 from __future__ import annotations
@@ -41,16 +41,11 @@ from dataclasses import replace
 import numpy as np
 import scipy.linalg as sla
 
-from ._core import (
-    KeyScores,
-    MaxMarginResult,
-    QueryKeyScores,
-    check_program_size,
-    register_method,
-    solve_max_margin,
-)
+from .. import _solve  # the dispatcher, for the infeasibility check (bound at call time)
+from .._problem import KeyScores, MaxMarginResult, QueryKeyScores, check_program_size
 
-__all__ = ["nuclear_certificate"]
+__all__ = ["nuclear_certificate", "solve"]
+
 
 _STEP = 0.95
 #: interior-point iterations are few (20-40); more means the method stalls
@@ -118,7 +113,7 @@ def _raise_if_infeasible(problem):
     certify it; the constraints do not depend on the norm, and the exact
     methods of the Frobenius program certify infeasibility (a Farkas ray).
     """
-    solve_max_margin(replace(problem, scores=KeyScores(problem.scores.lifted()), norm="fro"))
+    _solve.solve_max_margin(replace(problem, scores=KeyScores(problem.scores.lifted()), norm="fro"))
 
 
 def _max_step(L, D):
@@ -195,7 +190,7 @@ def _predictor_corrector(X, S, y, s, b, A_op, A_adj, grams):
     return X, S, y, s, ap, ad, mu
 
 
-def _solve_nuclear_ipm(problem, tol, max_iter, be, verbose, callback=None):
+def solve(problem, tol, max_iter, be, verbose, callback=None):
     sc, c = problem.scores, problem.constraints
     if (problem.norm != "nuclear" or not isinstance(sc, QueryKeyScores)
             or c.equality.any() or (c.rhs < 0).any()):
@@ -254,5 +249,3 @@ def _solve_nuclear_ipm(problem, tol, max_iter, be, verbose, callback=None):
                            status=status if gap <= tol else "max_iter", n_iter=it,
                            gap=gap, max_violation=violation)
 
-
-register_method("nuclear-ipm", _solve_nuclear_ipm, norms=("nuclear",))

@@ -38,7 +38,7 @@ from the stationarity condition (least squares on ``A_E^T``), are scaled into
 the dual's feasible set ``||A^T y||_* <= 1`` (the dual norm: lq with
 ``1/p + 1/q = 1``, nuclear for spectral), and the relative gap between
 ``||w||`` and the dual value ``r^T y`` is reported
-(:func:`~skntp.svm._core.norm_gap`); the method stops when it is at most
+(:func:`~skntp.svm._norms.norm_gap`); the method stops when it is at most
 ``tol``.  The Newton systems are dense in the parameter's entries: the methods
 take parameters of at most :data:`MAX_VARIABLES` entries and decline larger
 ones (``method="auto"`` then uses cvxpy).
@@ -52,19 +52,12 @@ from dataclasses import replace
 import numpy as np
 import scipy.linalg as sla
 
-from .._warnings import user_stacklevel
-from ._core import (
-    KeyScores,
-    MaxMarginResult,
-    QueryKeyScores,
-    check_program_size,
-    norm_gap,
-    norm_kind,
-    register_method,
-    solve_max_margin,
-)
+from ..._warnings import user_stacklevel
+from .. import _solve  # the dispatcher, for the Frobenius start (bound at call time)
+from .._norms import norm_gap, norm_kind
+from .._problem import KeyScores, MaxMarginResult, QueryKeyScores, check_program_size
 
-__all__ = ["MAX_VARIABLES"]
+__all__ = ["MAX_VARIABLES", "solve_pnorm", "solve_spectral"]
 
 #: largest parameter (entries) the barrier methods take: their Newton systems
 #: are dense ``n x n``
@@ -80,7 +73,7 @@ def _frobenius_start(problem):
     fro = problem
     if isinstance(problem.scores, QueryKeyScores):
         fro = replace(problem, scores=KeyScores(problem.scores.lifted()), norm="fro")
-    return np.ravel(solve_max_margin(replace(fro, norm="fro")).primal)
+    return np.ravel(_solve.solve_max_margin(replace(fro, norm="fro")).primal)
 
 
 class _Program:
@@ -386,6 +379,11 @@ def _prepare(problem):
     return prog, w0
 
 
+def solve_pnorm(problem, tol, max_iter, be, verbose, callback=None):
+    """The method ``"pnorm-barrier"``: ``min ||w||_p`` (``norm=("lp", p)``)."""
+    return _solve_pnorm_barrier(problem, tol, max_iter, be, verbose, callback)
+
+
 def _solve_pnorm_barrier(problem, tol, max_iter, be, verbose, callback=None):
     if norm_kind(problem.norm) != "lp":
         return None
@@ -395,6 +393,11 @@ def _solve_pnorm_barrier(problem, tol, max_iter, be, verbose, callback=None):
     prog, w0 = prep
     return _barrier(problem, _PNorm(prog, problem.norm[1]), prog, w0, tol, max_iter,
                     verbose, callback, "pnorm-barrier")
+
+
+def solve_spectral(problem, tol, max_iter, be, verbose, callback=None):
+    """The method ``"spectral-barrier"``: ``min ||W||_2`` (``norm="spectral"``)."""
+    return _solve_spectral_barrier(problem, tol, max_iter, be, verbose, callback)
 
 
 def _solve_spectral_barrier(problem, tol, max_iter, be, verbose, callback=None):
@@ -407,6 +410,3 @@ def _solve_spectral_barrier(problem, tol, max_iter, be, verbose, callback=None):
     return _barrier(problem, _Spectral(prog, problem.shape), prog, w0, tol, max_iter,
                     verbose, callback, "spectral-barrier")
 
-
-register_method("pnorm-barrier", _solve_pnorm_barrier, norms=("lp",))
-register_method("spectral-barrier", _solve_spectral_barrier, norms=("spectral",))

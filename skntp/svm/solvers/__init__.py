@@ -1,0 +1,110 @@
+"""The methods of :func:`skntp.svm.solve_max_margin`, one module per algorithm.
+
+Every method has the signature ``solve(problem, tol, max_iter, be, verbose,
+callback) -> MaxMarginResult or None`` (``None``: it declines the program) and
+minimizes the norms listed in :data:`METHODS`.  Whatever status a method
+reports, :func:`~skntp.svm.solve_max_margin` recomputes the certificate of its
+answer from the program (:mod:`skntp.svm._certificate`).  ``callback`` is
+``None`` or ``callback(n_iter, gap, violation)``, called at each certificate
+check (progress bars).
+
+Library methods: :mod:`.conic` (cvxpy with Clarabel, every norm, the
+reference) and :mod:`.highs` (HiGHS, the max and l1 norms).  Every other
+module opens with the reason no library serves its programs and the benchmark
+row that shows it.  A method may carry an attribute ``blas_threads``: the
+BLAS threads it runs on (``1``, or ``None`` for the library's pool) where the
+default, one thread for a small score map (:func:`skntp._backend.blas_threads`),
+does not fit its own products.
+
+To add a method: write its module here, add it to :data:`METHODS` (with the
+norms it minimizes) and, if ``auto`` should try it, to :data:`AUTO_ORDER`
+with the benchmark that earns it its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .._norms import NORMS
+from . import (
+    accelerated_dual,
+    barrier,
+    conic,
+    dual_active_set,
+    dual_coordinate_descent,
+    highs,
+    least_distance,
+    lp_interior_point,
+    nnls_working_set,
+    sdp_interior_point,
+)
+
+__all__ = ["AUTO_ORDER", "METHODS", "Method"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method of :func:`~skntp.svm.solve_max_margin`.
+
+    Attributes
+    ----------
+    solve : callable
+        ``solve(problem, tol, max_iter, be, verbose, callback)``.
+    norms : tuple of str
+        The norms of :data:`skntp.svm.NORMS` it minimizes, and ``"lp"`` for every
+        ``("lp", p)`` (:func:`skntp.svm._norms.norm_kind`); it is never given a
+        program in another.
+    """
+
+    solve: Callable
+    norms: tuple = ("fro",)
+
+
+#: Every method by name.
+METHODS = {
+    "cvxpy": Method(conic.solve, NORMS + ("lp",)),
+    "highs": Method(highs.solve, ("max", "l1")),
+    "dcd": Method(dual_coordinate_descent.solve),
+    "fast": Method(accelerated_dual.solve),
+    "dual-active-set": Method(dual_active_set.solve),
+    "nnls": Method(nnls_working_set.solve),
+    "graph-ldp": Method(least_distance.solve),
+    "lp-ipm": Method(lp_interior_point.solve, ("max",)),
+    "nuclear-ipm": Method(sdp_interior_point.solve, ("nuclear",)),
+    "spectral-barrier": Method(barrier.solve_spectral, ("spectral",)),
+    "pnorm-barrier": Method(barrier.solve_pnorm, ("lp",)),
+}
+
+#: ``method="auto"``: the methods tried, in order, for each class of program
+#: (:func:`skntp.svm._solve.program_class`); the first whose answer is certified
+#: answers.  When none is certified, the least uncertain answer is returned with
+#: its status and a ConvergenceWarning.  The order follows the benchmarks cited in
+#: each method's module:
+#:
+#: * ``"decoder"`` (linear-decoder scores: the NTP-SVM, Crammer-Singer): the
+#:   sequential dual method on the CPU; the accelerated dual method on a GPU
+#:   (``"dcd"`` declines there) and where ``"dcd"`` hands over;
+#: * ``"keys"`` (key scores: ATT-SVM, relaxed ATT-SVM, the head SVM): the exact
+#:   dual active set; the working-set NNLS takes the programs on which the active
+#:   set's rank-one updates drift (it declines those rather than return an
+#:   inexact answer); both need a parameter of at most 2000 entries;
+#: * ``"bilinear"`` (bilinear scores with output embeddings: Graph-SVM): the
+#:   exact null-space NNLS when small, else the accelerated dual method;
+#: * ``"nuclear"`` (the key-query ATT-SVM of factored attention): the
+#:   primal-dual interior-point method on its semidefinite form;
+#: * ``"lp"`` (``norm="max"`` or ``"l1"``): the structured interior-point method
+#:   for the max norm of linear-decoder scores, HiGHS for every other;
+#: * ``"spectral"``: the barrier method (Clarabel fails on these programs);
+#: * ``"lp-norm"`` (``norm=("lp", p)``): Clarabel, which is two to three times
+#:   faster than the barrier method; the barrier answers where Clarabel's answer
+#:   is not certified.
+AUTO_ORDER = {
+    "decoder": ("dcd", "fast", "cvxpy"),
+    "keys": ("dual-active-set", "nnls", "fast", "cvxpy"),
+    "bilinear": ("graph-ldp", "fast", "cvxpy"),
+    "nuclear": ("nuclear-ipm", "cvxpy"),
+    "lp": ("lp-ipm", "highs", "cvxpy"),
+    "spectral": ("spectral-barrier", "cvxpy"),
+    "lp-norm": ("cvxpy", "pnorm-barrier"),
+}

@@ -1,0 +1,102 @@
+"""The reference method ``"cvxpy"``: the program as a conic program, solved by Clarabel.
+
+Every norm of :data:`skntp.svm.NORMS` and every ``("lp", p)``: cvxpy writes the
+Frobenius program as a second-order-cone program, the max and l1 programs as
+linear programs, the nuclear and spectral programs as semidefinite programs
+and the lp programs with power cones.  It is the reference the tests compare
+every other method with, and the last method ``auto`` tries.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import cvxpy as cp
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from ..._warnings import user_stacklevel
+from .._norms import MATRIX_NORMS, norm_gap, norm_kind
+from .._problem import MaxMarginResult, NotSeparableError
+
+__all__ = ["solve"]
+
+
+
+def solve(problem, tol, max_iter, be, verbose, callback=None):
+    c = problem.constraints
+    A = problem.constraint_matrix()
+    n_var = int(np.prod(problem.shape))
+    nuclear = problem.norm in MATRIX_NORMS
+    if nuclear:
+        W = cp.Variable(problem.shape)
+        w = cp.vec(W, order="C")
+        objective = cp.normNuc(W) if problem.norm == "nuclear" else cp.sigma_max(W)
+    elif norm_kind(problem.norm) == "lp":
+        w = cp.Variable(n_var)
+        # cvxpy writes pnorm with a rational p (exact for the p of the tests)
+        objective = cp.pnorm(w, problem.norm[1])
+    else:
+        w = cp.Variable(n_var)
+        objective = {"fro": 0.5 * cp.sum_squares(w), "max": cp.norm(w, "inf"),
+                     "l1": cp.norm1(w)}[problem.norm]
+    cons = []
+    ineq, eq = ~c.equality, c.equality
+    if ineq.any():
+        cons.append(A[ineq] @ w >= c.rhs[ineq])
+    if eq.any():
+        cons.append(A[eq] @ w == c.rhs[eq])
+    prob = cp.Problem(cp.Minimize(objective), cons)
+    try:
+        # Clarabel's default gap and feasibility tolerances (1e-8) are on its own
+        # scaling; a tenth of ``tol`` leaves room for the certificate (recomputed).
+        # Where that is beyond its reach, its defaults, and the certificate decides.
+        ctol = max(0.1 * tol, 1e-10)
+        try:
+            prob.solve(solver=cp.CLARABEL, verbose=bool(verbose), tol_gap_abs=ctol,
+                       tol_gap_rel=ctol, tol_feas=ctol)
+        except cp.error.SolverError:
+            prob.solve(solver=cp.CLARABEL, verbose=bool(verbose))
+    except cp.error.SolverError as exc:  # pragma: no cover - solver crash
+        raise RuntimeError(f"{problem.name}: Clarabel failed: {exc}") from exc
+    status = prob.status
+    if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        raise NotSeparableError(
+            f"{problem.name} is infeasible (solver status {status!r}): "
+            f"{problem.infeasible_message}."
+        )
+    if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+        raise RuntimeError(f"{problem.name}: cvxpy returned status {status!r}.")
+    if status == cp.OPTIMAL_INACCURATE:
+        warnings.warn(
+            f"{problem.name}: cvxpy returned status 'optimal_inaccurate'; the "
+            "solution may be imprecise.",
+            ConvergenceWarning,
+            stacklevel=user_stacklevel(),
+        )
+    wv = np.asarray(w.value, dtype=float)
+    dual = np.zeros(len(c))
+    if ineq.any():
+        dual[ineq] = np.asarray(cons[0].dual_value, dtype=float).ravel()
+    if eq.any():
+        dual[eq] = -np.asarray(cons[-1].dual_value, dtype=float).ravel()
+    if nuclear:
+        wv = np.asarray(W.value, dtype=float).ravel()
+    if problem.norm != "fro":
+        gap, dual = norm_gap(problem, wv.reshape(problem.shape), dual, A)
+    else:
+        sq = float(wv @ wv)
+        gap = (sq - float(c.rhs @ dual)) / sq if sq > 0 else 0.0
+    vals = A @ wv - c.rhs
+    viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
+    stats = prob.solver_stats
+    return MaxMarginResult(
+        primal=wv.reshape(problem.shape),
+        dual=dual,
+        method="cvxpy",
+        status=status,
+        n_iter=int(stats.num_iters or 0) if stats is not None else 0,
+        gap=float(gap),
+        max_violation=float(viol.max()) if viol.size else 0.0,
+    )
+

@@ -1,0 +1,174 @@
+"""The method ``"graph-ldp"`` and the least-distance program shared by the exact methods.
+
+:func:`solve_ldp` solves ``min ||x|| s.t. G x >= h`` exactly by one
+non-negative least squares (Lawson & Hanson, *Solving Least Squares
+Problems*, ch. 23; ``scipy.optimize.nnls``).  :class:`KeyRows` gives the dense
+rows of a key-score program on demand, for the two exact methods of those
+programs (:mod:`.nnls_working_set`, :mod:`.dual_active_set`).
+
+Why not a library: no library solves a least-distance program directly; the
+graph-ldp method eliminates Graph-SVM's ties by a null-space basis and hands
+the rest to SciPy's NNLS, which is exact where the conic path stops at its
+tolerance (``benchmarks/README.md``, row "Graph-SVM").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+from scipy.optimize import nnls
+
+from .._problem import MaxMarginResult, NotSeparableError
+
+__all__ = ["KeyRows", "solve", "solve_ldp", "solve_ldp_checked"]
+
+
+
+def solve_ldp(G, h):
+    """``min ||x||`` s.t. ``G x >= h`` exactly, by one NNLS (Lawson & Hanson).
+
+    With ``E = [G^T; h^T]`` and ``f = e_{d+1}``, let ``u = argmin_{u >= 0}
+    ||E u - f||`` and ``r = E u - f``.  If ``r = 0`` the program is
+    infeasible (numerically ``-r_{d+1} = 1 - h^T u <= 1e-12``: a margin ``1 / ||x||``
+    below about 1e-6); otherwise ``x = -r_{1:d} / r_{d+1}`` and the multipliers are
+    ``lam = u / (1 - h^T u)`` (``x = G^T lam``).  NNLS may take ``50 (m + d + 1)``
+    iterations; scipy raises ``RuntimeError`` beyond.  Without constraints ``x = 0``.
+
+    Returns
+    -------
+    x : ndarray of shape (d,) or None
+        ``None`` when infeasible.
+    lam : ndarray of shape (m,) or None
+    """
+    G = np.asarray(G, dtype=float)
+    h = np.asarray(h, dtype=float)
+    m, d = G.shape
+    if m == 0:  # no constraint (scipy's nnls does not take a matrix without columns)
+        return np.zeros(d), np.zeros(0)
+    E = np.vstack([G.T, h[None, :]])
+    f = np.zeros(d + 1)
+    f[d] = 1.0
+    u, _ = nnls(E, f, maxiter=50 * (m + d + 1))
+    r = E @ u - f
+    # at the optimum -r_{d+1} = ||r||^2 = 1 / (1 + ||x||^2): a zero residual
+    # (below 1e-12, i.e. a margin 1/||x|| below 1e-6) means infeasible
+    denom = -r[d]  # = 1 - h^T u
+    if not np.isfinite(denom) or denom <= 1e-12:
+        return None, None
+    return -r[:d] / r[d], u / denom
+
+
+def solve_ldp_checked(G, h, problem):
+    """:func:`solve_ldp`, raising :class:`NotSeparableError` when infeasible.
+
+    Returns ``(x, lam)``, or ``None`` on the NNLS iteration limit.
+    """
+    try:
+        x, lam = solve_ldp(G, h)
+    except RuntimeError:  # NNLS iteration limit: let another method try
+        return None
+    if x is None:
+        raise NotSeparableError(
+            f"{problem.name} is infeasible (the least-distance NNLS has zero residual: "
+            f"no solution with a margin above 1e-6): {problem.infeasible_message}."
+        )
+    return x, lam
+
+
+class KeyRows:
+    """Dense constraint rows of a key-score program, built on demand.
+
+    Row ``i`` is ``keys[block_i, pos_i] - keys[block_i, ref_i]`` (``ref_i = -1``:
+    ``keys[block_i, pos_i]``), the row ``i`` of ``problem.constraint_matrix()``.
+    ``values(x)`` gives every ``row_i . x`` from the scores ``keys @ x``
+    without forming the rows.
+    """
+
+    def __init__(self, problem):
+        c = problem.constraints
+        keys = problem.scores.keys
+        B, T, d = keys.shape
+        self.flat = keys.reshape(B * T, d)
+        self.pos = c.block * T + c.pos
+        self.has_ref = c.ref >= 0
+        self.all_ref = bool(self.has_ref.all())
+        self.ref = np.where(self.has_ref, c.block * T + c.ref, 0)
+
+    def rows(self, idx=None):
+        pos = self.pos if idx is None else self.pos[idx]
+        ref = self.ref if idx is None else self.ref[idx]
+        has_ref = self.has_ref if idx is None else self.has_ref[idx]
+        G = self.flat[pos]
+        if has_ref.all():
+            G -= self.flat[ref]
+        elif has_ref.any():
+            G[has_ref] -= self.flat[ref[has_ref]]
+        return G
+
+    def values(self, x):
+        s = self.flat @ x
+        v = s[self.pos]
+        if self.all_ref:
+            v -= s[self.ref]
+        elif self.has_ref.any():
+            v[self.has_ref] -= s[self.ref[self.has_ref]]
+        return v
+
+    def row_sum(self):
+        """``sum_i row_i`` (a cheap ascent direction)."""
+        n = self.flat.shape[0]
+        weight = np.bincount(self.pos, minlength=n).astype(float)
+        weight -= np.bincount(self.ref[self.has_ref], minlength=n)
+        return weight @ self.flat
+
+
+
+_LDP_MAX_ENTRIES = 4_000_000
+
+
+def solve(problem, tol, max_iter, be, verbose, callback=None):
+    """Exact method for (Graph-SVM): eliminate the ties, then one least-distance NNLS.
+
+    The equalities of (Graph-SVM) are homogeneous, so ``W = N z`` with ``N``
+    an orthonormal basis of their null space, and the program becomes
+    ``min ||z||`` s.t. ``(A_in N) z >= 1``: a least-distance program solved
+    exactly by NNLS (:func:`solve_ldp`).  Declines other
+    problems, large ones, and any solution that fails the feasibility check
+    (the core then tries the next method).
+    """
+    c = problem.constraints
+    n_var = int(np.prod(problem.shape))
+    if not problem.info.get("graph_svm") or len(c) * n_var > _LDP_MAX_ENTRIES:
+        return None
+    if np.any(c.rhs[c.equality] != 0):
+        return None
+    A = problem.constraint_matrix().toarray()
+    eq, ineq = c.equality, ~c.equality
+    N = scipy.linalg.null_space(A[eq]) if eq.any() else np.eye(n_var)
+    dual = np.zeros(len(c))
+    # rows >= 1 are there: solve_max_margin answers a program of ties alone (w = 0)
+    if N.shape[1] == 0:
+        raise NotSeparableError(
+            f"{problem.name} is infeasible (the ties leave W = 0 only): "
+            f"{problem.infeasible_message}."
+        )
+    z, lam = solve_ldp(A[ineq] @ N, c.rhs[ineq])
+    if z is None:
+        raise NotSeparableError(
+            f"{problem.name} is infeasible (least-distance NNLS has zero residual): "
+            f"{problem.infeasible_message}."
+        )
+    w = N @ z
+    dual[ineq] = lam
+    if eq.any():
+        dual[eq] = np.linalg.lstsq(A[eq].T, w - A[ineq].T @ lam, rcond=None)[0]
+    vals = A @ w - c.rhs
+    viol = np.where(c.equality, np.abs(vals), np.maximum(-vals, 0.0))
+    viol = float(viol.max()) if viol.size else 0.0
+    if viol > 1e-7 * max(1.0, float(np.abs(c.rhs).max())):
+        return None
+    sq = float(w @ w)
+    gap = (sq - float(c.rhs @ dual)) / sq if sq > 0 else 0.0
+    return MaxMarginResult(primal=w.reshape(problem.shape), dual=dual, method="graph-ldp",
+                           status="optimal", n_iter=0, gap=float(gap), max_violation=viol)
+
