@@ -201,8 +201,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         (cosine of ``W - W^cyc`` with ``W^mm``, so its last value is
         ``alignment_``), ``alignment_uncorrected`` (``<W, W^mm>/(||W||
         ||W^mm||)``, the paper's correlation), ``finite_distance``
-        (``||Pi_Scyc(W) - W^cyc||``), ``time`` (``alignment_corrected``, the
-        former name of ``alignment``, is kept for one release).
+        (``||Pi_Scyc(W) - W^cyc||``), ``time``.
     trajectory_ : dict of ndarray
         With ``record_weights=True``: ``iteration`` and ``weights`` (shape
         ``(n_records, d, d)``), the recorded iterates ``W(t)``.
@@ -396,7 +395,6 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         self.n_iter_ = self.svm_result_.n_iter
         self.history_ = self._svm_history(
             loss, params, grad_norm=np.linalg.norm(grad), alignment=self.alignment_,
-            alignment_corrected=self.alignment_,
             alignment_uncorrected=cosine(self.coef_, limits.direction),
             finite_distance=np.linalg.norm(proj - limits.finite))
 
