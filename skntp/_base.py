@@ -316,12 +316,8 @@ class ImplicitBiasEstimator(BaseEstimator):
     """Base of the estimators: validate, solve the limits, fit, publish, atomically.
 
     Subclasses implement the model hooks (see the module docstring) and call
-    :meth:`_fit` from their ``fit``.  Names renamed for one vocabulary stay
-    readable for one release through ``_renamed_attributes`` (old name ->
-    new name, with a :class:`FutureWarning`).
+    :meth:`_fit` from their ``fit``.
     """
-
-    _renamed_attributes = {}
 
     # ------------------------------------------------------------------ fit
     def _fit(self, X, y=None, sample_weight=None):
@@ -616,28 +612,9 @@ class ImplicitBiasEstimator(BaseEstimator):
         out.update({k: np.array([float(v)]) for k, v in extra.items()})
         return out
 
-    def __getattr__(self, name):
-        renamed = type(self)._renamed_attributes
-        if name in renamed:
-            new = renamed[name]
-            warnings.warn(f"{type(self).__name__}.{name} was renamed to {new}; the old "
-                          "name will be removed in the next release.", FutureWarning,
-                          stacklevel=user_stacklevel())
-            return getattr(self, new)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-
-def warn_renamed_parameter(estimator, old, new):
-    """FutureWarning for a parameter (or a value) renamed for one vocabulary.
-
-    ``old`` and ``new`` are written as in a call, e.g. ``"query_init=..."`` or
-    ``"loss='log'"``; the old one keeps working for one release.
-    """
-    name = type(estimator).__name__
-    warnings.warn(f"{name}({old}) was renamed to {name}({new}); the old name will be "
-                  "removed in the next release.", FutureWarning, stacklevel=user_stacklevel())
-
-
+# Only skntp.svm's module __getattr__ (SelfAttentionRisk) still calls this; delete it
+# together with that one when skntp/svm/ is restructured.
 def moved_attribute(module, name, moved):
     """Module ``__getattr__`` for names that moved: ``moved`` maps an old name to the
     ``(module, name)`` it lives at now; it still resolves, with a FutureWarning, for

@@ -23,7 +23,7 @@ from numbers import Integral, Real
 import numpy as np
 from scipy.special import expit
 from sklearn.base import ClassifierMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Hidden, Interval, StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
 
@@ -39,11 +39,9 @@ from ._base import (
     cosine,
     default_radii,
     descent_parameters_doc,
-    moved_attribute,
     norm_name,
     saturation_radius,
     unit,
-    warn_renamed_parameter,
 )
 from ._optim import SCALE_FREE
 from ._sequences import (
@@ -85,27 +83,8 @@ __all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "JointAttentionSVM",
 
 #: Softmax saturation threshold of App. E (Fig. 9): mean selected probability.
 SATURATION_THRESHOLD = 1.0 - 1e-5
-#: public loss names -> the model's (the former public name is kept one release)
-_LOSS = {"log_loss": "logistic", "logistic": "logistic", "exponential": "exponential",
-         "correlation": "correlation"}
-_DEPRECATED = "deprecated"
-
-
-def _renamed_selector_parameters(est):
-    """``(init, fixed_query, max_enumeration)`` of an AttentionSelector, honouring the
-    names renamed for one vocabulary (``query_init``, ``max_optimal_choices``,
-    ``loss='logistic'``) with a FutureWarning."""
-    init, fixed, enumeration = est.init, est.fixed_query, est.max_enumeration
-    if not isinstance(est.query_init, str) or est.query_init != _DEPRECATED:
-        new = "init" if est.train == "p" else "fixed_query"
-        warn_renamed_parameter(est, "query_init=...", f"{new}=...")
-        init, fixed = (est.query_init, fixed) if est.train == "p" else (init, est.query_init)
-    if est.loss == "logistic":
-        warn_renamed_parameter(est, "loss='logistic'", "loss='log_loss'")
-    if not isinstance(est.max_optimal_choices, str):
-        warn_renamed_parameter(est, "max_optimal_choices=...", "max_enumeration=...")
-        enumeration = est.max_optimal_choices
-    return init, fixed, enumeration
+#: public loss names -> the model's
+_LOSS = {"log_loss": "logistic", "exponential": "exponential", "correlation": "correlation"}
 
 
 def optimal_tokens(scores, mask):
@@ -493,8 +472,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         at ``W(0)^T u``.  Directions are then computed for the effective query
         ``W^T u`` on the keys ``X`` (``W = I``).
     loss : {"log_loss", "exponential", "correlation"}, default="log_loss"
-        ``l(u) = log(1 + e^{-u})`` (the logistic loss; ``"logistic"``, its
-        former name, is kept for one release), ``e^{-u}`` or ``-u``
+        ``l(u) = log(1 + e^{-u})`` (the logistic loss), ``e^{-u}`` or ``-u``
         (Assumption A).
     solver : str, default="ngd"
         One of "gd", "ngd", "adam", "signgd", "nsd", "mirror", "nmirror",
@@ -559,9 +537,6 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     selection_threshold : float, default=1e-3
         With a value matrix or a nonlinear head: the attention above which a
         token counts as kept (``kept_tokens_``), as in the paper's code.
-    query_init : deprecated
-        The former name of ``init`` (``train="p"``) and of ``fixed_query``
-        (``train="W"``), kept for one release.
     lr : float, default=0.1
         Step size (the paper's normalized GD uses 0.1 in Fig. 1-4 and 1 in
         Fig. 9).
@@ -587,8 +562,6 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     max_enumeration : int, default=4096
         With tied optimal tokens, (ATT-SVM') of App. D is solved by
         enumerating up to this many choices of one optimal token per input.
-    max_optimal_choices : deprecated
-        The former name of ``max_enumeration``, kept for one release.
     compute_limits : bool, default=True
         Solve (ATT-SVM) for the optimal and the selected tokens during ``fit``
         (needed for ``solver="svm"``, the directions and the diagnosis).
@@ -732,7 +705,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         "head": [None, "array-like"],
         "key_query": [None, "array-like"],
         "train": [StrOptions({"p", "W"})],
-        "loss": [StrOptions(set(_LOSS), deprecated={"logistic"})],
+        "loss": [StrOptions(set(_LOSS))],
         "init": [None, StrOptions({"zeros", "random"}), "array-like"],
         "fixed_query": [None, StrOptions({"random"}), "array-like"],
         "query_index": [None, Integral, StrOptions({"extra-row"})],
@@ -741,11 +714,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         "selection_threshold": [Interval(Real, 0, 1, closed="neither")],
         "parameterization": [StrOptions({"W", "KQ"})],
         "rank": [None, Interval(Integral, 1, None, closed="left")],
-        "query_init": [Hidden(StrOptions({_DEPRECATED})), None,
-                       StrOptions({"zeros", "random"}), "array-like"],
         "max_enumeration": [Interval(Integral, 1, None, closed="left")],
-        "max_optimal_choices": [Hidden(StrOptions({_DEPRECATED})),
-                                Interval(Integral, 1, None, closed="left")],
         "classes": [None, "array-like"],
         **TRAINING_CONSTRAINTS,
         **BACKEND_CONSTRAINTS,
@@ -758,8 +727,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                  max_iter=1000, tol=0.0,
                  svm_radius="auto", path_radii=None, max_enumeration=4096, classes=None,
                  compute_limits=True, svm_method="auto", record_every=10, backend="numpy",
-                 device=None, dtype="float64", random_state=None, verbose=0,
-                 query_init=_DEPRECATED, max_optimal_choices=_DEPRECATED):
+                 device=None, dtype="float64", random_state=None, verbose=0):
         self.head = head
         self.key_query = key_query
         self.train = train
@@ -792,8 +760,6 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
-        self.query_init = query_init
-        self.max_optimal_choices = max_optimal_choices
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -818,7 +784,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
     # ------------------------------------------------------------- the model
     def _prepare(self, X, y, sample_weight):
-        init, fixed, enumeration = _renamed_selector_parameters(self)
+        fixed = self.fixed_query
         if fixed is not None and (self.train == "p" or self.query_index is not None):
             why = ("train='p' trains the query p itself (its start is init=)"
                    if self.train == "p" else
@@ -840,7 +806,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         rng = check_random_state(self.random_state)
         u = _fixed_query(fixed, W.shape[0], rng) if self.train == "W" else None
         data = {"X": Xp, "mask": mask, "Y": Y, "sw": sw, "classes": classes, "v": v, "W": W,
-                "rng": rng, "u": u, "init": init, "enumeration": enumeration,
+                "rng": rng, "u": u, "init": self.init, "enumeration": self.max_enumeration,
                 "matrix": matrix, "value": V}
         if data["matrix"]:
             self._prepare_matrix(data)
@@ -1213,13 +1179,6 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         """Softmax attention ``S(K_i p)`` of every input, shape (n, T) (0 at padding)."""
         return self._forward(X)[1]
 
-    def attention(self, X):
-        """Deprecated alias of :meth:`attention_weights` (kept for one release)."""
-        warnings.warn("AttentionSelector.attention was renamed to attention_weights; the "
-                      "old name will be removed in the next release.", FutureWarning,
-                      stacklevel=user_stacklevel())
-        return self.attention_weights(X)
-
     def transform(self, X):
         """Attention features ``X_i^T S(K_i p)``, shape (n, d) (eq. (5) before ``v``)."""
         Xp, s = self._forward(X)
@@ -1294,8 +1253,6 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         The start ``(v_0, p_0)`` of the gradient solvers: ``None`` or
         "random" draws ``v_0 ~ N(0, I/d)`` and ``p_0 ~ N(0, I/k)`` from
         ``random_state``; a pair gives the head (d,) and the query (k,).
-    head_init, query_init : deprecated
-        The former names of the two parts of ``init``, kept for one release.
     classes : array-like of 2 labels, default=None
         The two labels (sorted; the first is ``Y = -1``); ``None`` takes them
         from ``y``, which must then hold both.
@@ -1358,13 +1315,11 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         Unit ``v^mm``: the hard-margin SVM without bias (Sec. 3, (SVM)) on the
         selected tokens; ``None`` when they are not linearly separable.
     head_mm_margin_ : float
-        ``1 / ||v^mm||`` (0 when not separable; ``label_margin_``, its former
-        name, is kept for one release).
+        ``1 / ||v^mm||`` (0 when not separable).
     mm_margin_ : float
         ``1 / ||p^relax||`` (nan without a direction).
     svm_result_ : JointSVMResult or None
-        The joint program's solution for ``solver="svm"`` (``joint_svm_result_``,
-        its former name, is kept for one release).
+        The joint program's solution for ``solver="svm"``.
     support_ : ndarray of int
         Indices of the training inputs whose selected token is a support
         vector of the head SVM (the set ``S`` of Sec. 3.2).
@@ -1421,14 +1376,9 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     as ``n`` sequences of ``T`` scalar tokens (``d = 1``).
     """
 
-    _renamed_attributes = {"label_margin_": "head_mm_margin_",
-                           "joint_svm_result_": "svm_result_"}
-
     _parameter_constraints = {
         "key_query": ["array-like", None],
         "init": [None, StrOptions({"zeros", "random"}), tuple, list],
-        "head_init": [Hidden(StrOptions({_DEPRECATED})), "array-like", None],
-        "query_init": [Hidden(StrOptions({_DEPRECATED})), "array-like", None],
         "classes": [None, "array-like"],
         "max_enumeration": [Interval(Integral, 1, None, closed="left")],
         **TRAINING_CONSTRAINTS,
@@ -1439,8 +1389,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                  eps=1e-8, descent_norm="fro", mirror_p=2.0, max_iter=1000,
                  tol=0.0, path_radii=None, svm_radius="auto", max_enumeration=256,
                  classes=None, compute_limits=True, svm_method="auto", record_every=10,
-                 backend="numpy", device=None, dtype="float64", random_state=None, verbose=0,
-                 head_init=_DEPRECATED, query_init=_DEPRECATED):
+                 backend="numpy", device=None, dtype="float64", random_state=None, verbose=0):
         self.solver = solver
         self.key_query = key_query
         self.init = init
@@ -1463,8 +1412,6 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
-        self.head_init = head_init
-        self.query_init = query_init
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -1530,12 +1477,6 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         n, T, d = data["X"].shape
         k = data["K"].shape[2]
         init = self.init
-        for name, part in (("head_init", 0), ("query_init", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, str) or value != _DEPRECATED:
-                warn_renamed_parameter(self, f"{name}=...", "init=(head, query)")
-                init = list(init) if isinstance(init, (tuple, list)) else [None, None]
-                init[part] = value
         parts = init if isinstance(init, (tuple, list)) else (init, init)
         if len(parts) != 2:
             raise ValueError("init must be 'zeros', 'random' or a pair (head, query).")
@@ -1648,13 +1589,6 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         X, mask, K = self._validated(X)
         return attention_weights(np, K, self.query_, mask)
 
-    def attention(self, X):
-        """Deprecated alias of :meth:`attention_weights` (kept for one release)."""
-        warnings.warn("JointAttentionSVM.attention was renamed to attention_weights; the "
-                      "old name will be removed in the next release.", FutureWarning,
-                      stacklevel=user_stacklevel())
-        return self.attention_weights(X)
-
     def transform(self, X):
         """Attention features ``X_i^T S(K_i p)`` of shape (n, d) (Sec. 3, ``x_i^p``)."""
         X, mask, K = self._validated(X)
@@ -1684,9 +1618,3 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = False
         return tags
-
-
-def __getattr__(name):
-    # the batched trials live with the other sweeps now
-    return moved_attribute(__name__, name, {"attention_trials": ("skntp.sweeps",
-                                                                 "attention_trials")})

@@ -166,8 +166,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         ``grad_norm``, ``norm``, ``alignment`` (cosine of ``W_k - W*`` with
         ``mm_direction_``, so its last value is ``alignment_``),
         ``alignment_uncorrected`` (cosine of ``W_k``), ``finite_distance``
-        (``||P_F(W_k) - W*||``) and ``time`` (``alignment_corrected``, the
-        former name of ``alignment``, is kept for one release).
+        (``||P_F(W_k) - W*||``) and ``time``.
     n_iter_ : int
     svm_result_ : MaxMarginResult or None
         Duals, gap and iterations of the NTP-SVM solve.
@@ -341,7 +340,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
             self.n_iter_ = 0 if self.svm_result_ is None else self.svm_result_.n_iter
             self.history_ = self._svm_history(
                 loss, params, excess_loss=loss - self.entropy_,
-                alignment=self.alignment_, alignment_corrected=self.alignment_,
+                alignment=self.alignment_,
                 alignment_uncorrected=cosine(self.coef_, limits.direction),
                 finite_distance=0.0)
             return

@@ -183,9 +183,8 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
     Records, for the parameter block ``param_index``: ``norm``; ``alignment``,
     the cosine with ``direction`` of ``w - finite`` when the model has a
     finite part (the estimators' ``alignment_``), else of ``w``; with a finite
-    part also ``alignment_uncorrected`` (the cosine of ``w``),
-    ``alignment_corrected`` (the former name of ``alignment``, kept for one
-    release) and ``finite_distance`` (``||P(w) - finite||`` with ``P`` the
+    part also ``alignment_uncorrected`` (the cosine of ``w``) and
+    ``finite_distance`` (``||P(w) - finite||`` with ``P`` the
     projector onto the finite subspace).  Keys are prefixed with ``prefix``
     (e.g. ``"head_"``).  ``other_directions`` maps a name to another direction
     (e.g. ``{"fro": W^mm_fro}`` when ``direction`` is the limit in another
@@ -243,7 +242,6 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
                 out["alignment"] = _ratio(xp, _trial_dot(xp, R, D),
                                           xp.sqrt(_trial_dot(xp, R, R))) + no_dir
                 out["alignment_uncorrected"] = raw
-                out["alignment_corrected"] = out["alignment"]
         R = W if F is None else W - F
         for name, O in others.items():
             out[f"alignment_{name}"] = _ratio(xp, _trial_dot(xp, R, O),

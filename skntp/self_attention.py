@@ -24,7 +24,6 @@ from ._base import (
     descent_parameters_doc,
     other_limit_directions,
     saturation_radius,
-    warn_renamed_parameter,
 )
 from ._warnings import user_stacklevel
 from .graphs import (
@@ -51,8 +50,8 @@ from .svm._graph import cyclic_correction, graph_svm_problem, pseudo_limits
 __all__ = ["NTPAttentionClassifier"]
 
 _ORTHOGONALITY_TOL = 1e-6
-#: public loss names -> the model's (the former public names are kept one release)
-_LOSS = {"log_loss": "log", "log": "log", "ce": "ce", "squared": "squared"}
+#: public loss names -> the model's
+_LOSS = {"log_loss": "log", "ce": "ce", "squared": "squared"}
 
 
 @descent_parameters_doc
@@ -94,8 +93,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         (Sec. 6).  An array is used as given (a warning is raised if it
         violates Assumption 3, ``argmax_k c_y^T e_k = y``).
     loss : {"log_loss", "ce", "squared"}, default="log_loss"
-        ``"log_loss"`` (formerly ``"log"``, kept for one release):
-        ``-log(c_y^T f(X))``, the attention mass on the label under
+        ``"log_loss"``: ``-log(c_y^T f(X))``, the attention mass on the label under
         Assumption 4, convex in ``W`` (Lemma 3, Sec. 5); ``"ce"``: the
         cross-entropy of ``y_hat`` (Fig. 6); ``"squared"``:
         ``(1 - c_y^T f(X))^2`` (Fig. 5).
@@ -119,8 +117,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         the iterates diverge in norm by design, so ``max_iter`` is the horizon.
     init : None, "zeros", "random" or array-like of shape (d, d), default=None
         The start ``W(0)``: ``None`` or "zeros" is ``0``; "random" draws
-        ``N(0, 1/d^2)`` entrywise from ``random_state`` ("normal", its former
-        name, is kept for one release); an array is used as given.
+        ``N(0, 1/d^2)`` entrywise from ``random_state``; an array is used as given.
     svm_radius : "auto" or float, default="auto"
         ``R`` for ``solver="svm"``.  ``"auto"``: the smallest ``R`` for which,
         in every sequence, every token outside the label's SCC scores at least
@@ -201,8 +198,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         (cosine of ``W - W^cyc`` with ``W^mm``, so its last value is
         ``alignment_``), ``alignment_uncorrected`` (``<W, W^mm>/(||W||
         ||W^mm||)``, the paper's correlation), ``finite_distance``
-        (``||Pi_Scyc(W) - W^cyc||``), ``time`` (``alignment_corrected``, the
-        former name of ``alignment``, is kept for one release).
+        (``||Pi_Scyc(W) - W^cyc||``), ``time``.
     trajectory_ : dict of ndarray
         With ``record_weights=True``: ``iteration`` and ``weights`` (shape
         ``(n_records, d, d)``), the recorded iterates ``W(t)``.
@@ -234,9 +230,8 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         "n_tokens": [Interval(Integral, 1, None, closed="left"), None],
         "embedding_dim": [Interval(Integral, 1, None, closed="left"), None],
         "head": [StrOptions({"identity", "embeddings"}), "array-like"],
-        "loss": [StrOptions({"log_loss", "ce", "squared", "log"}, deprecated={"log"})],
-        "init": [None, StrOptions({"zeros", "random", "normal"}, deprecated={"normal"}),
-                 "array-like"],
+        "loss": [StrOptions(set(_LOSS))],
+        "init": [None, StrOptions({"zeros", "random"}), "array-like"],
         "selection_threshold": [Interval(Real, 0, 1, closed="neither")],
         "record_weights": ["boolean"],
         **TRAINING_CONSTRAINTS,
@@ -298,8 +293,6 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
 
     # ------------------------------------------------------------- the model
     def _prepare(self, X, y, sample_weight):
-        if self.loss == "log":
-            warn_renamed_parameter(self, "loss='log'", "loss='log_loss'")
         if y is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None.")
@@ -370,12 +363,8 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         return (limits.finite + R * limits.direction,)
 
     def _training(self, data, limits, be):
-        init = self.init
-        if isinstance(init, str) and init == "normal":
-            warn_renamed_parameter(self, "init='normal'", "init='random'")
-            init = "random"
         d = data["E"].shape[1]
-        W0 = self._initial(init, (d, d), data["rng"], default="zeros", divisor=d)
+        W0 = self._initial(self.init, (d, d), data["rng"], default="zeros", divisor=d)
         metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector,
                                   other_directions=other_limit_directions(limits))
         return Training(self._risk(data, be), (W0,), metrics)
@@ -396,7 +385,6 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         self.n_iter_ = self.svm_result_.n_iter
         self.history_ = self._svm_history(
             loss, params, grad_norm=np.linalg.norm(grad), alignment=self.alignment_,
-            alignment_corrected=self.alignment_,
             alignment_uncorrected=cosine(self.coef_, limits.direction),
             finite_distance=np.linalg.norm(proj - limits.finite))
 

@@ -168,7 +168,7 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
         max_elements=max_elements)
 
 
-def attention_trials(X, y, head, *, loss="logistic", solver="ngd", lr=1.0, max_iter=1000,
+def attention_trials(X, y, head, *, loss="log_loss", solver="ngd", lr=1.0, max_iter=1000,
                      reduce=True, method="auto", threshold=None, backend="numpy",
                      device=None, dtype="float64"):
     """Train ``p`` on many independent instances at once and classify the outcomes.
@@ -214,9 +214,11 @@ def attention_trials(X, y, head, *, loss="logistic", solver="ngd", lr=1.0, max_i
         ``locally_optimal``, ``selects_optimal``, ``norm`` (``||p||``).
     """
     from ._backend import get_backend
-    from .attention import SATURATION_THRESHOLD, diagnose_selection
+    from .attention import _LOSS, SATURATION_THRESHOLD, diagnose_selection
     from .models.attention import AttentionObjective
 
+    if loss not in _LOSS:
+        raise ValueError(f"loss must be one of {sorted(_LOSS)}, got {loss!r}.")
     threshold = SATURATION_THRESHOLD if threshold is None else threshold
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float)
@@ -236,7 +238,7 @@ def attention_trials(X, y, head, *, loss="logistic", solver="ngd", lr=1.0, max_i
     k = X.shape[-1]
     be = get_backend(backend, device, dtype)
     obj = AttentionObjective(be.xp, be.asarray(X), be.asarray(y), v=be.asarray(head),
-                             loss=loss, train=("p",))
+                             loss=_LOSS[loss], train=("p",))
     res = minimize(obj, (be.zeros((B, k)),), xp=be.xp, solver=solver, lr=lr,
                    max_iter=max_iter, record_every=max_iter, batched=True)
     P = np.asarray(to_numpy(res.params[0]), dtype=float)

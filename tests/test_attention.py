@@ -452,6 +452,15 @@ def test_attention_trials_span_reduction_is_exact_and_classifies():
     assert sat.all() and np.nanmean(a["correlation"][sat]) > 0.99
 
 
+def test_attention_trials_takes_the_selector_loss_names():
+    X, y, v = make_attention_random(2, 3, 4, n_trials=2, random_state=0)
+    a = attention_trials(X, y, v, max_iter=5)
+    b = attention_trials(X, y, v, loss="log_loss", max_iter=5)
+    np.testing.assert_array_equal(a["norm"], b["norm"])
+    with pytest.raises(ValueError, match="loss must be one of"):
+        attention_trials(X, y, v, loss="logistic", max_iter=5)
+
+
 def test_diagnose_selection_not_saturated():
     D = make_attention_fig1a()
     rep = diagnose_selection(D.K, D.scores, np.zeros(3))

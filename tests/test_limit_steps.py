@@ -43,7 +43,7 @@ def test_decoder_auto_radius_is_exact_with_one_out_of_support_token(scale):
     assert (est.svm_radius_ < 1.0) == (scale == 100.0)
     h = est.history_
     assert set(h) == {"iteration", "loss", "excess_loss", "norm", "alignment",
-                      "alignment_uncorrected", "alignment_corrected", "finite_distance"}
+                      "alignment_uncorrected", "finite_distance"}
     np.testing.assert_array_equal(h["iteration"], [0.0])
     assert h["norm"][0] == pytest.approx(np.linalg.norm(est.coef_), rel=1e-14)
     assert h["alignment_uncorrected"][0] == pytest.approx(
@@ -208,7 +208,7 @@ def test_self_attention_auto_radius_is_exact_on_acyclic_data(scale):
     assert (est.svm_radius_ < 1.0) == (scale == 6.0)
     h = est.history_
     assert set(h) == {"iteration", "loss", "grad_norm", "norm", "alignment",
-                      "alignment_uncorrected", "alignment_corrected", "finite_distance"}
+                      "alignment_uncorrected", "finite_distance"}
     np.testing.assert_array_equal(h["iteration"], [0.0])
     assert h["norm"][0] == pytest.approx(np.linalg.norm(est.coef_), rel=1e-14)
     assert h["alignment_uncorrected"][0] == pytest.approx(

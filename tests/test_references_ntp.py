@@ -289,9 +289,8 @@ def test_gradient_solvers_follow_the_textbook_updates(solver, lr):
         np.sum(W * unit) / np.linalg.norm(W), rel=1e-10)
     R = W - est.finite_component_
     assert est.alignment_ == pytest.approx(np.sum(R * unit) / np.linalg.norm(R), rel=1e-10)
-    # the history's alignment is the fit's (the former name kept for one release)
+    # the history's alignment is the fit's
     assert est.history_["alignment"][-1] == pytest.approx(est.alignment_, rel=1e-12)
-    assert est.history_["alignment_corrected"][-1] == est.history_["alignment"][-1]
     assert est.history_["excess_loss"][-1] == pytest.approx(
         ce(W, H, pi, P) - est.entropy_, rel=1e-9)
 

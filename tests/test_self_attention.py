@@ -109,7 +109,6 @@ def test_fig4_cyclic_small():
         assert abs(np.sum(clf.finite_component_ * clf.mm_direction_)) < 1e-8  # Lemma 2
         corr.append(clf.history_["alignment"][-1])
         dist.append(clf.history_["finite_distance"][-1])
-        assert clf.history_["alignment_corrected"][-1] >= corr[-1] - 1e-12
     assert np.mean(corr) > 0.97
     assert max(dist) < 0.01
 

@@ -1,10 +1,9 @@
-"""One vocabulary over the four estimators, the names it replaced, and the atomic fit.
+"""One vocabulary over the four estimators, and the atomic fit.
 
 Every estimator runs on :class:`skntp._base.ImplicitBiasEstimator`: the same
 solvers, ``init``, ``sample_weight``, ``history_`` whose ``alignment`` ends at
-``alignment_``, names renamed for the vocabulary that still work for one
-release (with a FutureWarning and the same fit), and a fit that either
-completes or leaves the previous fit as it was.
+``alignment_``, and a fit that either completes or leaves the previous fit as
+it was.
 """
 
 import warnings
@@ -90,66 +89,24 @@ def _fit_quiet(est, X, y, **kw):
         return est.fit(X, y, **kw)
 
 
-def test_renamed_parameters_warn_and_fit_the_same():
-    a = make_attention_fig1c()
-    p0 = a.starts["angle_2.50"]
-    common = dict(head=a.head, key_query=a.key_query, classes=[-1, 1], max_iter=40)
-    new = _fit_quiet(AttentionSelector(init=p0, max_enumeration=10, **common), a.X, a.y)
-    with pytest.warns(FutureWarning, match=r"query_init=\.\.\.\) was renamed to "
-                      r"AttentionSelector\(init=\.\.\.\)"):
-        old = _fit_quiet(AttentionSelector(query_init=p0, **common), a.X, a.y)
-    np.testing.assert_array_equal(old.query_, new.query_)
-    with pytest.warns(FutureWarning, match="max_optimal_choices"):
-        _fit_quiet(AttentionSelector(max_optimal_choices=10, **common), a.X, a.y)
-    with pytest.warns(FutureWarning, match="loss='logistic'"):
-        old = _fit_quiet(AttentionSelector(loss="logistic", **common), a.X, a.y)
-    np.testing.assert_array_equal(
-        old.query_, _fit_quiet(AttentionSelector(**common), a.X, a.y).query_)
-    u = np.array([0.6, 0.8, 0.0])
-    with pytest.warns(FutureWarning, match=r"fixed_query=\.\.\."):
-        old = _fit_quiet(AttentionSelector(train="W", query_init=u, **common), a.X, a.y)
-    new = _fit_quiet(AttentionSelector(train="W", fixed_query=u, **common), a.X, a.y)
-    np.testing.assert_array_equal(old.key_query_, new.key_query_)
-    X, y, P = make_joint_fig3("b", return_params=True)
-    with pytest.warns(FutureWarning, match="head_init"):
-        old = JointAttentionSVM(head_init=P.head_init, query_init=P.query_init,
-                                max_iter=50).fit(X, y)
-    new = JointAttentionSVM(init=(P.head_init, P.query_init), max_iter=50).fit(X, y)
-    np.testing.assert_array_equal(old.head_, new.head_)
-    Xs, ys, E = make_token_priority_data(6, 8, 6, 4, random_state=1)
-    with pytest.warns(FutureWarning, match="loss='log'"):
-        old = NTPAttentionClassifier(E, loss="log", max_iter=20).fit(Xs, ys)
-    new = NTPAttentionClassifier(E, loss="log_loss", max_iter=20).fit(Xs, ys)
-    np.testing.assert_array_equal(old.coef_, new.coef_)
-    with pytest.warns(FutureWarning, match="init='normal'"):
-        old = NTPAttentionClassifier(E, init="normal", random_state=0, max_iter=20).fit(Xs, ys)
-    new = NTPAttentionClassifier(E, init="random", random_state=0, max_iter=20).fit(Xs, ys)
-    np.testing.assert_array_equal(old.coef_, new.coef_)
-
-
-def test_renamed_attributes_and_methods_warn():
+def test_attributes_and_methods():
     X, y, P = make_joint_fig3("a", return_params=True)
     est = JointAttentionSVM(solver="svm").fit(X, y)
-    with pytest.warns(FutureWarning, match="label_margin_ was renamed to head_mm_margin_"):
-        assert est.label_margin_ == est.head_mm_margin_ > 0
-    with pytest.warns(FutureWarning, match="joint_svm_result_ was renamed to svm_result_"):
-        assert est.joint_svm_result_ is est.svm_result_
-    with pytest.warns(FutureWarning, match="attention was renamed to attention_weights"):
-        np.testing.assert_array_equal(est.attention(X), est.attention_weights(X))
+    assert est.head_mm_margin_ > 0
+    assert est.attention_weights(X).shape == X.shape[:2]
     with pytest.raises(AttributeError, match="no attribute 'nothing_'"):
         est.nothing_  # noqa: B018
     a = make_attention_fig1a()
     sel = AttentionSelector(a.head, a.key_query, classes=[-1, 1], max_iter=20).fit(a.X, a.y)
-    with pytest.warns(FutureWarning, match="attention was renamed to attention_weights"):
-        np.testing.assert_array_equal(sel.attention(a.X), sel.attention_weights(a.X))
+    assert sel.attention_weights(a.X).shape == a.X.shape[:2]
     assert sel.trajectory_["query"].shape == (len(sel.history_["iteration"]), a.X.shape[2])
-    import skntp.attention
+
+
+def test_svm_module_resolves_the_self_attention_risk():
+    # skntp.svm's module __getattr__ (owned by the skntp/svm/ restructuring)
     import skntp.svm
     from skntp.models.self_attention import SelfAttentionRisk
-    from skntp.sweeps import attention_trials
 
-    with pytest.warns(FutureWarning, match="moved to skntp.sweeps.attention_trials"):
-        assert skntp.attention.attention_trials is attention_trials
     with pytest.warns(FutureWarning, match="moved to skntp.models.self_attention"):
         assert skntp.svm.SelfAttentionRisk is SelfAttentionRisk
 

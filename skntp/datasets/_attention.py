@@ -14,7 +14,7 @@ Every figure example returns a :class:`~sklearn.utils.Bunch` with
   ready for ``AttentionSelector(head=..., key_query=...)``;
 * ``K`` (n, T, k), the keys ``X W^T`` and ``scores`` (n, T) ``= Y_i v^T x_it``
   (Def. 1);
-* ``starts``: named initial queries ``p(0)`` (``query_init``) and
+* ``starts``: named initial queries ``p(0)`` (``init``) and
   ``expected``: the token indices ``alpha`` GD started there selects.
 """
 
