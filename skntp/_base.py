@@ -611,19 +611,3 @@ class ImplicitBiasEstimator(BaseEstimator):
                "norm": np.array([float(np.linalg.norm(w))])}
         out.update({k: np.array([float(v)]) for k, v in extra.items()})
         return out
-
-
-# Only skntp.svm's module __getattr__ (SelfAttentionRisk) still calls this; delete it
-# together with that one when skntp/svm/ is restructured.
-def moved_attribute(module, name, moved):
-    """Module ``__getattr__`` for names that moved: ``moved`` maps an old name to the
-    ``(module, name)`` it lives at now; it still resolves, with a FutureWarning, for
-    one release."""
-    if name not in moved:
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    import importlib
-
-    target_module, target = moved[name]
-    warnings.warn(f"{module}.{name} moved to {target_module}.{target}; the old name will be "
-                  "removed in the next release.", FutureWarning, stacklevel=user_stacklevel())
-    return getattr(importlib.import_module(target_module), target)

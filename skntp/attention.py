@@ -851,7 +851,7 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
     def _prepare_matrix(self, data):
         """The queries ``z_i`` and the lifted keys ``vec(z_i x_it^T)`` of the matrix model."""
-        from .models.attention import lifted_keys
+        from ._backend import lifted_keys
         from .svm._problem import check_program_size
 
         Xp, W = data["X"], data["W"]

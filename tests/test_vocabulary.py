@@ -102,15 +102,6 @@ def test_attributes_and_methods():
     assert sel.trajectory_["query"].shape == (len(sel.history_["iteration"]), a.X.shape[2])
 
 
-def test_svm_module_resolves_the_self_attention_risk():
-    # skntp.svm's module __getattr__ (owned by the skntp/svm/ restructuring)
-    import skntp.svm
-    from skntp.models.self_attention import SelfAttentionRisk
-
-    with pytest.warns(FutureWarning, match="moved to skntp.models.self_attention"):
-        assert skntp.svm.SelfAttentionRisk is SelfAttentionRisk
-
-
 # --------------------------------------------------------------------------
 # atomic fit
 # --------------------------------------------------------------------------
