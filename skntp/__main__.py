@@ -10,6 +10,8 @@ import warnings
 import numpy as np
 
 from . import _reproduce
+from .datasets import make_ntp_data
+from .decoder import NTPDecoderClassifier
 
 
 def demo_table(max_iter=10_000, seed=0):
@@ -22,9 +24,6 @@ def demo_table(max_iter=10_000, seed=0):
     rows : list of (label, values)
         One value per fit, in the order of ``fits``.
     """
-    from .datasets import make_ntp_data
-    from .decoder import NTPDecoderClassifier
-
     X, y = make_ntp_data(random_state=seed)
     every = max(1, max_iter // 100)
     fits = {}

@@ -8,12 +8,18 @@ torch device.  Fitted attributes always come back as NumPy arrays.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import sys
+import types
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.externals import array_api_compat
 from sklearn.externals.array_api_compat import numpy as _np_xp
+from threadpoolctl import ThreadpoolController
 
 from ._warnings import user_stacklevel
 
@@ -53,8 +59,6 @@ def blas_threads(size, be=None):
     be : Backend or array namespace, optional
         The loop's array layer (torch's pool is limited too when it is torch).
     """
-    import contextlib
-
     if size >= SMALL_PRODUCT:
         return contextlib.nullcontext()
     name = getattr(be, "name", None) or getattr(be, "__name__", "")
@@ -76,10 +80,6 @@ def _threadpool_controller():
     change only when a module is imported, so the controller is kept until
     ``sys.modules`` grows.
     """
-    import sys
-
-    from threadpoolctl import ThreadpoolController
-
     n = len(sys.modules)
     if _CONTROLLER[0] is None or _CONTROLLER[1] != n:
         _CONTROLLER[:] = [ThreadpoolController(), n]
@@ -192,8 +192,6 @@ def get_backend(backend="numpy", device=None, dtype="float64"):
                 "the CPU only."
             )
         if device == "cpu":
-            import warnings
-
             warnings.warn("device='cpu' has no effect with backend='numpy' (NumPy runs on "
                           "the CPU); pass backend='torch' to run torch on the CPU.",
                           UserWarning, stacklevel=user_stacklevel())
@@ -242,7 +240,6 @@ def _torch_namespace():
     """
     if _TORCH_NAMESPACE:
         return _TORCH_NAMESPACE[0]
-    import types
 
     import torch
     from sklearn.externals.array_api_compat import torch as compat
@@ -367,7 +364,6 @@ def sparse_rows_matmul(xp, out_rows, cols, values, n_out, dense):
         mat = torch.sparse_coo_tensor(idx, values, (n_out, dense.shape[0]),
                                       check_invariants=False)
         return torch.sparse.mm(mat, dense)
-    import scipy.sparse as sp
 
     mat = sp.csr_matrix((values, (out_rows, cols)), shape=(n_out, dense.shape[0]))
     return np.asarray(mat @ dense)

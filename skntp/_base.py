@@ -34,7 +34,12 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ._backend import get_backend, to_numpy
+from ._optim import DESCENT_SOLVERS, OptimResult, check_descent_norm, limit_norm, minimize
+from ._progress import close_progress, make_limit_progress, make_progress
 from ._warnings import user_stacklevel
+from .metrics import alignment
+from .svm import NotSeparableError, ProgramTooLargeError
+from .svm._problem import available_memory
 
 __all__ = [
     "BACKEND_CONSTRAINTS",
@@ -184,7 +189,6 @@ def cosine(w, direction):
     """Cosine of ``w`` with ``direction`` (0 for a zero argument, nan without direction)."""
     if direction is None:
         return float("nan")
-    from .metrics import alignment
 
     return alignment(w, direction)
 
@@ -348,8 +352,6 @@ class ImplicitBiasEstimator(BaseEstimator):
 
     def _descent_options(self):
         """The options of the descent solvers (:func:`skntp._optim.minimize`)."""
-        from ._optim import check_descent_norm
-
         return {"eps": self.eps, "power_t": self.power_t, "mirror_p": self.mirror_p,
                 "descent_norm": check_descent_norm(self.descent_norm)}
 
@@ -374,8 +376,6 @@ class ImplicitBiasEstimator(BaseEstimator):
         The spectral and nuclear norms of a vector are its Euclidean norm, so on a
         vector parameter spectral descent is normalized GD and its limit is the
         Frobenius (Euclidean) one."""
-        from ._optim import limit_norm
-
         norm = limit_norm(self.solver, self.descent_norm, self.mirror_p,
                           self._parameter_norm(), self.eps)
         if norm in ("spectral", "nuclear") and self._trains_vectors():
@@ -421,8 +421,6 @@ class ImplicitBiasEstimator(BaseEstimator):
         Refused before the run when the records would take more than a quarter
         of the available memory.
         """
-        from .svm._problem import available_memory
-
         shape = np.shape(training.params0[0])
         steps = (len(training.radii) if training.radii is not None and self.solver == "regpath"
                  else self.max_iter // self.record_every + 2)
@@ -463,9 +461,6 @@ class ImplicitBiasEstimator(BaseEstimator):
             The :class:`~skntp.svm.NotSeparableError` or
             :class:`~skntp.svm.ProgramTooLargeError` behind a ``None`` result.
         """
-        from ._progress import close_progress, make_limit_progress
-        from .svm import NotSeparableError, ProgramTooLargeError
-
         progress = make_limit_progress(self.verbose, desc=f"limit {program}")
         try:
             return solve(progress), None
@@ -480,9 +475,6 @@ class ImplicitBiasEstimator(BaseEstimator):
 
     def _train(self, training):
         """Run the one training loop with the estimator's solver parameters."""
-        from ._optim import minimize
-        from ._progress import make_progress
-
         be = backend_of(self)
         regpath = self.solver == "regpath"
         radii = training.radii
@@ -520,8 +512,6 @@ class ImplicitBiasEstimator(BaseEstimator):
         follows its own iterates), and each estimator is published from its
         trial's slice of the run (atomically, as in ``fit``).
         """
-        from ._optim import DESCENT_SOLVERS, OptimResult, minimize
-
         template = estimators[0]
         if template.solver not in DESCENT_SOLVERS:
             raise ValueError(

@@ -29,6 +29,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ._backend import blas_threads, to_numpy
 from ._warnings import user_stacklevel
+from .svm import check_norm
 
 __all__ = ["DESCENT_NORMS", "SCALE_FREE", "SOLVERS", "OptimResult", "check_descent_norm",
            "limit_norm", "minimize", "steepest_direction"]
@@ -51,8 +52,6 @@ def check_descent_norm(descent_norm):
     (:func:`skntp.svm.check_norm`); ``("lp", 2)`` is ``"fro"``, and the nuclear
     norm is not a descent norm here.
     """
-    from .svm import check_norm
-
     try:
         canonical = check_norm(descent_norm)
     except ValueError as exc:

@@ -7,10 +7,42 @@ prints them next to what the paper reports.
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .attention import AttentionSelector, JointAttentionSVM
+from .datasets import (
+    load_text_ntp,
+    make_attention_fig1a,
+    make_attention_fig1b,
+    make_attention_fig1c,
+    make_attention_fig8,
+    make_attention_random,
+    make_joint_fig3,
+    make_key_query_data,
+    make_ntp_2d_example,
+    make_ntp_data,
+    make_token_priority_data,
+)
+from .decoder import NTPDecoderClassifier
+from .diagnostics import compare_optimizers
+from .graphs import is_acyclic, token_priority_graphs
+from .plotting import (
+    _pyplot,
+    plot_attention_trajectories,
+    plot_fig9_bars,
+    plot_metric_over_trials,
+    plot_optimizer_norms,
+    plot_token_priority_graphs,
+    plot_training_curves,
+    plot_word_embeddings,
+)
+from .self_attention import NTPAttentionClassifier
+from .sweeps import attention_trials
 
 __all__ = ["REPRODUCTIONS", "Reproduction", "register", "run"]
 
@@ -75,9 +107,6 @@ def _fmt_table(header, rows, widths=None):
 @register("ntp-fig4")
 def ntp_fig4(seed=0, quick=False):
     """NTP paper Fig. 4/5 (App. B.2): GD, NGD and Adam on overparameterized data."""
-    from .datasets import make_ntp_data
-    from .decoder import NTPDecoderClassifier
-
     X, y = make_ntp_data(random_state=seed)
     max_iter = 1000 if quick else 10_000
     checkpoints = [c for c in (100, 1000, 10_000) if c <= max_iter]
@@ -106,8 +135,6 @@ def ntp_fig4(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import plot_training_curves
-
         return plot_training_curves(list(fits.values()), labels=list(fits))[0].figure
 
     return Reproduction(table, {"fits": fits}, plot)
@@ -131,10 +158,6 @@ OPTIMIZERS_B2 = {
 @register("ntp-optimizers")
 def ntp_optimizers(seed=0, quick=False):
     """NTP paper App. B.2 extended: which norm's limit does each optimizer approach?"""
-    from .datasets import make_ntp_data
-    from .decoder import NTPDecoderClassifier
-    from .diagnostics import compare_optimizers
-
     X, y = make_ntp_data(random_state=seed)
     max_iter = 1000 if quick else 10_000
     norms = ("fro", "max", "spectral", ("lp", 3.0))
@@ -160,8 +183,6 @@ def ntp_optimizers(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import plot_optimizer_norms
-
         return plot_optimizer_norms(table)[0].figure
 
     return Reproduction(text, {"comparison": table}, plot)
@@ -170,9 +191,6 @@ def ntp_optimizers(seed=0, quick=False):
 @register("ntp-fig1")
 def ntp_fig1(seed=0, quick=False):
     """NTP paper Fig. 1/2: the 2-D example, W^mm and W* rows as word embeddings."""
-    from .datasets import make_ntp_2d_example
-    from .decoder import NTPDecoderClassifier
-
     H, P, w = make_ntp_2d_example()
     svm = NTPDecoderClassifier(solver="svm").fit(H, P, sample_weight=w)
     with warnings.catch_warnings():
@@ -193,8 +211,6 @@ def ntp_fig1(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import _pyplot, plot_training_curves, plot_word_embeddings
-
         fig, axes = _pyplot().subplots(2, 4, figsize=(16, 8))
         plot_word_embeddings(svm, context_embeddings=H, contexts=["A", "B", "C"],
                              ax=axes[0, :3])
@@ -226,9 +242,6 @@ def ntp_real_text(seed=0, quick=False):
 
     The text is scikit-learn's dataset descriptions (:func:`skntp.datasets.load_text_ntp`).
     """
-    from .datasets import load_text_ntp
-    from .decoder import NTPDecoderClassifier
-
     n_words = 30 if quick else 50
     checks = []
     for embedding in ("gaussian", "onehot", "words"):
@@ -307,8 +320,6 @@ def ntp_real_text(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import plot_word_embeddings
-
         return plot_word_embeddings(svm, contexts=[" ".join(c) for c in
                                                    _context_names(data, svm, None)],
                                     max_words=12)[0].figure
@@ -330,14 +341,6 @@ def _context_names(data, fitted, rows):
 @register("attention-fig1")
 def attention_fig1(seed=0, quick=False):
     """Max-margin attention Fig. 1/8: GD on p from several starts converges to GMM or LMM."""
-    from .attention import AttentionSelector
-    from .datasets import (
-        make_attention_fig1a,
-        make_attention_fig1b,
-        make_attention_fig1c,
-        make_attention_fig8,
-    )
-
     examples = {"Fig. 1(a)": make_attention_fig1a, "Fig. 1(b)": make_attention_fig1b,
                 "Fig. 1(c)": make_attention_fig1c, "Fig. 8": make_attention_fig8}
     iters = 300 if quick else 2000
@@ -367,8 +370,6 @@ def attention_fig1(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import _pyplot, plot_attention_trajectories
-
         plt = _pyplot()
         fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 4.2))
         for ax, (title, (data, fits)) in zip(np.ravel(axes), results.items()):
@@ -383,9 +384,6 @@ def attention_fig1(seed=0, quick=False):
 @register("attention-fig9")
 def attention_fig9(seed=0, quick=False):
     """Max-margin attention Fig. 9: over random trials, GD on p converges to an LMM direction."""
-    from .datasets import make_attention_random
-    from .sweeps import attention_trials
-
     dims = (2, 10, 100) if quick else (2, 5, 10, 100, 300, 500)
     trials = 40 if quick else 1000
     max_iter = 300 if quick else 1000
@@ -424,8 +422,6 @@ def attention_fig9(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import plot_fig9_bars
-
         gaps = {d: r["min_score_gap"][r["convergence"] != "not-saturated"]
                 for d, r in results.items()}
         return plot_fig9_bars([r[0] for r in rows], [r[2] for r in rows],
@@ -438,9 +434,6 @@ def attention_fig9(seed=0, quick=False):
 @register("joint-fig3")
 def joint_fig3(seed=0, quick=False):
     """Max-margin attention Fig. 3: joint (v, p) training, v -> v^mm and p -> p^relax."""
-    from .attention import JointAttentionSVM
-    from .datasets import make_joint_fig3
-
     def cos(a, b):
         return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
@@ -466,8 +459,6 @@ def joint_fig3(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import _pyplot, plot_attention_trajectories
-
         plt = _pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(9, 4.5))
         for ax, variant in zip(axes, ("a", "b")):
@@ -485,9 +476,6 @@ def joint_fig3(seed=0, quick=False):
 @register("transformers-svm")
 def transformers_svm(seed=0, quick=False):
     """Transformers as SVMs Thms. 1-2: GD on W -> W^fro, on the factors Q K^T -> W^nuc."""
-    from .attention import AttentionSelector
-    from .datasets import make_key_query_data
-
     seeds = range(seed, seed + (2 if quick else 5))
     iters = 500 if quick else 2000
     fits = {"W": [], "KQ": []}
@@ -516,8 +504,6 @@ def transformers_svm(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import _pyplot
-
         plt = _pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
         for ax, (parameterization, ests) in zip(axes, fits.items()):
@@ -544,10 +530,6 @@ def transformers_svm(seed=0, quick=False):
 @register("self-attention-figs")
 def self_attention_figs(seed=0, quick=False):
     """Self-attention NTP Figs. 2-4: token-priority graphs, W -> W^mm, Pi_Scyc(W) -> W^cyc."""
-    from .datasets import make_token_priority_data
-    from .graphs import is_acyclic, token_priority_graphs
-    from .self_attention import NTPAttentionClassifier
-
     trials = 3 if quick else 20
     max_iter = 1000 if quick else 4000
     rows, last, fits = [], None, {}
@@ -584,8 +566,6 @@ def self_attention_figs(seed=0, quick=False):
     )
 
     def plot():
-        from .plotting import _pyplot, plot_metric_over_trials, plot_token_priority_graphs
-
         fig, axes = _pyplot().subplots(2, 4, figsize=(14, 7))
         n = min(4, len(last.graphs_))
         plot_token_priority_graphs(last, max_graphs=n, ax=axes[0, :n])
@@ -606,9 +586,6 @@ def self_attention_figs(seed=0, quick=False):
 
 def example_main(name, description, argv=None):
     """Command line of an ``examples/`` script that runs reproduction ``name``."""
-    import argparse
-    import importlib.util
-
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a smaller, faster run")
     parser.add_argument("--plot", metavar="OUT.png", default=None,

@@ -10,6 +10,9 @@ sequences of ``T`` scalar tokens (``d = 1``).
 from __future__ import annotations
 
 import numpy as np
+from sklearn.utils import column_or_1d
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 __all__ = ["binary_labels", "check_attention_input", "check_sequences", "key_query_matrix"]
 
@@ -116,8 +119,6 @@ def check_attention_input(estimator, X, *, reset):
     and list inputs through :func:`check_sequences` (``n_features_in_ = d``).
     With ``reset=True`` (``fit``) the estimator records which form it saw.
     """
-    from sklearn.utils.validation import check_is_fitted, validate_data
-
     if not reset:
         check_is_fitted(estimator)
     if hasattr(X, "__array__") and not hasattr(X, "shape") and not hasattr(X, "columns"):
@@ -157,9 +158,6 @@ def binary_labels(y, n, classes=None, model="the estimator"):
     ``classes`` names both labels (then ``y`` may hold one of them only, e.g.
     a single input); ``None`` takes them from ``y``.
     """
-    from sklearn.utils import column_or_1d
-    from sklearn.utils.multiclass import check_classification_targets
-
     y = column_or_1d(y, warn=True)
     if y.shape[0] != n:
         raise ValueError(f"X has {n} sequences but y has {y.shape[0]} labels.")

@@ -5,15 +5,15 @@ from __future__ import annotations
 import inspect
 import os
 
+import joblib
+import sklearn
+
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _skipped_folders():
     """skntp's folder, scikit-learn's and joblib's (their ``fit`` wrappers, model
     selection and parallel loops stand between the user's call and the estimator)."""
-    import joblib
-    import sklearn
-
     return (_PACKAGE + os.sep,) + tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
                                         for m in (sklearn, joblib))
 

@@ -27,7 +27,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
 
-from ._backend import softmax, to_numpy
+from ._backend import lifted_keys, softmax, to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
     SATURATION_NATS,
@@ -44,6 +44,7 @@ from ._base import (
     unit,
 )
 from ._optim import SCALE_FREE
+from ._progress import close_progress, make_limit_progress
 from ._sequences import (
     binary_labels,
     check_attention_input,
@@ -64,8 +65,12 @@ from .models.attention import (
     head_activation,
 )
 from .svm import (
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
     NotSeparableError,
     ProgramTooLargeError,
+    QueryKeyScores,
     att_svm,
     att_svm_prime,
     att_svm_w,
@@ -74,9 +79,12 @@ from .svm import (
     min_score_gap,
     norm_value,
     relaxed_att_svm,
+    solve_max_margin,
+    solve_min_norm,
     support_vectors,
     svm_neighbors,
 )
+from .svm._problem import check_program_size
 
 __all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "JointAttentionSVM",
            "diagnose_selection"]
@@ -171,8 +179,6 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
     ``label_gaps`` (the head's margin) and ``attention_gaps`` (the logit gaps of
     the unit ``p^relax`` that it separates, up to roundoff).
     """
-    from ._progress import close_progress, make_limit_progress
-
     X, K, mask, Y = data["X"], data["K"], data["mask"], data["Y"]
     out = {"selected_tokens_": None, "head_mm_direction_": None, "head_mm_margin_": 0.0,
            "support_": np.zeros(0, dtype=np.int64), "support_vectors_": np.zeros((0, X.shape[2])),
@@ -293,15 +299,6 @@ def _kept_token_limit(data, q, kept, method, norm):
     ``z_i^T W (x_o - x_o') = 0`` and ``z_i^T W (x_o - x_t) >= 1`` for kept ``o`` and
     the other tokens ``t``, ``None`` (with a warning) when infeasible.
     """
-    from .svm import (
-        Constraints,
-        KeyScores,
-        MaxMarginProblem,
-        QueryKeyScores,
-        solve_max_margin,
-        solve_min_norm,
-    )
-
     keys, mask = data["keys"], data["mask"]
     T = keys.shape[1]
     scores = keys @ q  # log(s_o / s_o') = scores_o - scores_o'
@@ -851,9 +848,6 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
 
     def _prepare_matrix(self, data):
         """The queries ``z_i`` and the lifted keys ``vec(z_i x_it^T)`` of the matrix model."""
-        from ._backend import lifted_keys
-        from .svm._problem import check_program_size
-
         Xp, W = data["X"], data["W"]
         n, T, d = Xp.shape
         if self.query_index is None:

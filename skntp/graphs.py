@@ -22,6 +22,7 @@ are exactly integral (a rounding-free cast); anything else is an error.
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 
 __all__ = [
@@ -233,8 +234,6 @@ def _padded(X, y, n_tokens=None):
 # Graphs
 # --------------------------------------------------------------------------
 def _graphs_from_edges(last, src, dst, nodes_by_query):
-    import networkx as nx
-
     graphs = {}
     for k in sorted(nodes_by_query):
         g = nx.DiGraph()
@@ -326,8 +325,6 @@ def strongly_connected_components(graphs):
     -------
     sccs : dict of int to list of set
     """
-    import networkx as nx
-
     return {
         k: sorted((set(c) for c in nx.strongly_connected_components(g)), key=min)
         for k, g in graphs.items()
@@ -522,7 +519,6 @@ def draw_token_priority_graph(graph, sccs=None, *, ax=None, labels=None, seed=0)
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("draw_token_priority_graph needs matplotlib.") from exc
-    import networkx as nx
 
     if sccs is None:
         sccs = strongly_connected_components({0: graph})[0]

@@ -6,8 +6,10 @@ import math
 
 import numpy as np
 import scipy.linalg
+from scipy.sparse.linalg import lsqr
 
 from ._backend import to_numpy
+from .svm._problem import constraint_operator
 
 __all__ = [
     "SubspaceProjector",
@@ -106,8 +108,6 @@ class SubspaceProjector:
         large ones a matrix-free operator (LSQR per projection), so nothing
         of size ``(n_rows, n_features)`` is ever formed.
         """
-        from .svm._problem import constraint_operator
-
         max_dense = cls.MAX_DENSE if max_dense is None else max_dense
         n_rows, n_features = len(problem.constraints), int(np.prod(problem.shape))
         if n_rows == 0:
@@ -169,7 +169,6 @@ class SubspaceProjector:
         if self.basis is not None:
             flat = np.asarray(to_numpy(w), dtype=float).ravel()
             return (self.basis @ (self.basis.T @ flat)).reshape(self.shape)
-        from scipy.sparse.linalg import lsqr
 
         flat = np.asarray(to_numpy(w), dtype=float).ravel()
         coef = lsqr(self.matrix.T, flat, atol=1e-12, btol=1e-12)[0]

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .graphs import draw_token_priority_graph, strongly_connected_components
+
 __all__ = [
     "AttentionTrajectoryDisplay",
     "TokenPriorityGraphDisplay",
@@ -960,8 +962,6 @@ class TokenPriorityGraphDisplay:
         -------
         TokenPriorityGraphDisplay
         """
-        from .graphs import strongly_connected_components
-
         if isinstance(estimator_or_graphs, dict):
             graphs = estimator_or_graphs
         else:
@@ -981,7 +981,6 @@ class TokenPriorityGraphDisplay:
     def plot(self, *, seed=0, ax=None):
         """Draw (see :meth:`from_estimator`); returns ``self``."""
         plt = _pyplot()
-        from .graphs import draw_token_priority_graph
 
         keys = sorted(self.graphs)
         axes, fig, new = _panel_axes(ax, len(keys), panel_size=(3.2, 3.2), ncols=4)

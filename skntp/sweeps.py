@@ -27,8 +27,11 @@ from sklearn.base import clone
 from sklearn.model_selection import ParameterGrid
 from sklearn.utils.validation import check_random_state
 
-from ._backend import to_numpy
+from ._backend import get_backend, to_numpy
 from ._optim import DESCENT_SOLVERS, minimize
+from .attention import _LOSS, SATURATION_THRESHOLD, diagnose_selection
+from .decoder import NTPDecoderClassifier
+from .models.attention import AttentionObjective
 
 __all__ = ["attention_trials", "fit_ntp_trials", "run_sweep", "trial_seeds"]
 
@@ -138,8 +141,6 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
     >>> len(fits), fits[0].coef_.shape
     (10, (4, 8))
     """
-    from .decoder import NTPDecoderClassifier
-
     if not isinstance(estimator, NTPDecoderClassifier):
         raise TypeError("fit_ntp_trials takes an NTPDecoderClassifier template.")
     if estimator.solver not in DESCENT_SOLVERS:
@@ -213,10 +214,6 @@ def attention_trials(X, y, head, *, loss="log_loss", solver="ngd", lr=1.0, max_i
         ``p`` with ``p^mm(alpha)``, nan when infeasible), ``min_score_gap``,
         ``locally_optimal``, ``selects_optimal``, ``norm`` (``||p||``).
     """
-    from ._backend import get_backend
-    from .attention import _LOSS, SATURATION_THRESHOLD, diagnose_selection
-    from .models.attention import AttentionObjective
-
     if loss not in _LOSS:
         raise ValueError(f"loss must be one of {sorted(_LOSS)}, got {loss!r}.")
     threshold = SATURATION_THRESHOLD if threshold is None else threshold

@@ -17,6 +17,7 @@ from test_key_query import _relu_setup
 from test_key_query import _setup as _key_query_setup
 from test_references_attention import att_svm_by_hand
 
+import skntp._base as base_module
 import skntp.attention as attention_module
 import skntp.self_attention as self_attention_module
 from skntp import NTPDecoderClassifier
@@ -188,9 +189,10 @@ def test_joint_svm_limit_step_reuses_the_joint_solution(monkeypatch):
 
     X, y, _, _, _ = joint_instance(0, n=5, relax=True)
     bars, real = [], progress.make_limit_progress
-    monkeypatch.setattr(progress, "make_limit_progress",
-                        lambda verbose, desc="limit", **kw: bars.append(desc) or real(
-                            verbose, desc=desc, **kw))
+    for module in (attention_module, base_module):
+        monkeypatch.setattr(module, "make_limit_progress",
+                            lambda verbose, desc="limit", **kw: bars.append(desc) or real(
+                                verbose, desc=desc, **kw))
 
     def refused(*args, **kwargs):
         raise AssertionError("solved again")
@@ -478,7 +480,7 @@ def test_kept_token_limit_of_inseparable_kept_tokens(monkeypatch):
     data = {"X": X, "Z": Z, "keys": lifted_keys(np, X, Z), "mask": np.ones((1, 3), bool)}
     kept = np.array([[True, True, False]])
     methods, real = [], svm.solve_max_margin
-    monkeypatch.setattr(svm, "solve_max_margin",
+    monkeypatch.setattr(attention_module, "solve_max_margin",
                         lambda problem, method: methods.append(method) or real(
                             problem, method=method))
     for norm in ("fro", "nuclear"):

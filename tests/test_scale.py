@@ -214,7 +214,7 @@ def test_blas_threads_makes_its_controller_once_per_set_of_imports(monkeypatch):
             made.append(sys._getframe(1).f_code.co_name == "_threadpool_controller")
             super().__init__()
 
-    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", Counting)
+    monkeypatch.setattr(backend_module, "ThreadpoolController", Counting)
     monkeypatch.setattr(backend_module, "_CONTROLLER", [None, -1])
     before = _blas_threads_now()
     for _ in range(50):

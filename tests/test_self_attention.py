@@ -329,7 +329,7 @@ def test_user_start_and_recorded_weight_trajectory(monkeypatch):
     svm = NTPAttentionClassifier(embeddings=E, solver="svm", record_weights=True).fit(X, y)
     np.testing.assert_array_equal(svm.trajectory_["weights"][0], svm.coef_)
     # refused before the run when the records would not fit in memory
-    monkeypatch.setattr("skntp.svm._problem.available_memory", lambda: 10_000)
+    monkeypatch.setattr("skntp._base.available_memory", lambda: 10_000)
     with pytest.raises(ValueError, match="raise record_every"):
         clf.fit(X, y)
     np.testing.assert_allclose(clf.trajectory_["weights"][-1], clf.coef_)

@@ -9,6 +9,8 @@ from importlib import resources
 import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
+from ._ntp import ntp_from_sequences
+
 __all__ = ["load_text_ntp"]
 
 _SKIP_LINE = re.compile(r"\s*(\.\.|>>>|\.\.\.|[=\-~^*+]{3,}|\|)")
@@ -83,8 +85,6 @@ def load_text_ntp(*, context_size=2, n_words=80, embedding="gaussian", n_feature
         read, ``DESCR``.
     (X, y) : tuple, if ``return_X_y``
     """
-    from ._ntp import ntp_from_sequences
-
     if int(context_size) < 1:
         raise ValueError(f"context_size must be a positive integer, got {context_size!r}.")
     if int(n_words) < 2:

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.multiclass import check_classification_targets
 
-from .._backend import exp_, row_chunks, scatter_add
+from .._backend import exp_, get_backend, row_chunks, scatter_add
 
 __all__ = ["CrossEntropy", "aggregate_contexts", "next_token_targets", "ntp_cross_entropy",
            "ntp_logit_gaps", "vocabulary_array"]
@@ -185,8 +185,6 @@ class CrossEntropy:
 
 def ntp_cross_entropy(W, contexts, context_weights, next_token_probs):
     """The NTP loss (eq. (2)) at ``W`` on aggregated data (NumPy)."""
-    from .._backend import get_backend
-
     ce = CrossEntropy(get_backend(), np.asarray(contexts, float),
                        np.asarray(context_weights, float), next_token_probs)
     return float(ce((np.asarray(W, float),))[0])

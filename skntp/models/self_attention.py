@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from sklearn.utils.validation import check_random_state
 
 from .._backend import logsumexp, scatter_add, softmax
 from .._sequences import _real
@@ -180,8 +181,6 @@ class SelfAttentionRisk:
 
 def random_unit_embeddings(n_tokens, embedding_dim, random_state=None):
     """``n_tokens`` embeddings drawn uniformly on the unit sphere of ``R^d`` (App. D, step 1)."""
-    from sklearn.utils.validation import check_random_state
-
     rng = check_random_state(random_state)
     E = rng.standard_normal((int(n_tokens), int(embedding_dim)))
     return E / np.linalg.norm(E, axis=1, keepdims=True)

@@ -35,6 +35,8 @@ from dataclasses import replace
 import numpy as np
 
 from .._backend import get_backend
+from ._norms import dual_norm, norm_value
+from ._problem import Constraints
 
 #: rounding floors, in units of the float64 epsilon: a row's violation is not
 #: resolved below ``ROW_ULPS * eps * sum_i |a_ki w_i|``, a relative gap below
@@ -68,8 +70,6 @@ def _absolute_scores(scores):
 
 def row_magnitudes(problem, w):
     """``sum_i |a_ki| |w_i|`` for every row ``k`` (the scale of its rounding error)."""
-    from ._problem import Constraints
-
     c = problem.constraints
     be = get_backend("numpy")
     scores = _absolute_scores(problem.scores)
@@ -105,8 +105,6 @@ def certificate(problem, w, dual):
         sides' scale), ``gap`` (signed relative gap), ``objective`` (``||w||``)
         and ``bound`` (the dual lower bound ``LB``).
     """
-    from ._norms import dual_norm, norm_value
-
     c = problem.constraints
     w = np.asarray(w, dtype=float).reshape(problem.shape)
     values, dual_to_primal = problem.operators(get_backend("numpy"))

@@ -25,10 +25,21 @@ import warnings
 
 import numpy as np
 import scipy.linalg
+from scipy.optimize import minimize as sp_minimize
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import Bunch
 
 from .._backend import get_backend, to_numpy
 from .._warnings import user_stacklevel
+from ..graphs import (
+    cyclic_subdataset,
+    cyclic_subspace_basis,
+    graph_relations,
+    is_acyclic,
+    pseudo_token_priority_graphs,
+    strongly_connected_components,
+)
+from ..metrics import SubspaceProjector
 from ..models.self_attention import SelfAttentionRisk
 from ._problem import BilinearScores, Constraints, MaxMarginProblem
 from ._solve import solve_max_margin
@@ -78,8 +89,6 @@ def graph_svm_problem(embeddings, graphs, sccs=None, *, norm="fro"):
     MaxMarginProblem
         With ``problem.info["query_tokens"]`` the last token of each block.
     """
-    from ..graphs import graph_relations, strongly_connected_components
-
     E = _check_embeddings(embeddings)
     K = E.shape[0]
     sccs = strongly_connected_components(graphs) if sccs is None else sccs
@@ -200,10 +209,6 @@ def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=No
         Zero when the cyclic sub-dataset is empty (e.g. acyclic data) or
         ``S_cyc = {0}`` (e.g. the tokens of each SCC share one embedding).
     """
-    from scipy.optimize import minimize as sp_minimize
-
-    from ..graphs import cyclic_subdataset, cyclic_subspace_basis
-
     E = _check_embeddings(embeddings)
     K, d = E.shape
     gamma = np.eye(K) if gamma is None else np.asarray(gamma, dtype=float)
@@ -301,16 +306,6 @@ def pseudo_limits(embeddings, X, y, selected, *, gamma=None, loss="log", method=
         ``finite_component`` (pseudo ``W^cyc``) and ``projector`` (onto the
         pseudo ``S_cyc``).
     """
-    from sklearn.utils import Bunch
-
-    from ..graphs import (
-        cyclic_subspace_basis,
-        is_acyclic,
-        pseudo_token_priority_graphs,
-        strongly_connected_components,
-    )
-    from ..metrics import SubspaceProjector
-
     E = _check_embeddings(embeddings)
     d = E.shape[1]
     graphs = pseudo_token_priority_graphs(X, selected)

@@ -127,6 +127,7 @@ import time
 import warnings
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from ..._backend import get_backend, scatter_add, to_numpy
 from ..._warnings import user_stacklevel
@@ -989,8 +990,6 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
         result = fista(problem, st, be, tol, max_iter, verbose, check_every, polish,
                         callback=callback)[0]
     if result.status != "optimal":
-        from sklearn.exceptions import ConvergenceWarning
-
         warnings.warn(
             f"{problem.name}: method 'fast' stopped after {result.n_iter} iterations with "
             f"relative duality gap {result.gap:.3e} and constraint violation "

@@ -51,6 +51,8 @@ from dataclasses import replace
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 
 from ..._warnings import user_stacklevel
 from .. import _solve  # the dispatcher, for the Frobenius start (bound at call time)
@@ -131,8 +133,6 @@ class _Program:
 
 def _barrier_hessian(A_I, weight):
     """``A_I^T diag(weight) A_I`` as a dense array."""
-    import scipy.sparse as sp
-
     return np.asarray((A_I.T @ sp.diags(weight) @ A_I).todense())
 
 
@@ -346,8 +346,6 @@ def _barrier(problem, model, prog, w0, tol, max_iter, verbose, callback, name):
             break
     W, y, gap, viol = best
     if gap > tol:
-        from sklearn.exceptions import ConvergenceWarning
-
         warnings.warn(
             f"{problem.name} ({name}): the certified relative duality gap is {gap:.2e} > "
             f"tol={tol:g} (the limit of float64 for this program); the solution is "

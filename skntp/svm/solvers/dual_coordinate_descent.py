@@ -70,6 +70,7 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 
 from ..._backend import get_backend
 from ..._warnings import user_stacklevel
@@ -382,8 +383,6 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
     result = _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state,
                   hand_over)
     if result.status != "optimal":
-        from sklearn.exceptions import ConvergenceWarning
-
         warnings.warn(
             f"{problem.name}: method '{result.method}' stopped after {result.n_iter} "
             f"iterations with relative duality gap {result.gap:.3e} and constraint violation "

@@ -47,6 +47,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.linalg import lapack
+from scipy.sparse.linalg import lsmr
 
 from .. import _solve  # the dispatcher, for the infeasibility check (bound at call time)
 from .._problem import BilinearScores, available_memory, constraint_operator
@@ -440,8 +441,6 @@ def _least_norm(J, b):
     """A solution of ``J z = b`` by LSMR on the column-scaled ``J`` (at most
     :data:`_POLISH_ITER` products), or ``None`` when it does not meet the equations
     to ``1e-10`` relative (no solution, or none found)."""
-    from scipy.sparse.linalg import lsmr
-
     norms = np.sqrt(np.asarray(J.multiply(J).sum(axis=0))).ravel()
     scale = 1.0 / np.where(norms > 0, norms, 1.0)
     Js = J @ sp.diags(scale)
