@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from test_fast_solver import rel_err, tight_cvxpy
+from helpers import head_from_rows, rel_err, tight_cvxpy
 
 import skntp.svm.solvers.dual_active_set as dual_active_set
 import skntp.svm.solvers.least_distance as least_distance
@@ -21,21 +21,13 @@ pytest.importorskip("cvxpy")
 METHOD = "dual-active-set"
 
 
-def _head_from_rows(X, rhs=None, name="head SVM"):
-    """Binary SVM without bias with signed rows ``X``: ``X_i v >= rhs_i``."""
-    n = X.shape[0]
-    rhs = np.ones(n) if rhs is None else rhs
-    return MaxMarginProblem(
-        KeyScores(np.asarray(X, float)[:, None, :]),
-        Constraints(np.arange(n), np.zeros(n), -np.ones(n), rhs, np.zeros(n, bool)),
-        name=name, infeasible_message="the labelled points are not separable")
 
 
 def _head(rng, n, d):
     R = rng.standard_normal((n, d))
     y = np.sign(R @ rng.standard_normal(d))
     y[y == 0] = 1.0
-    return _head_from_rows(y[:, None] * R)
+    return head_from_rows(y[:, None] * R)
 
 
 def _att(rng, n, T, d):
@@ -49,13 +41,13 @@ def _degenerate(rng, kind):
         base = _head(rng, int(rng.integers(20, 80)), int(rng.integers(2, 12)))
         X = base.scores.keys[:, 0]
         X = np.vstack([X, X[rng.integers(0, len(X), len(X) // 2)]])
-        return _head_from_rows(X)
+        return head_from_rows(X)
     if kind == "multiples":  # rows that are exact positive multiples of others
         base = _head(rng, int(rng.integers(20, 80)), int(rng.integers(2, 12)))
         X = base.scores.keys[:, 0]
         pick = rng.integers(0, len(X), len(X) // 2)
         X = np.vstack([X, X[pick] * rng.choice([0.5, 2.0, 3.0], pick.size)[:, None]])
-        return _head_from_rows(X)
+        return head_from_rows(X)
     if kind == "wide":  # fewer constraints than dimensions
         d = int(rng.integers(5, 30))
         return _head(rng, int(rng.integers(1, d)), d)
@@ -64,7 +56,7 @@ def _degenerate(rng, kind):
     X = base.scores.keys[:, 0]
     X = np.vstack([X, X[: len(X) // 3]])
     rhs = rng.choice([0.0, 1.0, 2.0], len(X))
-    return _head_from_rows(X, rhs)
+    return head_from_rows(X, rhs)
 
 
 def _build(kind, seed):
@@ -133,7 +125,7 @@ def test_scan_paths(seed, monkeypatch):
 
 
 def test_zero_rhs_everywhere_gives_zero():
-    problem = _head_from_rows(np.random.default_rng(0).standard_normal((30, 4)),
+    problem = head_from_rows(np.random.default_rng(0).standard_normal((30, 4)),
                               np.zeros(30))
     res = solve_max_margin(problem, method=METHOD)
     assert np.all(res.primal == 0) and np.all(res.dual == 0)
@@ -146,7 +138,7 @@ def _infeasible(seed):
         base = _head(rng, int(rng.integers(10, 300)), int(rng.integers(2, 30)))
         X = base.scores.keys[:, 0]
         i = int(rng.integers(0, len(X)))
-        return _head_from_rows(np.vstack([X, -X[i] * rng.uniform(0.5, 2.0)]))
+        return head_from_rows(np.vstack([X, -X[i] * rng.uniform(0.5, 2.0)]))
     if kind == 1:  # ATT-SVM: two inputs with swapped keys
         K = rng.standard_normal((int(rng.integers(5, 40)), 4, 6))
         a, b = rng.standard_normal(6), rng.standard_normal(6)
@@ -157,7 +149,7 @@ def _infeasible(seed):
     # a positive combination of rows against the negated sum (Farkas)
     d = int(rng.integers(2, 20))
     X = rng.standard_normal((int(rng.integers(2, 10)), d))
-    return _head_from_rows(np.vstack([X, -X.sum(axis=0)]))
+    return head_from_rows(np.vstack([X, -X.sum(axis=0)]))
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -173,7 +165,7 @@ def test_zero_row_with_positive_rhs_is_infeasible():
     X = np.random.default_rng(3).standard_normal((5, 3))
     X[2] = 0.0
     with pytest.raises(NotSeparableError, match="head SVM is infeasible"):
-        solve_max_margin(_head_from_rows(X), method=METHOD)
+        solve_max_margin(head_from_rows(X), method=METHOD)
 
 
 def test_auto_routes_key_scores_here():

@@ -9,7 +9,7 @@ method, and by the KKT conditions of the full program.
 
 import numpy as np
 import pytest
-from test_fast_solver import assert_kkt, rel_err, tight_ntp_svm
+from helpers import assert_kkt, rel_err, tight_ntp_svm
 
 from skntp import NTPDecoderClassifier
 from skntp.svm import (

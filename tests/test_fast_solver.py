@@ -11,8 +11,12 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers import (
+    assert_kkt,
+    rel_err,
+    tight_cvxpy,
+)
 from sklearn.exceptions import ConvergenceWarning
-from test_references_ntp import min_norm_on_rows, ntp_svm_all_pairs
 
 from skntp.svm import (
     BilinearScores,
@@ -20,7 +24,6 @@ from skntp.svm import (
     KeyScores,
     MaxMarginProblem,
     NotSeparableError,
-    QueryKeyScores,
     ntp_svm_problem,
     solve_max_margin,
 )
@@ -109,79 +112,18 @@ KINDS = {
 }
 
 
-# --------------------------------------------------------------------------
-# checks
-# --------------------------------------------------------------------------
-def assert_kkt(problem, res, tol=1e-7):
-    """Stationarity, dual feasibility, complementary slackness, feasibility."""
-    c = problem.constraints
-    A = problem.constraint_matrix()
-    w = res.primal.ravel()
-    lam = res.dual
-    scale = max(1.0, np.linalg.norm(w))
-    # stationarity: w = A^T lam
-    assert np.linalg.norm(A.T @ lam - w) <= tol * scale * max(1.0, np.abs(lam).max())
-    # dual feasibility
-    assert np.all(lam[~c.equality] >= -tol * max(1.0, np.abs(lam).max()))
-    slack = A @ w - c.rhs
-    # primal feasibility
-    assert np.all(slack[~c.equality] >= -tol)
-    assert np.all(np.abs(slack[c.equality]) <= tol)
-    # complementary slackness
-    assert np.all(np.abs(lam[~c.equality] * slack[~c.equality]) <= tol * scale**2)
 
 
-def rel_err(a, b):
-    # w* = 0 (all right-hand sides 0): compare absolutely (solver noise ~1e-6)
-    nb = max(np.linalg.norm(a), np.linalg.norm(b))
-    return np.linalg.norm(a - b) / nb if nb > 1e-4 else np.linalg.norm(a - b)
 
 
-def score_gradient(scores, b, t):
-    """``d S[b, t] / d w`` flattened, from the score maps' definitions: ``k_bt^T p``
-    (KeyScores), ``e_t^T W q_b`` (BilinearScores; ``e_t = s_t`` times the t-th unit
-    vector without outputs) and ``z_b^T W x_bt`` (QueryKeyScores)."""
-    if isinstance(scores, KeyScores):
-        return scores.keys[b, t]
-    if isinstance(scores, QueryKeyScores):
-        return np.outer(scores.queries[b], scores.tokens[b, t]).ravel()
-    if scores.outputs is not None:
-        e = scores.outputs[t]
-    else:
-        e = np.zeros(scores.n_positions)
-        e[t] = 1.0 if scores.output_scale is None else scores.output_scale[t]
-    return np.outer(e, scores.queries[b]).ravel()
 
 
-def rows_by_definition(problem):
-    """Dense rows ``S[b, a] - S[b, r]`` (``S[b, a]`` for ``r = -1``) on ``w.ravel()``,
-    written from the definitions, not through ``problem.constraint_matrix()``."""
-    c, sc = problem.constraints, problem.scores
-    return np.array([
-        score_gradient(sc, b, a) - (score_gradient(sc, b, r) if r >= 0 else 0.0)
-        for b, a, r in zip(c.block, c.pos, c.ref)
-    ]).reshape(len(c), -1)
 
 
-def tight_qp(rows, rhs, equality, shape):
-    """``min ||w||^2`` on the rows, by cvxpy/Clarabel to 1e-11; None if it cannot."""
-    return min_norm_on_rows(rows, rhs, equality, shape, tight=True)
 
 
-def tight_ntp_svm(H, S):
-    """The NTP-SVM of contexts ``H`` and supports ``S``, from (4a)-(4b) by hand."""
-    return ntp_svm_all_pairs(H, S, tight=True)
 
 
-def tight_cvxpy(problem):
-    """An independent reference for ``problem``: the NTP-SVM from its data by hand
-    (:func:`tight_ntp_svm`) when the test built it from ``H, S``
-    (``problem.info["by_hand"]``), otherwise the test's constraints on rows written
-    from the score map's definition."""
-    if "by_hand" in problem.info:
-        return tight_ntp_svm(*problem.info["by_hand"])
-    c = problem.constraints
-    return tight_qp(rows_by_definition(problem), c.rhs, c.equality, problem.shape)
 
 
 def is_feasible_reference(problem):

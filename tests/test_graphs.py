@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import pytest
 import scipy.linalg
+from helpers import graph_svm_constraints
 
 from skntp._backend import get_backend
 from skntp._optim import minimize
@@ -143,21 +144,6 @@ def test_cyclic_subspace_equals_span_of_tied_differences():
         assert r1 == np.linalg.matrix_rank(P) == np.linalg.matrix_rank(np.vstack([rows, P]))
 
 
-def graph_svm_constraints(E, X, y, W):
-    """The Graph-SVM's constraints on the cvxpy variable ``W``, written from the paper's
-    formula (without the core's builders): ``= 0`` within an SCC, ``>= 1`` on edges."""
-    graphs = token_priority_graphs(X, y)
-    sccs = strongly_connected_components(graphs)
-    cons = []
-    for k, g in graphs.items():
-        where = {v: ci for ci, c in enumerate(sccs[k]) for v in c}
-        for i, j in itertools.permutations(g.nodes, 2):
-            lhs = E[i] @ W @ E[k] - E[j] @ W @ E[k]
-            if where[i] == where[j]:
-                cons.append(lhs == 0)
-            elif g.has_edge(i, j):
-                cons.append(lhs >= 1)
-    return cons
 
 
 def _graph_svm_cvxpy_independent(E, X, y):

@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import joint_instance
 from sklearn.pipeline import make_pipeline
 from sklearn.svm import LinearSVC
 
@@ -29,34 +30,6 @@ def cos(a, b):
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def joint_instance(seed, n=4, T=3, d=3, relax=False):
-    """Random data satisfying Thm. 5 (``relax=False``) or Thm. 6 (``relax=True``).
-
-    The optimal token of input ``i`` is ``(Y_i c_i a, 1)`` with ``a`` a unit
-    vector, the others ``(z, u)`` with ``||z|| < 0.7`` and ``|u| <= 0.5``.
-    ``v^mm = (a, 0)``: the label margin of any other choice is below 1.  The
-    last coordinate lets attention select the optimal tokens (ATT-SVM is
-    feasible).  With ``relax=True`` inputs 2.. get ``c_i in [1.5, 2.5]`` and
-    are not support vectors (Sec. 3.2), so ``p^relax != p^mm``.
-    """
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal(d)
-    a /= np.linalg.norm(a)
-    y = np.resize([1.0, -1.0], n)
-    rng.shuffle(y)
-    y[:2] = [1.0, -1.0]
-    Z = rng.standard_normal((n, T, d))
-    Z /= np.linalg.norm(Z, axis=2, keepdims=True)
-    X = np.zeros((n, T, d + 1))
-    X[..., :d] = Z * rng.uniform(0.1, 0.7, (n, T, 1))
-    X[..., d] = rng.uniform(-0.5, 0.5, (n, T))
-    pos = rng.integers(0, T, n)
-    c = np.ones(n)
-    if relax:
-        c[2:] = rng.uniform(1.5, 2.5, n - 2)
-    X[np.arange(n), pos, :d] = (y * c)[:, None] * a
-    X[np.arange(n), pos, d] = 1.0
-    return X, y, pos, np.append(a, 0.0), c == 1
 
 
 # --------------------------------------------------------------------------

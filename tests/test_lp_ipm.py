@@ -15,9 +15,8 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import check_ntp_constraints, ntp_instance, ntp_svm_all_pairs
 from sklearn.exceptions import ConvergenceWarning
-from test_norms import _ntp_instance
-from test_references_ntp import check_ntp_constraints, ntp_svm_all_pairs
 
 import skntp.svm.solvers.lp_interior_point as lpipm
 from skntp.datasets import make_ntp_svm_data
@@ -63,7 +62,7 @@ def check_certified_and_equal_to_highs(problem):
 @pytest.mark.parametrize("shape", [(8, 12, 6), (12, 10, 7)])
 def test_ntp_svm_matches_cvxpy_every_pair(seed, shape):
     m, d, V = shape
-    H, S = _ntp_instance(seed, m=m, d=d, V=V)
+    H, S = ntp_instance(seed, m=m, d=d, V=V)
     problem = ntp_svm_problem(H, S, norm="max")
     res = solve_max_margin(problem, method="lp-ipm")
     assert res.method == "lp-ipm" and res.status == "optimal"
@@ -265,7 +264,7 @@ def test_programs_that_are_not_stars_are_declined():
                                                                  np.zeros(1, bool)), norm="max")
     assert lpipm.solve(problem, 1e-8, 100, None, 0) is None
     with pytest.raises(ValueError, match="minimizes the max norm, not the fro"):
-        solve_max_margin(ntp_svm_problem(*_ntp_instance(0)), method="lp-ipm")
+        solve_max_margin(ntp_svm_problem(*ntp_instance(0)), method="lp-ipm")
 
 
 def test_anchor_of_each_block():
@@ -298,13 +297,13 @@ def test_infeasible_data_raise():
         with pytest.raises(NotSeparableError, match="not NTP-separable"):
             solve_max_margin(ntp_svm_problem(H, S, norm="max"), method="lp-ipm")
         # more contexts than dimensions, random supports
-        H, S = _ntp_instance(0, m=15, d=4, V=9)
+        H, S = ntp_instance(0, m=15, d=4, V=9)
         with pytest.raises(NotSeparableError, match="not NTP-separable"):
             solve_max_margin(ntp_svm_problem(H, S, norm="max"), method="lp-ipm")
 
 
 def test_memory_guard_hands_over_to_highs(monkeypatch):
-    H, S = _ntp_instance(1)
+    H, S = ntp_instance(1)
     problem = ntp_svm_problem(H, S, norm="max")
     monkeypatch.setattr(lpipm, "available_memory", lambda: 1000)
     assert lpipm.solve(problem, 1e-8, 100, None, 0) is None
@@ -315,7 +314,7 @@ def test_memory_guard_counts_the_dense_equality_system_only_where_needed(monkeyp
     """The NTP-SVM eliminates its equality blocks first: it is solved in memory too
     small for the dense system of its equality multipliers; a Crammer-Singer program
     that needs that system is declined."""
-    H, S = _ntp_instance(1)
+    H, S = ntp_instance(1)
     problem = ntp_svm_problem(H, S, norm="max")
     form = lpipm._level_form(problem)
     small, large = lpipm._memory_need(form, False), lpipm._memory_need(form, True)
@@ -345,7 +344,7 @@ def test_memory_guard_counts_the_dense_equality_system_only_where_needed(monkeyp
 
 
 def test_tolerance_and_progress():
-    H, S = _ntp_instance(2)
+    H, S = ntp_instance(2)
     problem = ntp_svm_problem(H, S, norm="max")
     seen = []
     res = solve_max_margin(problem, method="lp-ipm", tol=1e-4,
@@ -363,7 +362,7 @@ def test_tolerance_and_progress():
 def test_iterations_are_counted_from_one_up_to_max_iter(capsys):
     # _ipm 49, 52, 53: the verbose lines number the iterations 1, 2, ..., n_iter, and
     # max_iter=3 runs three (an uncertified answer, status "max_iter", with a warning)
-    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+    problem = ntp_svm_problem(*ntp_instance(2), norm="max")
 
     def numbers(certificates=0):
         out = capsys.readouterr().out.splitlines()
@@ -382,7 +381,7 @@ def test_iterations_are_counted_from_one_up_to_max_iter(capsys):
 def test_refused_certificates_stop_the_method(monkeypatch):
     # _ipm 43, 180: iterates that meet the tolerances but whose certificate is refused
     # (here: every certificate's gap raised to 1e-7) end the run at the _REFUSALS-th
-    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+    problem = ntp_svm_problem(*ntp_instance(2), norm="max")
     first = solve_max_margin(problem, method="lp-ipm").n_iter  # certified at once
     real = lpipm.certified_lp
 
@@ -414,7 +413,7 @@ def test_refused_certificates_stop_the_method(monkeypatch):
 def test_a_certified_answer_skips_the_infeasibility_check(monkeypatch):
     # _ipm 178: only an uncertified end solves the Frobenius program on the same rows
     # (whose Farkas ray would show infeasibility)
-    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+    problem = ntp_svm_problem(*ntp_instance(2), norm="max")
 
     def fail(*args, **kwargs):
         raise AssertionError("the Frobenius program was solved")
@@ -423,7 +422,7 @@ def test_a_certified_answer_skips_the_infeasibility_check(monkeypatch):
     res = solve_max_margin(problem, method="lp-ipm")
     assert res.status == "optimal" and res.gap <= 1e-8
     # _ipm 247: nor does an answer that the active-set polish certifies
-    vertex = ntp_svm_problem(*_ntp_instance(3, 40, 16, 10), norm="max")
+    vertex = ntp_svm_problem(*ntp_instance(3, 40, 16, 10), norm="max")
     assert solve_max_margin(vertex, method="lp-ipm").gap <= 1e-12
     monkeypatch.setattr(lpipm, "_MAX_ITER", 3)
     with pytest.raises(AssertionError, match="Frobenius program was solved"):
@@ -433,7 +432,7 @@ def test_a_certified_answer_skips_the_infeasibility_check(monkeypatch):
 def test_a_singular_newton_system_ends_the_run(monkeypatch):
     # _ipm 278: a Newton system lost to rounding far from the optimum (here the fourth,
     # forced) ends the run; the answer is returned uncertified, and "auto" hands over
-    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+    problem = ntp_svm_problem(*ntp_instance(2), norm="max")
     built = []
 
     class Singular(lpipm._NewtonSystem):
@@ -453,7 +452,7 @@ def test_a_singular_newton_system_ends_the_run(monkeypatch):
 
 def test_vanishing_steps_end_the_run(monkeypatch):
     # _ipm 434: steps below 1e-12 (here forced) end the run, uncertified, with a warning
-    problem = ntp_svm_problem(*_ntp_instance(2), norm="max")
+    problem = ntp_svm_problem(*ntp_instance(2), norm="max")
     monkeypatch.setattr(lpipm, "_steps", lambda *args: (1e-13, 1e-13))
     monkeypatch.setattr(lpipm, "_CORRECTORS", 0)
     with pytest.warns(ConvergenceWarning, match="no answer could be certified"):
@@ -501,7 +500,7 @@ def test_certified_on_larger_random_instances(seed, shape):
 
 
 def test_an_answer_it_cannot_certify_goes_to_highs(monkeypatch):
-    H, S = _ntp_instance(1)
+    H, S = ntp_instance(1)
     problem = ntp_svm_problem(H, S, norm="max")
     monkeypatch.setattr(lpipm, "_MAX_ITER", 3)  # far from the optimum
     with pytest.warns(ConvergenceWarning,
@@ -557,7 +556,7 @@ def test_newton_system_solves_the_kkt_matrix(levels_first, monkeypatch):
     """Both eliminations (equality multipliers first, block by token, or levels first)
     solve the Newton matrix built here densely."""
     rng = np.random.default_rng(3)
-    H, S = _ntp_instance(2)
+    H, S = ntp_instance(2)
     problem = ntp_svm_problem(H, S, norm="max")
     system = _newton_system(problem, rng, levels_first, monkeypatch)
     assert (system.D is None) == levels_first and (system.T is None) != levels_first
@@ -600,7 +599,7 @@ def test_runs_on_one_blas_thread(monkeypatch):
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(lpipm._NewtonSystem, "__init__", spy)
-    H, S = _ntp_instance(0)
+    H, S = ntp_instance(0)
     problem = ntp_svm_problem(H, S, norm="max")
     problem.scores.work_size = 10 ** 12  # a program whose score map alone keeps the pool
     solve_max_margin(problem, method="lp-ipm")
@@ -624,7 +623,7 @@ def test_active_set_polish_certifies_a_vertex(monkeypatch):
     """Where the iterates slow down, the polish solves the dual equations on the active
     set exactly (LSMR): on this instance it certifies the vertex to 1e-14 at iteration
     16; without it the method stops at 1.3e-8 after 24 iterations."""
-    H, S = _ntp_instance(3, 40, 16, 10)
+    H, S = ntp_instance(3, 40, 16, 10)
     problem = ntp_svm_problem(H, S, norm="max")
     res = solve_max_margin(problem, method="lp-ipm")
     assert res.gap <= 1e-12 and recomputed_gap(problem, res) <= 1e-12
@@ -673,7 +672,7 @@ def test_directions_solve_the_linearized_equations(corrected, monkeypatch):
     rows and the dual equations ``e_t = A_I^T lam + A_E^T mu + (box rows)^T (nu, eta)``
     at the full step (they are linear), written here from dense rows."""
     rng = np.random.default_rng(7)
-    H, S = _ntp_instance(2)
+    H, S = ntp_instance(2)
     problem = ntp_svm_problem(H, S, norm="max")
     form = lpipm._level_form(problem)
     ineq, eq = lpipm._split_rows(form)

@@ -9,11 +9,8 @@ survivors it kills; see ``docs/mutation.md``, "Run 9".
 
 import numpy as np
 import pytest
-from test_dual_active_set import _head_from_rows
-from test_fast_solver import rel_err, rows_by_definition, tight_qp
-from test_mutation_svm import _rows_of
-from test_nnls_working_set import _att
-from test_nuclear import _instance as _key_query_instance
+from helpers import att_program, head_from_rows, rel_err, rows_by_definition, rows_of, tight_qp
+from helpers import key_query_instance as _key_query_instance
 
 import skntp.svm._attention as svm_attention
 import skntp.svm.solvers.dual_active_set as dual_active_set
@@ -286,7 +283,7 @@ def _head_program(n, d, seed=0, rhs=None):
     rng = np.random.default_rng(seed)
     R = rng.standard_normal((n, d))
     y = np.sign(R @ rng.standard_normal(d))
-    return _head_from_rows(y[:, None] * R, None if rhs is None else np.asarray(rhs, float))
+    return head_from_rows(y[:, None] * R, None if rhs is None else np.asarray(rhs, float))
 
 
 def _record_nnls(problem, monkeypatch):
@@ -338,7 +335,7 @@ def test_nnls_working_set_rounds_follow_the_rule(initial, monkeypatch):
     size = nnls_working_set._WS_INITIAL
     total = 0
     for args, seed in (((400, 10, 30), 1), ((120, 16, 30), 0), ((200, 6, 8), 2)):
-        problem = _att(np.random.default_rng(seed), *args)
+        problem = att_program(np.random.default_rng(seed), *args)
         h, n, d = problem.constraints.rhs, len(problem.constraints), args[2]
         G = rows_by_definition(problem)
         res, rounds = _record_nnls(problem, monkeypatch)
@@ -367,7 +364,7 @@ def test_nnls_stops_after_the_round_limit(monkeypatch):
     # _solve_nnls 59, 60, 61: _WS_MAX_ROUNDS rounds at most; one short of the rounds
     # needed, the answer violates its program and is declined
     monkeypatch.setattr(nnls_working_set, "_WS_INITIAL", 10)
-    problem = _att(np.random.default_rng(1), 400, 10, 30)
+    problem = att_program(np.random.default_rng(1), 400, 10, 30)
     needed = nnls_working_set.solve(problem, 1e-8, 100, None, 0).n_iter
     assert needed >= 3
     monkeypatch.setattr(nnls_working_set, "_WS_MAX_ROUNDS", needed)
@@ -696,7 +693,7 @@ def test_att_svm_problem_rows_by_hand():
             ({"against": against}, _selection_by_hand(mask, sel, against=against))):
         args = (kw.pop("relaxed"),) if "relaxed" in kw else ()
         problem = att_svm_problem(K, sel, *args, mask=mask, **kw)
-        assert _rows_of(problem) == expected
+        assert rows_of(problem) == expected
         np.testing.assert_array_equal(problem.scores.keys, K)
         np.testing.assert_array_equal(problem.info["selected"], sel)
         np.testing.assert_array_equal(problem.info["mask"], mask)
@@ -706,11 +703,11 @@ def test_att_svm_problem_rows_by_hand():
     # _check_keys 25: a mask of 0/1 numbers is the same mask
     for numbers in (mask.astype(int), mask.astype(float)):
         problem = att_svm_problem(K, sel, mask=numbers)
-        assert _rows_of(problem) == _selection_by_hand(mask, sel)
+        assert rows_of(problem) == _selection_by_hand(mask, sel)
         assert problem.info["mask"].dtype == bool
     # _selection_constraints 10: against given as 0/1 numbers is the same selection
     for numbers in (against.astype(int), against.astype(float)):
-        assert _rows_of(att_svm_problem(K, sel, mask=mask, against=numbers)) == \
+        assert rows_of(att_svm_problem(K, sel, mask=mask, against=numbers)) == \
             _selection_by_hand(mask, sel, against=against)
     none_relaxed = att_svm_problem(K, sel, np.zeros(6, bool), mask=mask)
     assert none_relaxed.name == "ATT-SVM"
@@ -718,12 +715,12 @@ def test_att_svm_problem_rows_by_hand():
     for given in (relaxed.tolist(), relaxed.astype(int), relaxed.astype(float)):
         problem = att_svm_problem(K, sel, given, mask=mask)
         assert problem.name == "relaxed ATT-SVM (10)"
-        assert _rows_of(problem) == _selection_by_hand(mask, sel, relaxed=relaxed)
+        assert rows_of(problem) == _selection_by_hand(mask, sel, relaxed=relaxed)
     assert att_svm_problem(K, sel, [False] * 6, mask=mask).name == "ATT-SVM"
     # one input given as a 2-D (T, k) array
     problem = att_svm_problem(K[0], [2])
     assert problem.scores.keys.shape == (1, 5, 3)
-    assert _rows_of(problem) == {(0, 2, t, 1.0, False) for t in (0, 1, 3, 4)}
+    assert rows_of(problem) == {(0, 2, t, 1.0, False) for t in (0, 1, 3, 4)}
 
 
 def test_att_svm_problem_same_key_is_infeasible_unless_relaxed():
@@ -735,11 +732,11 @@ def test_att_svm_problem_same_key_is_infeasible_unless_relaxed():
                                                 "same key as token 3"):
         att_svm_problem(K, [0, 0, 0])
     relaxed = att_svm_problem(K, [0, 0, 0], np.array([False, True, False]))
-    assert (1, 0, 3, 0.0, False) in _rows_of(relaxed)
+    assert (1, 0, 3, 0.0, False) in rows_of(relaxed)
     # a padded copy of the selected key is no constraint
     mask = np.ones((3, 4), bool)
     mask[1, 3] = False
-    assert (1, 0, 3, 1.0, False) not in _rows_of(att_svm_problem(K, [0, 0, 0],
+    assert (1, 0, 3, 1.0, False) not in rows_of(att_svm_problem(K, [0, 0, 0],
                                                                         mask=mask))
 
 
@@ -753,7 +750,7 @@ def test_att_svm_w_problem_rows_and_scores_by_hand(norm):
     mask[2, 4] = mask[3, 0] = False
     sel = np.array([1, 0, 3, 2])
     problem = att_svm_w_problem(X, Z, sel, mask=mask, norm=norm)
-    assert _rows_of(problem) == _selection_by_hand(mask, sel)
+    assert rows_of(problem) == _selection_by_hand(mask, sel)
     assert problem.info["shape"] == (2, 3)
     np.testing.assert_array_equal(problem.info["selected"], sel)
     np.testing.assert_array_equal(problem.info["mask"], mask)
@@ -969,7 +966,7 @@ def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
     # solution is (1, 1.5e-10) by hand
     delta = 1.5e-10
     res = dual_active_set.solve(
-        _head_from_rows(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1.0, 1.0 + delta])),
+        head_from_rows(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1.0, 1.0 + delta])),
         1e-8, 100, None, 0)
     assert res.n_iter == 2
     np.testing.assert_allclose(res.primal, [1.0, delta], rtol=0, atol=1e-14)
@@ -977,7 +974,7 @@ def test_dual_active_set_adds_rows_violated_by_more_than_1e_10():
     # tolerance is 1e-7; a row violated by 0.5e-7 is within it, one by 1.5e-7 is added
     for delta, added in ((0.5e-7, False), (1.5e-7, True)):
         res = dual_active_set.solve(
-            _head_from_rows(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1e3, 1e3 + delta])),
+            head_from_rows(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1e3, 1e3 + delta])),
             1e-8, 100, None, 0)
         assert res.n_iter == (2 if added else 1)
         np.testing.assert_allclose(res.primal, [1e3, delta if added else 0.0], rtol=0,
@@ -1022,7 +1019,7 @@ def test_dual_active_set_picks_among_rows_violated_beyond_their_tolerance():
     # (multiplier 0, x1 = 0); x = (0, 2e-10 / 10) by hand
     G = np.array([[1.0, 0.0], [0.0, 10.0]])
     h = np.array([0.9e-10, 2e-10])
-    res = dual_active_set.solve(_head_from_rows(G, h), 1e-8, 100, None, 0)
+    res = dual_active_set.solve(head_from_rows(G, h), 1e-8, 100, None, 0)
     assert res.n_iter == 1 and res.dual[0] == 0.0 and res.dual[1] > 0
     np.testing.assert_allclose(res.primal, [0.0, 2e-11], rtol=1e-12, atol=0)
 
@@ -1036,7 +1033,7 @@ def test_dual_active_set_with_duplicated_rows_in_the_pooled_regime():
     R = rng.standard_normal((150, 4))
     R *= np.sign(R @ rng.standard_normal(4))[:, None]
     G = np.vstack([R, R])
-    res = dual_active_set.solve(_head_from_rows(G), 1e-8, 100, None, 0)
+    res = dual_active_set.solve(head_from_rows(G), 1e-8, 100, None, 0)
     assert res is not None and res.n_iter <= 3 * (4 + 1)
     ref = tight_qp(R, np.ones(150), np.zeros(150, bool), (4,))
     assert rel_err(res.primal, ref) <= 1e-10
@@ -1052,7 +1049,7 @@ def test_dual_active_set_full_scan_allows_the_roundoff_of_the_slacks():
     # and the answer stays x = e1
     G = np.vstack([[1.0, 0.0], [1.0, 1.0], np.tile([0.0, 1.0], (250, 1))])
     h = np.r_[1.0, 1.0 + 1e-10, -np.ones(250)]
-    res = dual_active_set.solve(_head_from_rows(G, h), 1e-8, 100, None, 0)
+    res = dual_active_set.solve(head_from_rows(G, h), 1e-8, 100, None, 0)
     assert res.n_iter == 1
     np.testing.assert_array_equal(res.primal, [1.0, 0.0])
 
@@ -1131,7 +1128,7 @@ def test_dual_active_set_solves_the_final_active_set_afresh(monkeypatch):
     rng = np.random.default_rng(3)
     R = rng.standard_normal((150, 6))
     R *= np.sign(R @ rng.standard_normal(6))[:, None]
-    res = dual_active_set.solve(_head_from_rows(R), 1e-8, 100, None, 0)
+    res = dual_active_set.solve(head_from_rows(R), 1e-8, 100, None, 0)
     ref = tight_qp(R, np.ones(150), np.zeros(150, bool), (6,))
     assert rel_err(res.primal, ref) <= 1e-12
     np.testing.assert_allclose(R.T @ res.dual, res.primal, atol=1e-12)
@@ -1218,7 +1215,7 @@ def test_dual_active_set_silences_its_own_zero_divisions(monkeypatch):
 
     monkeypatch.setattr(dual_active_set, "_dual_active_set_loop", spy)
     with np.errstate(all="raise"):
-        res = dual_active_set.solve(_head_from_rows(G, h), 1e-8, 100, None, 0)
+        res = dual_active_set.solve(head_from_rows(G, h), 1e-8, 100, None, 0)
     assert states and all(s["divide"] == s["invalid"] == "ignore" for s in states)
     ref = tight_qp(G, h, np.zeros(7, bool), (3,))
     assert rel_err(res.primal, ref) <= 1e-10

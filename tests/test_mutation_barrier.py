@@ -17,9 +17,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import att_instance, key_problem, kq_instance
 from sklearn.exceptions import ConvergenceWarning
-from test_norms_lp_spectral import _att_instance, _kq_instance
-from test_svm_core import key_problem
 
 import skntp.svm.solvers.barrier as barrier
 from skntp._backend import get_backend
@@ -37,18 +36,18 @@ LINE = re.compile(r"^(pnorm|spectral)-barrier\s+(\d+): mu (\S+) newton (\d+) gap
 
 
 def _att(seed=0, k=6, p=3.0):
-    K, sel = _att_instance(seed, k=k)
+    K, sel = att_instance(seed, k=k)
     return att_svm_problem(K, sel, norm=("lp", p))
 
 
 def _kq(seed=0):
-    return att_svm_w_problem(*_kq_instance(seed), norm="spectral")
+    return att_svm_w_problem(*kq_instance(seed), norm="spectral")
 
 
 def _ntp(p=3.0):
-    from test_norms import _ntp_instance
+    from helpers import ntp_instance
 
-    H, S = _ntp_instance(0)
+    H, S = ntp_instance(0)
     return ntp_svm_problem(H, S, norm=("lp", p))
 
 

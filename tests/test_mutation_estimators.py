@@ -12,10 +12,9 @@ import warnings
 
 import numpy as np
 import pytest
-from test_joint import joint_instance
+from helpers import att_svm_by_hand, joint_instance
 from test_key_query import _relu_setup
 from test_key_query import _setup as _key_query_setup
-from test_references_attention import att_svm_by_hand
 
 import skntp._base as base_module
 import skntp.attention as attention_module

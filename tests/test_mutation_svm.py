@@ -15,13 +15,11 @@ import cvxpy as cp
 import networkx as nx
 import numpy as np
 import pytest
+from helpers import cyclic_instance, graphs_by_hand, margin, numerical_grad, onehot_optimum, rows_of
+from helpers import key_query_instance as _key_query_instance
+from helpers import key_query_margins as _key_query_margins
 from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
-from test_nuclear import _instance as _key_query_instance
-from test_nuclear import _margins as _key_query_margins
-from test_optimizer_limits import _margin, _onehot_optimum
-from test_references_ntp import numerical_grad
-from test_references_self_attention import cyclic_instance, graphs_by_hand
 
 import skntp.svm._problem as _problem
 import skntp.svm.solvers.highs as highs
@@ -518,10 +516,6 @@ def _anchored_ntp_rows(S):
     return rows
 
 
-def _rows_of(problem):
-    c = problem.constraints
-    return {(int(j), int(p), int(r), float(b), bool(e))
-            for j, p, r, b, e in zip(c.block, c.pos, c.ref, c.rhs, c.equality)}
 
 
 def test_ntp_svm_problem_rows_are_4a_4b_dense_and_sparse_with_stored_zeros():
@@ -533,7 +527,7 @@ def test_ntp_svm_problem_rows_are_4a_4b_dense_and_sparse_with_stored_zeros():
     S = rng.random((7, 6)) < 0.4
     S[np.arange(7), rng.integers(0, 6, 7)] = True
     ref = _anchored_ntp_rows(S)
-    assert _rows_of(ntp_svm_problem(rng.standard_normal((7, 3)), S)) == ref
+    assert rows_of(ntp_svm_problem(rng.standard_normal((7, 3)), S)) == ref
     # a sparse support with explicitly stored False entries: they are out of support
     coo = sp.coo_matrix(S)
     extra = np.argwhere(~S)[:4]
@@ -542,7 +536,7 @@ def test_ntp_svm_problem_rows_are_4a_4b_dense_and_sparse_with_stored_zeros():
     cols = np.concatenate([coo.col, extra[:, 1]])
     S_stored = sp.csr_matrix((data, (rows, cols)), shape=S.shape)
     assert S_stored.nnz == S.sum() + 4
-    assert _rows_of(ntp_svm_problem(rng.standard_normal((7, 3)), S_stored)) == ref
+    assert rows_of(ntp_svm_problem(rng.standard_normal((7, 3)), S_stored)) == ref
     problem = ntp_svm_problem(rng.standard_normal((7, 3)), S, norm="max")
     assert problem.norm == "max" and problem.shape == (6, 3)
 
@@ -638,7 +632,7 @@ def test_solve_ntp_svm_in_the_max_norm_and_the_sign_descent_decoders_limit():
     # Frobenius reduction must not be used in the max norm)
     S = np.eye(6, dtype=bool)[y]
     assert exchangeable_tokens(S)[0].size < 6
-    best = 1 / _onehot_optimum(X, y, 6, "max")  # min ||W||_max, in cvxpy
+    best = 1 / onehot_optimum(X, y, 6, "max")  # min ||W||_max, in cvxpy
     problem, result = solve_ntp_svm(X, S, norm="max", method="cvxpy")
     assert problem.norm == "max" and result.method == "cvxpy"
     assert np.abs(result.primal).max() == pytest.approx(best, rel=1e-6)
@@ -649,7 +643,7 @@ def test_solve_ntp_svm_in_the_max_norm_and_the_sign_descent_decoders_limit():
         est = NTPDecoderClassifier(solver="signgd", max_iter=50, vocabulary=6).fit(X, y)
     assert est.limit_norm_ == "max"
     assert est.mm_margin_ == pytest.approx(1 / best, rel=1e-6)
-    assert _margin(X, y, est.mm_direction_.copy(), "max") == pytest.approx(1 / best, rel=1e-6)
+    assert margin(X, y, est.mm_direction_.copy(), "max") == pytest.approx(1 / best, rel=1e-6)
 
 
 def test_solve_ntp_svm_merges_exchangeable_tokens_by_default(monkeypatch):
@@ -770,12 +764,12 @@ def _joint_heuristic_by_hand(X, y, mask, n_starts):
         found = ascend(v0)
         if found is not None:
             finals.setdefault(tuple(found[0]), found)
-    for alpha, v, margin in sorted(finals.values(), key=lambda f: -f[2]):
+    for alpha, v, margin_ in sorted(finals.values(), key=lambda f: -f[2]):
         try:
             relaxed_att_svm(X, alpha, mask=mask)
         except NotSeparableError:
             continue
-        return alpha, v, margin, len(solved)
+        return alpha, v, margin_, len(solved)
     return None
 
 
@@ -902,7 +896,7 @@ def test_highs_answers_a_homogeneous_max_norm_program_by_its_fast_formulation(sc
         res = solve_max_margin(ntp_svm_problem(H, S, norm="max"), method="highs", tol=1e-9)
     assert methods == ["highs-ipm"]
     W = res.primal
-    assert np.abs(W).max() == pytest.approx(1 / _onehot_optimum(H, y, 5, "max"), rel=1e-6)
+    assert np.abs(W).max() == pytest.approx(1 / onehot_optimum(H, y, 5, "max"), rel=1e-6)
     # every margin-1 row met exactly (to one rounding), not to HiGHS's tolerance / gamma
     L = H @ W.T
     gaps = L[np.arange(8), y][:, None] - np.delete(L, y + 5 * np.arange(8)).reshape(8, 4)
@@ -1284,7 +1278,7 @@ def _score_maps(rng, B, T):
 @pytest.mark.parametrize("n_rows", [3, 40])  # 3: the sparse-decoder path (4 n < B T)
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_constraint_rows_operators_and_class_against_the_definitions(kind, n_rows, backend):
-    from test_fast_solver import rows_by_definition
+    from helpers import rows_by_definition
 
     from skntp._backend import get_backend, to_numpy
     from skntp.svm import MaxMarginProblem

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from test_fast_solver import rel_err, rows_by_definition, tight_cvxpy
+from helpers import att_program, rel_err, rows_by_definition, tight_cvxpy
 
 import skntp.svm.solvers.least_distance as least_distance
 import skntp.svm.solvers.nnls_working_set as nnls_working_set
@@ -17,15 +17,6 @@ from skntp.svm import (
 pytest.importorskip("cvxpy")
 
 
-def _att(rng, n, T, d, relaxed=0.0):
-    """ATT-SVM-like: every other token below the teacher's choice (some rhs 0)."""
-    K = rng.standard_normal((n, T, d))
-    sel = np.argmax(K @ rng.standard_normal(d), axis=1)
-    i, t = np.nonzero(np.arange(T)[None, :] != sel[:, None])
-    rhs = np.where(rng.random(n) < relaxed, 0.0, 1.0)[i]
-    return MaxMarginProblem(
-        KeyScores(K), Constraints(i, sel[i], t, rhs, np.zeros(i.size, bool)),
-        name="ATT-SVM")
 
 
 def _head(rng, n, d):
@@ -69,9 +60,9 @@ def _build(case, seed):
     rng = np.random.default_rng(seed)
     kind, *args = case
     if kind == "att":
-        return _att(rng, *args)
+        return att_program(rng, *args)
     if kind == "relaxed":
-        return _att(rng, *args, relaxed=0.3)
+        return att_program(rng, *args, relaxed=0.3)
     if kind == "head":
         return _head(rng, *args)
     return _mixed(rng, *args)
@@ -108,7 +99,7 @@ def test_nnls_matches_cvxpy_and_kkt(k, initial, monkeypatch):
 
 
 def test_several_rounds_happen():
-    problem = _att(np.random.default_rng(0), 200, 10, 60)
+    problem = att_program(np.random.default_rng(0), 200, 10, 60)
     assert len(problem.constraints) > nnls_working_set._WS_INITIAL
     res = solve_max_margin(problem, method="nnls")
     assert res.n_iter >= 2
@@ -128,7 +119,7 @@ def test_auto_uses_dual_active_set_then_nnls():
 def test_infeasible_raises(n):
     """Two blocks with opposite rows: no ``p`` with both ``>= 1``."""
     rng = np.random.default_rng(2)
-    feasible = _att(rng, n, 4, 6)
+    feasible = att_program(rng, n, 4, 6)
     K = feasible.scores.keys
     a, b = rng.standard_normal(6), rng.standard_normal(6)
     bad = np.zeros((2, 4, 6))
@@ -163,7 +154,7 @@ def test_large_program_is_solved_exactly(method):
     """37 500 constraints (dense rows 2.4e6 entries): auto (dual active set) and
     nnls solve it exactly."""
     rng = np.random.default_rng(21)
-    problem = _att(rng, 2500, 16, 64)
+    problem = att_program(rng, 2500, 16, 64)
     res = solve_max_margin(problem, method=method)
     assert res.method == {"auto": "dual-active-set"}.get(method, method)
     assert res.status == "optimal"

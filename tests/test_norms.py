@@ -11,9 +11,8 @@ NTP-SVM), not through the package's builders.
 import cvxpy as cp
 import numpy as np
 import pytest
-from test_references_ntp import check_ntp_constraints, ntp_svm_all_pairs
+from helpers import check_ntp_constraints, ntp_instance, ntp_svm_all_pairs
 
-from skntp.datasets import make_ntp_data
 from skntp.svm import (
     NotSeparableError,
     att_svm,
@@ -33,13 +32,6 @@ def _att_instance(seed, n=8, T=5, k=6):
     return K, np.argmax(K @ rng.standard_normal(k), axis=1)  # separable by construction
 
 
-def _ntp_instance(seed, m=8, d=12, V=6):
-    X, y = make_ntp_data(n_samples=300, n_contexts=m, n_features=d, n_tokens=V,
-                         support_size=(1, 3), random_state=seed)
-    H, inverse = np.unique(X, axis=0, return_inverse=True)
-    S = np.zeros((len(H), V), dtype=bool)
-    S[inverse.ravel(), y] = True
-    return H, S
 
 
 @pytest.mark.parametrize("norm", ["max", "l1"])
@@ -64,7 +56,7 @@ def test_att_svm_in_lp_norms_matches_cvxpy(norm, seed):
 @pytest.mark.parametrize("norm", ["max", "l1"])
 @pytest.mark.parametrize("seed", range(2))
 def test_ntp_svm_in_lp_norms_matches_cvxpy(norm, seed):
-    H, S = _ntp_instance(seed)
+    H, S = ntp_instance(seed)
     W, res = ntp_svm(H, S, norm=norm, return_result=True)
     value, objective = NORMS[norm]
     m, V = S.shape

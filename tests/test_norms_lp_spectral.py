@@ -23,9 +23,14 @@ import warnings
 import cvxpy as cp
 import numpy as np
 import pytest
-from test_graphs import graph_svm_constraints
-from test_norms import _ntp_instance
-from test_references_ntp import check_ntp_constraints, ntp_svm_all_pairs
+from helpers import (
+    att_instance,
+    check_ntp_constraints,
+    graph_svm_constraints,
+    kq_instance,
+    ntp_instance,
+    ntp_svm_all_pairs,
+)
 
 from skntp.datasets import make_token_priority_data
 from skntp.graphs import strongly_connected_components, token_priority_graphs
@@ -91,21 +96,8 @@ def _check_result(res, norm, method):
     assert np.isfinite(res.dual).all()
 
 
-# --------------------------------------------------------------------------
-# instances
-# --------------------------------------------------------------------------
-def _att_instance(seed, n=8, T=5, k=6):
-    rng = np.random.default_rng(seed)
-    K = rng.standard_normal((n, T, k))
-    return K, np.argmax(K @ rng.standard_normal(k), axis=1)  # separable by construction
 
 
-def _kq_instance(seed, n=7, T=4, d=5, k=3):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, T, d))
-    Z = rng.standard_normal((n, k))
-    sel = np.argmax(np.einsum("itd,kd,ik->it", X, rng.standard_normal((k, d)), Z), axis=1)
-    return X, Z, sel
 
 
 # --------------------------------------------------------------------------
@@ -114,7 +106,7 @@ def _kq_instance(seed, n=7, T=4, d=5, k=3):
 @pytest.mark.parametrize("norm", ["spectral"] + [("lp", p) for p in P_VALUES])
 @pytest.mark.parametrize("seed", range(2))
 def test_ntp_svm_matches_cvxpy(norm, seed):
-    H, S = _ntp_instance(seed)
+    H, S = ntp_instance(seed)
     W, res = _quiet(ntp_svm, H, S, norm=norm, method=_method(norm), return_result=True)
     m, V = S.shape
     ref = value(ntp_svm_all_pairs(H, S, objective(norm)), norm)
@@ -127,12 +119,12 @@ def test_ntp_svm_matches_cvxpy(norm, seed):
 
 
 def test_lp2_is_the_frobenius_solution():
-    H, S = _ntp_instance(3)
+    H, S = ntp_instance(3)
     W2, res = ntp_svm(H, S, norm=("lp", 2), method="pnorm-barrier", return_result=True)
     Wf = ntp_svm(H, S)
     assert res.method == "pnorm-barrier" and res.gap <= LP_GAP
     np.testing.assert_allclose(W2, Wf, atol=1e-6 * np.abs(Wf).max())
-    K, sel = _att_instance(3)
+    K, sel = att_instance(3)
     np.testing.assert_allclose(att_svm(K, sel, norm=["lp", 2]), att_svm(K, sel),
                                atol=1e-6 * np.abs(att_svm(K, sel)).max())
 
@@ -143,7 +135,7 @@ def test_lp2_is_the_frobenius_solution():
 @pytest.mark.parametrize("p", P_VALUES)
 @pytest.mark.parametrize("seed", range(2))
 def test_att_svm_matches_cvxpy(p, seed):
-    K, sel = _att_instance(seed)
+    K, sel = att_instance(seed)
     norm = ("lp", p)
     q, res = att_svm(K, sel, norm=norm, method="pnorm-barrier", return_result=True)
     x = cp.Variable(K.shape[2])
@@ -161,7 +153,7 @@ def test_att_svm_matches_cvxpy(p, seed):
 @pytest.mark.parametrize("norm", ["spectral", ("lp", 1.5), ("lp", 3.0)])
 @pytest.mark.parametrize("seed", range(3))
 def test_key_query_att_svm_matches_cvxpy(norm, seed):
-    X, Z, sel = _kq_instance(seed)
+    X, Z, sel = kq_instance(seed)
     W, res = _quiet(att_svm_w, X, Z, sel, norm=norm, method=_method(norm),
                     return_result=True)
     n, T, d = X.shape
@@ -180,7 +172,7 @@ def test_key_query_att_svm_matches_cvxpy(norm, seed):
 
 def test_spectral_certificate_recomputed():
     """The dual multipliers are feasible for the nuclear-norm dual and bound the optimum."""
-    X, Z, sel = _kq_instance(5)
+    X, Z, sel = kq_instance(5)
     W, res = _quiet(att_svm_w, X, Z, sel, norm="spectral", return_result=True,
                     method="spectral-barrier")
     i, t = np.nonzero(np.arange(X.shape[1])[None, :] != sel[:, None])
@@ -239,7 +231,7 @@ def test_head_and_relaxed_programs_take_the_norm():
     ref = _solve(cp.Problem(cp.Minimize(cp.pnorm(x, 3)), [cp.multiply(y, R @ x) >= 1]))
     assert res.method == "pnorm-barrier" and abs(value(v, ("lp", 3)) - ref) <= 1e-6 * ref
     assert np.min(y * (R @ v)) >= 1 - 1e-9
-    K, sel = _att_instance(2)
+    K, sel = att_instance(2)
     support = np.arange(K.shape[0]) % 2 == 0
     p, res = relaxed_att_svm(K, sel, support, norm=("lp", 1.5), return_result=True)
     x = cp.Variable(K.shape[2])
@@ -255,7 +247,7 @@ def test_head_and_relaxed_programs_take_the_norm():
 def test_auto_takes_clarabel_for_lp_norms_and_it_agrees_with_the_barrier(p):
     # Clarabel is 2-3x faster than the barrier on these programs (benchmarks/norms.py):
     # "auto" tries it first; its certified answer is the barrier's optimum
-    K, sel = _att_instance(4)
+    K, sel = att_instance(4)
     q, res = att_svm(K, sel, norm=("lp", p), return_result=True)
     qb, resb = att_svm(K, sel, norm=("lp", p), method="pnorm-barrier", return_result=True)
     assert res.method == "cvxpy" and res.status == "optimal" and abs(res.gap) <= LP_GAP
@@ -268,20 +260,20 @@ def test_auto_takes_clarabel_for_lp_norms_and_it_agrees_with_the_barrier(p):
 # --------------------------------------------------------------------------
 @pytest.mark.parametrize("norm", ["spectral", ("lp", 3.0), "max"])
 def test_infeasible_data_raise(norm):
-    H, S = _ntp_instance(0)
+    H, S = ntp_instance(0)
     H2 = np.vstack([H[:1], H[:1]])  # one context, two different supports
     S2 = np.zeros((2, S.shape[1]), dtype=bool)
     S2[0, 0], S2[1, 1] = True, True
     with pytest.raises(NotSeparableError, match="not NTP-separable"):
         ntp_svm(H2, S2, norm=norm)
-    X, Z, sel = _kq_instance(0)
+    X, Z, sel = kq_instance(0)
     X2 = np.stack([X[0, :2], X[0, [1, 0]]])
     with pytest.raises(NotSeparableError, match="not separable"):
         att_svm_w(X2, Z[[0, 0]], np.array([0, 0]), norm=norm)
 
 
 def test_bad_norms_are_refused_clearly():
-    K, sel = _att_instance(0)
+    K, sel = att_instance(0)
     for bad, msg in [("l2", "norm must be one of"), (("lp", 1), "use norm='l1'"),
                      (("lp", np.inf), "use norm='max'"), (("lp", 0.5), "finite number > 1"),
                      (("lp", np.nan), "finite number > 1"), (("lp", "3"), "real number"),

@@ -8,24 +8,10 @@ package's builders: ``min ||W||`` s.t. ``z_i^T W (x_{i alpha_i} - x_{it}) >= 1``
 import cvxpy as cp
 import numpy as np
 import pytest
+from helpers import key_query_instance, key_query_margins
 
 from skntp.metrics import numerical_rank
 from skntp.svm import NotSeparableError, att_svm_w, att_svm_w_problem, solve_max_margin
-
-
-def _instance(seed, n=8, T=5, d=6, k=None, self_attention=False):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, T, d))
-    X /= np.linalg.norm(X, axis=-1, keepdims=True)
-    if self_attention:
-        Z = X[:, 0].copy()
-    else:
-        Z = rng.standard_normal((n, k or d))
-        Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
-    v = rng.standard_normal(d)
-    y = np.where(rng.standard_normal(n) > 0, 1.0, -1.0)
-    selected = np.argmax(y[:, None] * (X @ v), axis=1)
-    return X, Z, selected
 
 
 def _reference(X, Z, selected, norm):
@@ -40,25 +26,19 @@ def _reference(X, Z, selected, norm):
     return W.value, prob.value
 
 
-def _margins(W, X, Z, selected):
-    n, T, _ = X.shape
-    logits = np.einsum("itd,kd,ik->it", X, W, Z)
-    gaps = logits[np.arange(n), selected][:, None] - logits
-    gaps[np.arange(n), selected] = np.inf
-    return gaps.min()
 
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("shape", [dict(n=8, T=5, d=6), dict(n=6, T=4, d=5, k=3),
                                    dict(n=6, T=4, d=6, self_attention=True)])
 def test_nuclear_program_matches_cvxpy_and_is_certified(seed, shape):
-    X, Z, sel = _instance(seed, **shape)
+    X, Z, sel = key_query_instance(seed, **shape)
     W, res = att_svm_w(X, Z, sel, norm="nuclear", return_result=True)
     W_ref, value = _reference(X, Z, sel, "nuclear")
     nuc = np.linalg.svd(W, compute_uv=False).sum()
     assert res.method == "nuclear-ipm" and res.status == "optimal"
     assert abs(nuc - value) <= 1e-6 * value
-    assert _margins(W, X, Z, sel) >= 1 - 1e-9
+    assert key_query_margins(W, X, Z, sel) >= 1 - 1e-9
     # the certificate, recomputed here: the dual multipliers are dual feasible
     # (||sum_j y_j G_j||_2 <= 1) and their value bounds the optimum from below
     i, t = np.nonzero(np.arange(X.shape[1])[None, :] != sel[:, None])
@@ -71,7 +51,7 @@ def test_nuclear_program_matches_cvxpy_and_is_certified(seed, shape):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_frobenius_program_matches_cvxpy(seed):
-    X, Z, sel = _instance(seed, n=7, T=5, d=5, k=4)
+    X, Z, sel = key_query_instance(seed, n=7, T=5, d=5, k=4)
     W = att_svm_w(X, Z, sel)
     W_ref, value = _reference(X, Z, sel, "fro")
     assert W.shape == (4, 5)
@@ -80,7 +60,7 @@ def test_frobenius_program_matches_cvxpy(seed):
 
 
 def test_cvxpy_method_of_the_core_agrees():
-    X, Z, sel = _instance(7)
+    X, Z, sel = key_query_instance(7)
     W1 = att_svm_w(X, Z, sel, norm="nuclear")
     W2, res = att_svm_w(X, Z, sel, norm="nuclear", method="cvxpy", return_result=True)
     n1, n2 = (np.linalg.svd(w, compute_uv=False).sum() for w in (W1, W2))
@@ -91,7 +71,7 @@ def test_nuclear_solution_has_lower_rank_than_frobenius():
     # the setting of the public rank experiment (n = 10, T = 10), d = 16
     ranks = []
     for seed in range(3):
-        X, Z, sel = _instance(seed, n=10, T=10, d=16)
+        X, Z, sel = key_query_instance(seed, n=10, T=10, d=16)
         ranks.append((numerical_rank(att_svm_w(X, Z, sel, norm="nuclear")),
                       numerical_rank(att_svm_w(X, Z, sel))))
     nuc, fro = np.array(ranks).T
@@ -99,7 +79,7 @@ def test_nuclear_solution_has_lower_rank_than_frobenius():
 
 
 def test_scale_of_the_data_does_not_change_the_solution():
-    X, Z, sel = _instance(3)
+    X, Z, sel = key_query_instance(3)
     W, res1 = att_svm_w(X, Z, sel, norm="nuclear", return_result=True)
     W_small, res = att_svm_w(X * 1e-6, Z, sel, norm="nuclear", return_result=True)
     nuc = np.linalg.svd(W, compute_uv=False).sum()
@@ -123,13 +103,13 @@ def test_infeasible_selection_raises_with_a_farkas_certificate():
     with pytest.raises(NotSeparableError, match="not separable"):
         att_svm_w(X, Z, np.array([0, 0]))
     # a generic infeasible instance: more constraints than the d^2 entries of W
-    X, Z, sel = _instance(0, n=10, T=6, d=4, self_attention=True)
+    X, Z, sel = key_query_instance(0, n=10, T=6, d=4, self_attention=True)
     with pytest.raises(NotSeparableError, match="not separable"):
         att_svm_w(X, Z, sel, norm="nuclear", method="nuclear-ipm")
 
 
 def test_bad_input():
-    X, Z, sel = _instance(0)
+    X, Z, sel = key_query_instance(0)
     with pytest.raises(NotSeparableError, match="queries of inputs \\[2\\] are zero"):
         Z0 = Z.copy()
         Z0[2] = 0
@@ -181,7 +161,7 @@ def test_query_key_score_map_is_the_lifted_key_map():
 
 
 def test_progress_callback_and_verbose(capsys):
-    X, Z, sel = _instance(2)
+    X, Z, sel = key_query_instance(2)
     calls = []
     W, res = att_svm_w(X, Z, sel, norm="nuclear", callback=lambda *a: calls.append(a),
                        return_result=True)
@@ -195,7 +175,7 @@ def test_progress_callback_and_verbose(capsys):
 def test_program_too_large_is_refused(monkeypatch):
     from skntp.svm import ProgramTooLargeError
 
-    X, Z, sel = _instance(0)
+    X, Z, sel = key_query_instance(0)
     monkeypatch.setattr("skntp.svm._problem.available_memory", lambda: 1000)
     with pytest.raises(ProgramTooLargeError, match="m x m matrices"):
         att_svm_w(X, Z, sel, norm="nuclear", method="nuclear-ipm")

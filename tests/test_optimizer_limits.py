@@ -14,6 +14,7 @@ import warnings
 import cvxpy as cp
 import numpy as np
 import pytest
+from helpers import margin, onehot_optimum
 
 from skntp import AttentionSelector, JointAttentionSVM, NTPAttentionClassifier, NTPDecoderClassifier
 from skntp.datasets import make_key_query_data, make_token_priority_data
@@ -28,25 +29,8 @@ def _onehot(seed, m=20, d=12, V=5):
     return rng.standard_normal((m, d)), rng.integers(0, V, m)
 
 
-def _onehot_optimum(X, y, V, norm):
-    """``1 / min ||W||`` s.t. ``(e_y - e_c)^T W x_i >= 1``: the best normalized margin."""
-    W = cp.Variable((V, X.shape[1]))
-    L = X @ W.T
-    cons = [L[i, y[i]] - L[i, c] >= 1 for i in range(len(y)) for c in range(V) if c != y[i]]
-    objective = {"fro": cp.norm(W, "fro"), "max": cp.max(cp.abs(W)),
-                 "spectral": cp.sigma_max(W)}[norm]
-    prob = cp.Problem(cp.Minimize(objective), cons)
-    prob.solve(solver=cp.CLARABEL)
-    return 1.0 / prob.value
 
 
-def _margin(X, y, W, norm):
-    L = X @ W.T
-    true = L[np.arange(len(y)), y]
-    L[np.arange(len(y)), y] = -np.inf
-    size = {"fro": np.linalg.norm(W), "max": np.abs(W).max(),
-            "spectral": np.linalg.norm(W, 2)}[norm]
-    return float((true - L.max(axis=1)).min() / size)
 
 
 def _check_diagonal(seed, max_iter, floor):
@@ -59,7 +43,7 @@ def _check_diagonal(seed, max_iter, floor):
     # the package's fractions against the references written here
     for i, est in enumerate(table["estimators"].values()):
         for j, norm in enumerate(norms):
-            ref = _margin(X, y, est.coef_.copy(), norm) / _onehot_optimum(X, y, 5, norm)
+            ref = margin(X, y, est.coef_.copy(), norm) / onehot_optimum(X, y, 5, norm)
             assert F[i, j] == pytest.approx(ref, rel=1e-5, abs=1e-7)
     # every row's largest entry is its own norm's, and close to the optimum
     np.testing.assert_array_equal(np.argmax(F, axis=1), [0, 1, 2])

@@ -15,9 +15,9 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import rel_err, tight_ntp_svm, tight_qp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fast_solver import rel_err, tight_ntp_svm, tight_qp
 
 from skntp import NTPDecoderClassifier
 from skntp.decoder import aggregate_contexts

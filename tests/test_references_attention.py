@@ -14,6 +14,7 @@ import warnings
 import cvxpy as cp
 import numpy as np
 import pytest
+from helpers import att_svm_by_hand
 from sklearn.svm import LinearSVC
 
 from skntp import AttentionSelector, JointAttentionSVM
@@ -71,18 +72,6 @@ def padded(seqs):
     return X, mask
 
 
-def att_svm_by_hand(seqs_keys, selected, rhs=None, norm=2):
-    """(ATT-SVM) / (10): ``min ||p||`` s.t. ``p^T (k_{i alpha_i} - k_it) >= r_i``
-    (``||p||^2`` in the Euclidean norm, ``cp.norm(p, norm)`` in another)."""
-    p = cp.Variable(seqs_keys[0].shape[1])
-    cons = []
-    for i, (K, a) in enumerate(zip(seqs_keys, selected)):
-        r = 1.0 if rhs is None else rhs[i]
-        cons += [(K[a] - K[t]) @ p >= r for t in range(len(K)) if t != a]
-    objective = cp.sum_squares(p) if norm == 2 else cp.norm(p, norm)
-    prob = cp.Problem(cp.Minimize(objective), cons)
-    prob.solve(solver=cp.CLARABEL)
-    return None if prob.status != cp.OPTIMAL else p.value
 
 
 def head_svm_by_hand(tokens, y):

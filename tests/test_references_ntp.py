@@ -15,6 +15,10 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import (
+    ntp_svm_all_pairs,
+    numerical_grad,
+)
 from scipy.special import logsumexp, softmax
 
 from skntp import NTPDecoderClassifier
@@ -47,13 +51,6 @@ def ce_grad(W, H, pi, P):
     return (pi[:, None] * (softmax(H @ W.T, axis=1) - P)).T @ H
 
 
-def numerical_grad(f, W, h=1e-6):
-    g = np.zeros_like(W)
-    for idx in np.ndindex(W.shape):
-        e = np.zeros_like(W)
-        e[idx] = h
-        g[idx] = (f(W + e) - f(W - e)) / (2 * h)
-    return g
 
 
 def data(seed, m=10, d=14, V=6, s=(1, 4), n=300):
@@ -62,57 +59,10 @@ def data(seed, m=10, d=14, V=6, s=(1, 4), n=300):
     return X, y, *empirical(X, y, V)
 
 
-def ntp_rows_by_hand(H, S):
-    """Eq. (4a)-(4b), on ``W.ravel()`` (``W`` of shape ``(V, d)``):
-    ``(e_z - e_z')^T W h_j = 0`` for consecutive ``z < z'`` in ``S_j`` (the other pairs
-    of (4b) follow) and ``(e_z - e_v)^T W h_j >= 1`` for every ``z`` in ``S_j`` and
-    ``v`` not in ``S_j`` (not the package's anchored form).  Returns
-    ``rows, rhs, equality``."""
-    m, V = S.shape
-    rows, rhs, eq = [], [], []
-    for j in range(m):
-        ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
-        pairs = [(a, b, 0.0, True) for a, b in zip(ins[:-1], ins[1:])]
-        pairs += [(a, v, 1.0, False) for a in ins for v in outs]
-        for a, b, r, e in pairs:
-            row = np.zeros((V, H.shape[1]))
-            row[a], row[b] = H[j], -H[j]
-            rows.append(row.ravel())
-            rhs.append(r)
-            eq.append(e)
-    return np.array(rows), np.array(rhs), np.array(eq, bool)
 
 
-def min_norm_on_rows(rows, rhs, equality, shape, objective=cp.sum_squares, tight=False):
-    """``argmin objective(W)`` s.t. ``rows W.ravel() >= rhs`` (``= rhs`` where
-    ``equality``), ``W`` of ``shape``, by cvxpy/Clarabel; None unless Clarabel reports
-    it optimal.  ``tight``: to 1e-11 (the core's cvxpy path stops at a relative gap
-    ~1e-8, i.e. a relative error up to ~1e-4 in ``W``), and None where Clarabel cannot
-    reach that."""
-    w = cp.Variable(rows.shape[1])
-    cons = []
-    if (~equality).any():
-        cons.append(rows[~equality] @ w >= rhs[~equality])
-    if equality.any():
-        cons.append(rows[equality] @ w == rhs[equality])
-    W = cp.reshape(w, shape, order="C") if len(shape) > 1 else w
-    prob = cp.Problem(cp.Minimize(objective(W)), cons)
-    if not tight:
-        prob.solve(solver=cp.CLARABEL)
-    else:
-        try:
-            prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11,
-                       tol_feas=1e-11, max_iter=500)
-        except cp.error.SolverError:
-            return None
-    return np.asarray(w.value).reshape(shape) if prob.status == "optimal" else None
 
 
-def ntp_svm_all_pairs(H, S, objective=cp.sum_squares, tight=False):
-    """Eq. (4) with every pair (:func:`ntp_rows_by_hand`): the solution minimizing
-    ``objective(W)`` (``||W||_F^2``, or another norm)."""
-    return min_norm_on_rows(*ntp_rows_by_hand(H, S), (S.shape[1], H.shape[1]), objective,
-                            tight=tight)
 
 
 # --------------------------------------------------------------------------
@@ -332,12 +282,3 @@ def test_not_separable_data_still_minimize_the_loss():
     assert est.mm_direction_ is None and est.is_ntp_separable_ is False
 
 
-def check_ntp_constraints(H, S, W, tol):
-    """(4a)-(4b) on ``W``, every pair: equal in-support logits, in-support at least 1
-    above out-of-support ones, up to ``tol``."""
-    logits = H @ W.T
-    for j in range(S.shape[0]):
-        ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
-        assert np.ptp(logits[j, ins]) <= tol
-        if outs.size:
-            assert logits[j, ins].min() - logits[j, outs].max() >= 1 - tol

@@ -14,11 +14,12 @@ import cvxpy as cp
 import networkx as nx
 import numpy as np
 import pytest
+from helpers import cyclic_instance, graphs_by_hand
 from scipy.special import logsumexp
 
 from skntp._backend import get_backend
 from skntp.datasets import make_token_priority_data
-from skntp.graphs import check_token_sequences, is_acyclic, token_priority_graphs
+from skntp.graphs import check_token_sequences, token_priority_graphs
 from skntp.models.self_attention import SelfAttentionRisk
 from skntp.self_attention import NTPAttentionClassifier
 from skntp.svm import cyclic_correction, graph_svm
@@ -56,17 +57,6 @@ def numerical_grad(f, W, h=1e-6):
     return g
 
 
-def graphs_by_hand(seqs, y):
-    """Sec. 3.1: for each last token k, edges y_i -> x_it (x_it != y_i)."""
-    graphs = {}
-    for seq, label in zip(seqs, y):
-        g = graphs.setdefault(int(seq[-1]), nx.DiGraph())
-        g.add_node(int(label))
-        for x in seq:
-            g.add_node(int(x))
-            if x != label:
-                g.add_edge(int(label), int(x))
-    return graphs
 
 
 def graph_svm_by_hand(E, graphs):
@@ -112,13 +102,6 @@ def cyclic_by_hand(E, seqs, y, graphs):
     return sub_seqs, sub_y, last, Vt[sv > 1e-10 * sv[0]].T
 
 
-def cyclic_instance(seed, K=6, d=8, n=6, T=4):
-    rs = seed
-    while True:
-        X, y, E = make_token_priority_data(K, d, n, T, acyclic=False, random_state=rs)
-        if not is_acyclic(token_priority_graphs(X, y)):
-            return X, y, E
-        rs += 10_000
 
 
 # --------------------------------------------------------------------------

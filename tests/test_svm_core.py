@@ -15,6 +15,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import key_problem
 from sklearn.exceptions import ConvergenceWarning
 
 from skntp.svm import (
@@ -36,10 +37,6 @@ from skntp.svm._problem import constraint_violation
 EXACT_METHODS = ["cvxpy", "auto"]
 
 
-def key_problem(keys, block, pos, ref, rhs, equality, name="toy"):
-    return MaxMarginProblem(KeyScores(np.asarray(keys, float)),
-                            Constraints(block, pos, ref, rhs, equality), name=name,
-                            infeasible_message="the toy data are not separable")
 
 
 def dense_constraints(problem):

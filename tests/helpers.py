@@ -1,0 +1,355 @@
+"""Helpers shared by the tests: reference programs written from the papers' equations,
+instances and checks."""
+
+import itertools
+
+import cvxpy as cp
+import networkx as nx
+import numpy as np
+
+from skntp.datasets import make_ntp_data, make_token_priority_data
+from skntp.graphs import (
+    is_acyclic,
+    strongly_connected_components,
+    token_priority_graphs,
+)
+from skntp.svm import (
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
+    QueryKeyScores,
+)
+
+
+def tight_cvxpy(problem):
+    """An independent reference for ``problem``: the NTP-SVM from its data by hand
+    (:func:`tight_ntp_svm`) when the test built it from ``H, S``
+    (``problem.info["by_hand"]``), otherwise the test's constraints on rows written
+    from the score map's definition."""
+    if "by_hand" in problem.info:
+        return tight_ntp_svm(*problem.info["by_hand"])
+    c = problem.constraints
+    return tight_qp(rows_by_definition(problem), c.rhs, c.equality, problem.shape)
+
+
+def tight_ntp_svm(H, S):
+    """The NTP-SVM of contexts ``H`` and supports ``S``, from (4a)-(4b) by hand."""
+    return ntp_svm_all_pairs(H, S, tight=True)
+
+
+def tight_qp(rows, rhs, equality, shape):
+    """``min ||w||^2`` on the rows, by cvxpy/Clarabel to 1e-11; None if it cannot."""
+    return min_norm_on_rows(rows, rhs, equality, shape, tight=True)
+
+
+def rows_by_definition(problem):
+    """Dense rows ``S[b, a] - S[b, r]`` (``S[b, a]`` for ``r = -1``) on ``w.ravel()``,
+    written from the definitions, not through ``problem.constraint_matrix()``."""
+    c, sc = problem.constraints, problem.scores
+    return np.array([
+        score_gradient(sc, b, a) - (score_gradient(sc, b, r) if r >= 0 else 0.0)
+        for b, a, r in zip(c.block, c.pos, c.ref)
+    ]).reshape(len(c), -1)
+
+
+def rel_err(a, b):
+    # w* = 0 (all right-hand sides 0): compare absolutely (solver noise ~1e-6)
+    nb = max(np.linalg.norm(a), np.linalg.norm(b))
+    return np.linalg.norm(a - b) / nb if nb > 1e-4 else np.linalg.norm(a - b)
+
+
+# --------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------
+def assert_kkt(problem, res, tol=1e-7):
+    """Stationarity, dual feasibility, complementary slackness, feasibility."""
+    c = problem.constraints
+    A = problem.constraint_matrix()
+    w = res.primal.ravel()
+    lam = res.dual
+    scale = max(1.0, np.linalg.norm(w))
+    # stationarity: w = A^T lam
+    assert np.linalg.norm(A.T @ lam - w) <= tol * scale * max(1.0, np.abs(lam).max())
+    # dual feasibility
+    assert np.all(lam[~c.equality] >= -tol * max(1.0, np.abs(lam).max()))
+    slack = A @ w - c.rhs
+    # primal feasibility
+    assert np.all(slack[~c.equality] >= -tol)
+    assert np.all(np.abs(slack[c.equality]) <= tol)
+    # complementary slackness
+    assert np.all(np.abs(lam[~c.equality] * slack[~c.equality]) <= tol * scale**2)
+
+
+def check_ntp_constraints(H, S, W, tol):
+    """(4a)-(4b) on ``W``, every pair: equal in-support logits, in-support at least 1
+    above out-of-support ones, up to ``tol``."""
+    logits = H @ W.T
+    for j in range(S.shape[0]):
+        ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
+        assert np.ptp(logits[j, ins]) <= tol
+        if outs.size:
+            assert logits[j, ins].min() - logits[j, outs].max() >= 1 - tol
+
+
+def ntp_svm_all_pairs(H, S, objective=cp.sum_squares, tight=False):
+    """Eq. (4) with every pair (:func:`ntp_rows_by_hand`): the solution minimizing
+    ``objective(W)`` (``||W||_F^2``, or another norm)."""
+    return min_norm_on_rows(*ntp_rows_by_hand(H, S), (S.shape[1], H.shape[1]), objective,
+                            tight=tight)
+
+
+def min_norm_on_rows(rows, rhs, equality, shape, objective=cp.sum_squares, tight=False):
+    """``argmin objective(W)`` s.t. ``rows W.ravel() >= rhs`` (``= rhs`` where
+    ``equality``), ``W`` of ``shape``, by cvxpy/Clarabel; None unless Clarabel reports
+    it optimal.  ``tight``: to 1e-11 (the core's cvxpy path stops at a relative gap
+    ~1e-8, i.e. a relative error up to ~1e-4 in ``W``), and None where Clarabel cannot
+    reach that."""
+    w = cp.Variable(rows.shape[1])
+    cons = []
+    if (~equality).any():
+        cons.append(rows[~equality] @ w >= rhs[~equality])
+    if equality.any():
+        cons.append(rows[equality] @ w == rhs[equality])
+    W = cp.reshape(w, shape, order="C") if len(shape) > 1 else w
+    prob = cp.Problem(cp.Minimize(objective(W)), cons)
+    if not tight:
+        prob.solve(solver=cp.CLARABEL)
+    else:
+        try:
+            prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11,
+                       tol_feas=1e-11, max_iter=500)
+        except cp.error.SolverError:
+            return None
+    return np.asarray(w.value).reshape(shape) if prob.status == "optimal" else None
+
+
+def numerical_grad(f, W, h=1e-6):
+    g = np.zeros_like(W)
+    for idx in np.ndindex(W.shape):
+        e = np.zeros_like(W)
+        e[idx] = h
+        g[idx] = (f(W + e) - f(W - e)) / (2 * h)
+    return g
+
+
+def ntp_instance(seed, m=8, d=12, V=6):
+    X, y = make_ntp_data(n_samples=300, n_contexts=m, n_features=d, n_tokens=V,
+                         support_size=(1, 3), random_state=seed)
+    H, inverse = np.unique(X, axis=0, return_inverse=True)
+    S = np.zeros((len(H), V), dtype=bool)
+    S[inverse.ravel(), y] = True
+    return H, S
+
+
+def head_from_rows(X, rhs=None, name="head SVM"):
+    """Binary SVM without bias with signed rows ``X``: ``X_i v >= rhs_i``."""
+    n = X.shape[0]
+    rhs = np.ones(n) if rhs is None else rhs
+    return MaxMarginProblem(
+        KeyScores(np.asarray(X, float)[:, None, :]),
+        Constraints(np.arange(n), np.zeros(n), -np.ones(n), rhs, np.zeros(n, bool)),
+        name=name, infeasible_message="the labelled points are not separable")
+
+
+def rows_of(problem):
+    c = problem.constraints
+    return {(int(j), int(p), int(r), float(b), bool(e))
+            for j, p, r, b, e in zip(c.block, c.pos, c.ref, c.rhs, c.equality)}
+
+
+def att_program(rng, n, T, d, relaxed=0.0):
+    """ATT-SVM-like: every other token below the teacher's choice (some rhs 0)."""
+    K = rng.standard_normal((n, T, d))
+    sel = np.argmax(K @ rng.standard_normal(d), axis=1)
+    i, t = np.nonzero(np.arange(T)[None, :] != sel[:, None])
+    rhs = np.where(rng.random(n) < relaxed, 0.0, 1.0)[i]
+    return MaxMarginProblem(
+        KeyScores(K), Constraints(i, sel[i], t, rhs, np.zeros(i.size, bool)),
+        name="ATT-SVM")
+
+
+def key_query_margins(W, X, Z, selected):
+    n, T, _ = X.shape
+    logits = np.einsum("itd,kd,ik->it", X, W, Z)
+    gaps = logits[np.arange(n), selected][:, None] - logits
+    gaps[np.arange(n), selected] = np.inf
+    return gaps.min()
+
+
+def key_query_instance(seed, n=8, T=5, d=6, k=None, self_attention=False):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, T, d))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    if self_attention:
+        Z = X[:, 0].copy()
+    else:
+        Z = rng.standard_normal((n, k or d))
+        Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
+    v = rng.standard_normal(d)
+    y = np.where(rng.standard_normal(n) > 0, 1.0, -1.0)
+    selected = np.argmax(y[:, None] * (X @ v), axis=1)
+    return X, Z, selected
+
+
+def kq_instance(seed, n=7, T=4, d=5, k=3):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, T, d))
+    Z = rng.standard_normal((n, k))
+    sel = np.argmax(np.einsum("itd,kd,ik->it", X, rng.standard_normal((k, d)), Z), axis=1)
+    return X, Z, sel
+
+
+# --------------------------------------------------------------------------
+# instances
+# --------------------------------------------------------------------------
+def att_instance(seed, n=8, T=5, k=6):
+    rng = np.random.default_rng(seed)
+    K = rng.standard_normal((n, T, k))
+    return K, np.argmax(K @ rng.standard_normal(k), axis=1)  # separable by construction
+
+
+def key_problem(keys, block, pos, ref, rhs, equality, name="toy"):
+    return MaxMarginProblem(KeyScores(np.asarray(keys, float)),
+                            Constraints(block, pos, ref, rhs, equality), name=name,
+                            infeasible_message="the toy data are not separable")
+
+
+def joint_instance(seed, n=4, T=3, d=3, relax=False):
+    """Random data satisfying Thm. 5 (``relax=False``) or Thm. 6 (``relax=True``).
+
+    The optimal token of input ``i`` is ``(Y_i c_i a, 1)`` with ``a`` a unit
+    vector, the others ``(z, u)`` with ``||z|| < 0.7`` and ``|u| <= 0.5``.
+    ``v^mm = (a, 0)``: the label margin of any other choice is below 1.  The
+    last coordinate lets attention select the optimal tokens (ATT-SVM is
+    feasible).  With ``relax=True`` inputs 2.. get ``c_i in [1.5, 2.5]`` and
+    are not support vectors (Sec. 3.2), so ``p^relax != p^mm``.
+    """
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(d)
+    a /= np.linalg.norm(a)
+    y = np.resize([1.0, -1.0], n)
+    rng.shuffle(y)
+    y[:2] = [1.0, -1.0]
+    Z = rng.standard_normal((n, T, d))
+    Z /= np.linalg.norm(Z, axis=2, keepdims=True)
+    X = np.zeros((n, T, d + 1))
+    X[..., :d] = Z * rng.uniform(0.1, 0.7, (n, T, 1))
+    X[..., d] = rng.uniform(-0.5, 0.5, (n, T))
+    pos = rng.integers(0, T, n)
+    c = np.ones(n)
+    if relax:
+        c[2:] = rng.uniform(1.5, 2.5, n - 2)
+    X[np.arange(n), pos, :d] = (y * c)[:, None] * a
+    X[np.arange(n), pos, d] = 1.0
+    return X, y, pos, np.append(a, 0.0), c == 1
+
+
+def att_svm_by_hand(seqs_keys, selected, rhs=None, norm=2):
+    """(ATT-SVM) / (10): ``min ||p||`` s.t. ``p^T (k_{i alpha_i} - k_it) >= r_i``
+    (``||p||^2`` in the Euclidean norm, ``cp.norm(p, norm)`` in another)."""
+    p = cp.Variable(seqs_keys[0].shape[1])
+    cons = []
+    for i, (K, a) in enumerate(zip(seqs_keys, selected)):
+        r = 1.0 if rhs is None else rhs[i]
+        cons += [(K[a] - K[t]) @ p >= r for t in range(len(K)) if t != a]
+    objective = cp.sum_squares(p) if norm == 2 else cp.norm(p, norm)
+    prob = cp.Problem(cp.Minimize(objective), cons)
+    prob.solve(solver=cp.CLARABEL)
+    return None if prob.status != cp.OPTIMAL else p.value
+
+
+def margin(X, y, W, norm):
+    L = X @ W.T
+    true = L[np.arange(len(y)), y]
+    L[np.arange(len(y)), y] = -np.inf
+    size = {"fro": np.linalg.norm(W), "max": np.abs(W).max(),
+            "spectral": np.linalg.norm(W, 2)}[norm]
+    return float((true - L.max(axis=1)).min() / size)
+
+
+def onehot_optimum(X, y, V, norm):
+    """``1 / min ||W||`` s.t. ``(e_y - e_c)^T W x_i >= 1``: the best normalized margin."""
+    W = cp.Variable((V, X.shape[1]))
+    L = X @ W.T
+    cons = [L[i, y[i]] - L[i, c] >= 1 for i in range(len(y)) for c in range(V) if c != y[i]]
+    objective = {"fro": cp.norm(W, "fro"), "max": cp.max(cp.abs(W)),
+                 "spectral": cp.sigma_max(W)}[norm]
+    prob = cp.Problem(cp.Minimize(objective), cons)
+    prob.solve(solver=cp.CLARABEL)
+    return 1.0 / prob.value
+
+
+def cyclic_instance(seed, K=6, d=8, n=6, T=4):
+    rs = seed
+    while True:
+        X, y, E = make_token_priority_data(K, d, n, T, acyclic=False, random_state=rs)
+        if not is_acyclic(token_priority_graphs(X, y)):
+            return X, y, E
+        rs += 10_000
+
+
+def graphs_by_hand(seqs, y):
+    """Sec. 3.1: for each last token k, edges y_i -> x_it (x_it != y_i)."""
+    graphs = {}
+    for seq, label in zip(seqs, y):
+        g = graphs.setdefault(int(seq[-1]), nx.DiGraph())
+        g.add_node(int(label))
+        for x in seq:
+            g.add_node(int(x))
+            if x != label:
+                g.add_edge(int(label), int(x))
+    return graphs
+
+
+def graph_svm_constraints(E, X, y, W):
+    """The Graph-SVM's constraints on the cvxpy variable ``W``, written from the paper's
+    formula (without the core's builders): ``= 0`` within an SCC, ``>= 1`` on edges."""
+    graphs = token_priority_graphs(X, y)
+    sccs = strongly_connected_components(graphs)
+    cons = []
+    for k, g in graphs.items():
+        where = {v: ci for ci, c in enumerate(sccs[k]) for v in c}
+        for i, j in itertools.permutations(g.nodes, 2):
+            lhs = E[i] @ W @ E[k] - E[j] @ W @ E[k]
+            if where[i] == where[j]:
+                cons.append(lhs == 0)
+            elif g.has_edge(i, j):
+                cons.append(lhs >= 1)
+    return cons
+
+
+def score_gradient(scores, b, t):
+    """``d S[b, t] / d w`` flattened, from the score maps' definitions: ``k_bt^T p``
+    (KeyScores), ``e_t^T W q_b`` (BilinearScores; ``e_t = s_t`` times the t-th unit
+    vector without outputs) and ``z_b^T W x_bt`` (QueryKeyScores)."""
+    if isinstance(scores, KeyScores):
+        return scores.keys[b, t]
+    if isinstance(scores, QueryKeyScores):
+        return np.outer(scores.queries[b], scores.tokens[b, t]).ravel()
+    if scores.outputs is not None:
+        e = scores.outputs[t]
+    else:
+        e = np.zeros(scores.n_positions)
+        e[t] = 1.0 if scores.output_scale is None else scores.output_scale[t]
+    return np.outer(e, scores.queries[b]).ravel()
+
+
+def ntp_rows_by_hand(H, S):
+    """Eq. (4a)-(4b), on ``W.ravel()`` (``W`` of shape ``(V, d)``):
+    ``(e_z - e_z')^T W h_j = 0`` for consecutive ``z < z'`` in ``S_j`` (the other pairs
+    of (4b) follow) and ``(e_z - e_v)^T W h_j >= 1`` for every ``z`` in ``S_j`` and
+    ``v`` not in ``S_j`` (not the package's anchored form).  Returns
+    ``rows, rhs, equality``."""
+    m, V = S.shape
+    rows, rhs, eq = [], [], []
+    for j in range(m):
+        ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
+        pairs = [(a, b, 0.0, True) for a, b in zip(ins[:-1], ins[1:])]
+        pairs += [(a, v, 1.0, False) for a in ins for v in outs]
+        for a, b, r, e in pairs:
+            row = np.zeros((V, H.shape[1]))
+            row[a], row[b] = H[j], -H[j]
+            rows.append(row.ravel())
+            rhs.append(r)
+            eq.append(e)
+    return np.array(rows), np.array(rhs), np.array(eq, bool)
