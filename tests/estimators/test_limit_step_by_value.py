@@ -1,4 +1,4 @@
-"""Tests added for mutation run 11: the estimators' limit step.
+"""The estimators' limit step, value by value.
 
 ``skntp/decoder.py``, ``skntp/attention.py`` and ``skntp/self_attention.py``:
 ``_explicit_limits``, ``_limit_parameters`` and the helpers they call.  Each test

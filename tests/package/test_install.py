@@ -18,7 +18,7 @@ import pytest
 
 import skntp.svm.solvers.dual_coordinate_descent as _dcd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_compiled_kernels_are_cached_outside_the_package(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""Tests added for the mutation run of the max-margin core (``skntp/svm/``).
+"""The max-margin programs and the dispatcher (``skntp/svm/``), value by value.
 
 Each test checks a value against an independent reference (a program or risk
 written here from the papers' equations, a closed form, a hand computation) and

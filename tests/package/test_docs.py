@@ -20,7 +20,7 @@ import warnings
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 PAGES = ["getting_started", "user_guide/decoder", "user_guide/attention",

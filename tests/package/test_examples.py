@@ -5,7 +5,7 @@ with ``plt.show()`` saving every open figure: it must exit 0, print its
 table next to the paper's claim (``paper`` in its output, no NaN), use only
 the public API, and draw at least one figure.  The quick ones run here,
 by default; the long ones (the papers' full sizes) run in the gallery build
-of the slow tier (``tests/test_docs.py``), which checks the same.
+of the slow tier (``tests/package/test_docs.py``), which checks the same.
 """
 
 import ast
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 # seconds on a 2-core machine: ntp_app_b2 ~20, attention_fig9 ~20, self_attention ~40
 SLOW = {"plot_ntp_app_b2.py", "plot_attention_fig9.py", "plot_self_attention_figs.py",
@@ -53,7 +53,7 @@ EXPECTED = {
 
 
 def _params():
-    # the long ones run in the slow tier's gallery build (tests/test_docs.py), which
+    # the long ones run in the slow tier's gallery build (tests/package/test_docs.py), which
     # checks their pages for the same things: running them here too doubled CI's time
     return [p for p in EXAMPLES if p.name not in SLOW]
 

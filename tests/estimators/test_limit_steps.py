@@ -107,7 +107,7 @@ def test_selector_svm_with_trained_key_query(fixed_query):
 # JointAttentionSVM
 # --------------------------------------------------------------------------
 def _joint_data(seed=3):
-    # random ragged data with a planted token per input (tests/test_joint.py's recipe)
+    # random ragged data with a planted token per input (tests/estimators/test_joint.py's recipe)
     rng = np.random.default_rng(seed)
     n, T, d = 5, 4, 3
     a = rng.standard_normal(d)

@@ -1,6 +1,6 @@
-"""The barrier methods (``svm/_barrier.py``) checked value by value.
+"""The barrier methods (``svm/solvers/barrier.py``) checked value by value.
 
-Written for the survivors of mutation run 10 (``docs/mutation.md``).  Each test
+(The survivors of a mutation run, ``docs/mutation.md``, chose the values.)  Each test
 checks a documented value by hand: the ridges of the Newton solve, the barrier
 objectives ``F_mu`` and their derivatives written from the formulas of the module
 docstring, the certificate's violation, the schedule of ``mu`` and the counts the

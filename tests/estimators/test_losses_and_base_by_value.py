@@ -1,4 +1,5 @@
-"""Tests added for the mutation run of ``skntp/models/attention.py`` and ``skntp/_base.py``.
+"""The attention losses (``skntp/models/attention.py``) and the estimator base
+(``skntp/_base.py``), value by value.
 
 Each test checks a value against an independent reference (a closed form, the
 plain-domain risk, a hand computation, a direct fit) and kills the survivors of

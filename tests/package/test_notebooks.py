@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "examples" / "notebooks").glob("*.ipynb"))
 
 

@@ -1,6 +1,5 @@
-"""Tests added for mutation run 9: the attention programs and their methods
-(``skntp/svm/_attention.py``) and the nuclear-norm interior-point method
-(``skntp/svm/solvers/sdp_interior_point.py``).
+"""The attention programs (``skntp/svm/_attention.py``) and their methods (the dual
+active set, the NNLS working set, the nuclear-norm interior-point method), value by value.
 
 Each test checks documented behaviour against a value written here by hand (the
 definition in a docstring, a closed form, a program in cvxpy) and names the
