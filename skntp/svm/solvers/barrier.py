@@ -42,6 +42,14 @@ the dual's feasible set ``||A^T y||_* <= 1`` (the dual norm: lq with
 ``tol``.  The Newton systems are dense in the parameter's entries: the methods
 take parameters of at most :data:`MAX_VARIABLES` entries and decline larger
 ones (``method="auto"`` then uses cvxpy).
+
+Why not a library: for the spectral norm Clarabel fails.  On the spectral
+NTP-SVM with m = 30, d = 12, V = 8 it fails after 0.42 s, where the spectral
+barrier certifies a gap of 3.8e-7 in 1.15 s (``benchmarks/README.md``, table
+"Norms, quiet").  For lp norms the library is faster: Clarabel takes 0.40 s and
+0.42 s at p = 1.5 and 3 against 1.14 s and 0.94 s here (same table), so
+``method="auto"`` tries Clarabel first and the lp barrier answers only where
+Clarabel's answer is not certified.
 """
 
 from __future__ import annotations

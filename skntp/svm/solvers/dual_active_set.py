@@ -6,6 +6,14 @@ method starts at ``p = 0`` and adds the most violated constraint one at a
 time, dropping active constraints whose multipliers would turn negative, with
 rank-one updates of a triangular factor.  It is exact (the answer is a vertex
 of the dual, not a point within a tolerance).
+
+Why not a library: cvxpy with Clarabel, an interior-point method, stops at its
+tolerance and is slow on these programs of a small parameter and many
+constraints.  On ATT-SVM with n = 1000, T = 16, d = 64 this method takes 0.023 s
+against 3.99 s for Clarabel and 1.80 s for ``LinearSVC(loss="hinge", C=1e6)``;
+at n = 10 000 (150 000 constraints) 0.158 s against 62.4 s; on the head SVM
+(n = 1000, d = 64) 0.004-0.007 s against 0.104-0.147 s (``benchmarks/README.md``,
+table "Max-margin core").
 """
 
 from __future__ import annotations
