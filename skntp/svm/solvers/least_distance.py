@@ -9,9 +9,9 @@ programs (:mod:`.nnls_working_set`, :mod:`.dual_active_set`).
 Why not a library: no library solves a least-distance program directly; the
 graph-ldp method eliminates Graph-SVM's ties by a null-space basis and hands
 the rest to SciPy's NNLS, which is exact where the conic path stops at its
-tolerance.  No same-run comparison is recorded: the Graph-SVM row of
-``benchmarks/README.md`` (table "Max-margin core") times ``"fast"`` (1.07 s
-against more than 120 s for Clarabel), not this method.
+tolerance.  On Graph-SVM with K = 30, d = 40, n = 200 it takes 0.68 s against 20.4 s for
+Clarabel, with a gap of 5e-13 against Clarabel's 6e-11 (``benchmarks/README.md``,
+table "Exact methods against Clarabel").
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ is violated.  It is ``auto``'s fallback for the programs on which the dual
 active set's rank-one updates drift.
 
 Why not a library: SciPy's NNLS needs the dense rows of every constraint; the
-working set builds them only for the constraints that become violated.  No
-same-run comparison with a library is recorded.  Against ``"dual-active-set"``,
+working set builds them only for the constraints that become violated.  On ATT-SVM
+n = 1000, T = 16, d = 64 it takes 0.040 s against 2.82 s for Clarabel, on the head
+SVM n = 1000, d = 64 0.013 s against 0.117 s (``benchmarks/README.md``, table
+"Exact methods against Clarabel").  Against ``"dual-active-set"``,
 in the same run, it takes 9.6 ms against 7.3 ms on the head SVM, 32.5 ms
 against 25.2 ms on ATT-SVM n = 1000 and 0.576 s against 0.158 s on ATT-SVM
 n = 10 000 (``benchmarks/README.md``, table "nnls against dual-active-set").
