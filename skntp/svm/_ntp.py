@@ -264,10 +264,12 @@ def ntp_svm(contexts, support, *, method="auto", tol=None, max_iter=100_000,
     return_result : bool, default=False
         Also return the :class:`MaxMarginResult` (duals, gap, iterations).
     norm : {"fro", "spectral", "max", "l1"} or ("lp", p), default="fro"
-        The norm minimized under the same constraints (``"max"``: the limit of
-        sign descent; ``"l1"``): a linear program, solved by HiGHS;
-        ``"spectral"`` and ``("lp", p)``: the barrier methods of
-        :mod:`skntp.svm.solvers.barrier`.
+        The norm minimized under the same constraints.  ``"max"`` (the limit of
+        sign descent) and ``"l1"``: a linear program, the max norm by the
+        structured interior-point method ``"lp-ipm"`` and what it does not
+        certify, like the l1 norm, by HiGHS; ``"spectral"``: the barrier method;
+        ``("lp", p)``: Clarabel, then the barrier method
+        (:data:`skntp.svm.solvers.AUTO_ORDER`).
     **backend :
         ``backend``, ``device``, ``dtype`` for iterative methods.
 

@@ -193,7 +193,7 @@ def solve_max_margin(
         if result.status == "optimal" or method != "auto":
             break
         # "auto": an answer that is not certified has not decided the program; the
-        # next method (the reference path last) does
+        # next method of the list does
         if verbose:
             print(f"[{problem.name}] method {name!r}: {result.status} (gap {result.gap:.2e},"
                   f" violation {result.max_violation:.2e}); trying the next method")
