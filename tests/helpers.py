@@ -280,6 +280,7 @@ def onehot_optimum(X, y, V, norm):
 
 
 def cyclic_instance(seed, K=6, d=8, n=6, T=4):
+    """Draw App. D general data until the graphs have a cycle (Fig. 4 is about those)."""
     rs = seed
     while True:
         X, y, E = make_token_priority_data(K, d, n, T, acyclic=False, random_state=rs)

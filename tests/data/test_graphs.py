@@ -144,8 +144,6 @@ def test_cyclic_subspace_equals_span_of_tied_differences():
         assert r1 == np.linalg.matrix_rank(P) == np.linalg.matrix_rank(np.vstack([rows, P]))
 
 
-
-
 def _graph_svm_cvxpy_independent(E, X, y):
     """Graph-SVM written from the paper's formula, without the core's builders."""
     import cvxpy as cp

@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import cyclic_instance
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
@@ -12,23 +13,11 @@ from skntp._backend import get_backend
 from skntp.datasets import make_token_priority_data
 from skntp.graphs import (
     check_token_sequences,
-    is_acyclic,
     label_scc_positions,
-    token_priority_graphs,
 )
 from skntp.metrics import alignment
 from skntp.models.self_attention import SelfAttentionRisk
 from skntp.self_attention import NTPAttentionClassifier
-
-
-def _cyclic_instance(seed, K=6, d=8, n=6, T=4):
-    """Draw App. D general data until the graphs have a cycle (Fig. 4 is about those)."""
-    rs = seed
-    while True:
-        X, y, E = make_token_priority_data(K, d, n, T, acyclic=False, random_state=rs)
-        if not is_acyclic(token_priority_graphs(X, y)):
-            return X, y, E
-        rs += 10_000
 
 
 @pytest.mark.parametrize("loss,head", [("log", "identity"), ("log", "embeddings"),
@@ -102,7 +91,7 @@ def test_fig4_cyclic_small():
     """Fig. 4 (3 trials): correlation ~0.987 and ||Pi_Scyc(W) - W^cyc|| < 0.01."""
     corr, dist = [], []
     for seed in range(3):
-        X, y, E = _cyclic_instance(seed)
+        X, y, E = cyclic_instance(seed)
         clf = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=4000,
                                      record_every=4000).fit(X, y)
         assert not clf.is_acyclic_
@@ -114,7 +103,7 @@ def test_fig4_cyclic_small():
 
 
 def test_svm_solver_is_the_limit():
-    X, y, E = _cyclic_instance(1)
+    X, y, E = cyclic_instance(1)
     svm = NTPAttentionClassifier(E, solver="svm").fit(X, y)
     np.testing.assert_allclose(svm.coef_,
                                svm.finite_component_ + svm.svm_radius_ * svm.mm_direction_)
@@ -264,7 +253,7 @@ def _figure_trials(kind, trials):
                 clf = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=4000,
                                              record_every=4000).fit(X, y)
             elif kind == "fig4":
-                X, y, E = _cyclic_instance(seed)
+                X, y, E = cyclic_instance(seed)
                 clf = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=4000,
                                              record_every=4000).fit(X, y)
             else:

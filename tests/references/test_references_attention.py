@@ -14,7 +14,7 @@ import warnings
 import cvxpy as cp
 import numpy as np
 import pytest
-from helpers import att_svm_by_hand
+from helpers import att_svm_by_hand, numerical_grad
 from sklearn.svm import LinearSVC
 
 from skntp import AttentionSelector, JointAttentionSVM
@@ -54,15 +54,6 @@ def risk(seqs, y, v, p, W=None, loss="logistic", weights=None):
     return float(np.sum(w * LOSSES[loss](y * outputs(seqs, v, p, W))) / w.sum())
 
 
-def numerical_grad(f, x, h=1e-6):
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[idx] = h
-        g[idx] = (f(x + e) - f(x - e)) / (2 * h)
-    return g
-
-
 def padded(seqs):
     T = max(len(s) for s in seqs)
     X = np.zeros((len(seqs), T, seqs[0].shape[1]))
@@ -70,8 +61,6 @@ def padded(seqs):
     for i, s in enumerate(seqs):
         X[i, :len(s)], mask[i, :len(s)] = s, True
     return X, mask
-
-
 
 
 def head_svm_by_hand(tokens, y):

@@ -51,18 +51,10 @@ def ce_grad(W, H, pi, P):
     return (pi[:, None] * (softmax(H @ W.T, axis=1) - P)).T @ H
 
 
-
-
 def data(seed, m=10, d=14, V=6, s=(1, 4), n=300):
     X, y = make_ntp_data(n_samples=n, n_contexts=m, n_features=d, n_tokens=V,
                          support_size=s, random_state=seed)
     return X, y, *empirical(X, y, V)
-
-
-
-
-
-
 
 
 # --------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import cvxpy as cp
 import networkx as nx
 import numpy as np
 import pytest
-from helpers import cyclic_instance, graphs_by_hand
+from helpers import cyclic_instance, graphs_by_hand, numerical_grad
 from scipy.special import logsumexp
 
 from skntp._backend import get_backend
@@ -46,17 +46,6 @@ def risk(E, gamma, W, seqs, y, loss, queries=None):
             yhat = gamma[:, seq] @ s
             total += logsumexp(yhat) - yhat[label]
     return total / len(seqs)
-
-
-def numerical_grad(f, W, h=1e-6):
-    g = np.zeros_like(W)
-    for idx in np.ndindex(W.shape):
-        e = np.zeros_like(W)
-        e[idx] = h
-        g[idx] = (f(W + e) - f(W - e)) / (2 * h)
-    return g
-
-
 
 
 def graph_svm_by_hand(E, graphs):
@@ -100,8 +89,6 @@ def cyclic_by_hand(E, seqs, y, graphs):
         return sub_seqs, sub_y, last, np.zeros((d * d, 0))
     _, sv, Vt = np.linalg.svd(np.array(rows), full_matrices=False)
     return sub_seqs, sub_y, last, Vt[sv > 1e-10 * sv[0]].T
-
-
 
 
 # --------------------------------------------------------------------------

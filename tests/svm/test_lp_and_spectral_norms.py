@@ -96,10 +96,6 @@ def _check_result(res, norm, method):
     assert np.isfinite(res.dual).all()
 
 
-
-
-
-
 # --------------------------------------------------------------------------
 # NTP-SVM (every pair of tokens, with equalities)
 # --------------------------------------------------------------------------

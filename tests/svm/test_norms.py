@@ -32,8 +32,6 @@ def _att_instance(seed, n=8, T=5, k=6):
     return K, np.argmax(K @ rng.standard_normal(k), axis=1)  # separable by construction
 
 
-
-
 @pytest.mark.parametrize("norm", ["max", "l1"])
 @pytest.mark.parametrize("seed", range(3))
 def test_att_svm_in_lp_norms_matches_cvxpy(norm, seed):

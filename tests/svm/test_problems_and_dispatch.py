@@ -37,8 +37,6 @@ from skntp.svm._problem import constraint_violation
 EXACT_METHODS = ["cvxpy", "auto"]
 
 
-
-
 def dense_constraints(problem):
     """Row ``S[b, a] - S[b, t]`` (or ``S[b, a]``) of every constraint, by looping."""
     c = problem.constraints

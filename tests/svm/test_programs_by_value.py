@@ -516,8 +516,6 @@ def _anchored_ntp_rows(S):
     return rows
 
 
-
-
 def test_ntp_svm_problem_rows_are_4a_4b_dense_and_sparse_with_stored_zeros():
     import scipy.sparse as sp
 

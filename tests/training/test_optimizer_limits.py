@@ -29,10 +29,6 @@ def _onehot(seed, m=20, d=12, V=5):
     return rng.standard_normal((m, d)), rng.integers(0, V, m)
 
 
-
-
-
-
 def _check_diagonal(seed, max_iter, floor):
     X, y = _onehot(seed)
     template = NTPDecoderClassifier(lr=0.1, power_t=1 / 3, max_iter=max_iter, init="zeros",

@@ -112,20 +112,6 @@ KINDS = {
 }
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def is_feasible_reference(problem):
     try:
         return solve_max_margin(problem, method="cvxpy")

@@ -21,8 +21,6 @@ pytest.importorskip("cvxpy")
 METHOD = "dual-active-set"
 
 
-
-
 def _head(rng, n, d):
     R = rng.standard_normal((n, d))
     y = np.sign(R @ rng.standard_normal(d))

@@ -17,8 +17,6 @@ from skntp.svm import (
 pytest.importorskip("cvxpy")
 
 
-
-
 def _head(rng, n, d):
     """Head-SVM-like: ``y_i r_i^T v >= 1`` (ref = -1)."""
     R = rng.standard_normal((n, d))

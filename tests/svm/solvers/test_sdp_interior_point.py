@@ -26,8 +26,6 @@ def _reference(X, Z, selected, norm):
     return W.value, prob.value
 
 
-
-
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("shape", [dict(n=8, T=5, d=6), dict(n=6, T=4, d=5, k=3),
                                    dict(n=6, T=4, d=6, self_attention=True)])
