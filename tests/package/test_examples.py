@@ -82,7 +82,10 @@ def test_example_uses_only_the_public_api(path):
 
 
 @pytest.mark.parametrize("path", _params(), ids=lambda p: p.stem)
-def test_example_runs(path, tmp_path):
+def test_example_runs(path, tmp_path, request):
+    if request.config.getoption("--runslow"):
+        pytest.skip("--runslow: the gallery build (tests/package/test_docs.py) runs every "
+                    "example and checks the same")
     pytest.importorskip("matplotlib")
     env = dict(os.environ, MPLBACKEND="Agg",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
