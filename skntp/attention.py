@@ -12,6 +12,12 @@ the regularization path (Thm. 1) and for GD with one input (Thm. 2), a
 locally optimal one (LMM, Def. 2) for GD started in its cone (Thm. 3).
 With ``v`` and ``p`` trained jointly, ``v -> v^mm`` (the head SVM on the
 selected tokens) and ``p -> p^relax`` of eq. (10) (Thms. 5-6).
+
+The key-query model of "Transformers as Support Vector Machines" (one query per
+input, ``W`` or ``Q K^T``, value heads) is :class:`skntp.KeyQuerySelector`
+(:mod:`skntp.key_query`); it shares with :class:`AttentionSelector` the selection,
+the head, the diagnosis (:func:`diagnose_selection`) and the base
+``_TokenSelector`` written here.
 """
 
 from __future__ import annotations

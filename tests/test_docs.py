@@ -63,7 +63,8 @@ def test_docs_build(tmp_path):
         assert (out / "auto_examples" / f"{example.stem}.html").exists(), example.name
     api = (out / "api.html").read_text(encoding="utf-8")
     for name in ("NTPDecoderClassifier", "AttentionSelector", "JointAttentionSVM",
-                 "NTPAttentionClassifier", "ntp_svm", "load_text_ntp", "TokenEncoder",
+                 "KeyQuerySelector", "NTPAttentionClassifier", "ntp_svm", "load_text_ntp",
+                 "TokenEncoder",
                  "plot_training_curves", "TrainingCurvesDisplay", "alignment",
                  "make_vocabulary_log_loss_scorer"):
         assert name in api, name
