@@ -29,7 +29,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import skntp._backend as backend
-from skntp import AttentionSelector
+from skntp import KeyQuerySelector
 
 
 def _fresh():
@@ -56,7 +56,7 @@ def _relu_data():
 
 
 def _fit_time(X, y):
-    est = AttentionSelector(train="W", activation="relu", max_iter=30, random_state=0)
+    est = KeyQuerySelector(activation="relu", max_iter=30, random_state=0)
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -46,7 +46,7 @@ import warnings
 
 import numpy as np
 
-from skntp import AttentionSelector, NTPDecoderClassifier
+from skntp import KeyQuerySelector, NTPDecoderClassifier
 from skntp.datasets import make_key_query_data
 from skntp.diagnostics import compare_optimizers
 from skntp.svm import att_svm_w
@@ -109,10 +109,10 @@ STEPS = {1.75: 1500, 2.0: 2000, 3.0: 20_000}
 def attention_run(p, seed, max_iter, record_every=None):
     data = make_key_query_data(6, 8, 10, attention="cross", random_state=seed)
     W0 = np.random.default_rng(10_000 + seed).standard_normal((10, 10))
-    est = AttentionSelector(head=data.head, train="W", query_index="extra-row",
-                            solver="nmirror", mirror_p=p, lr=0.1, max_iter=max_iter,
-                            init=W0, compute_limits=False,
-                            record_every=record_every or max_iter)
+    est = KeyQuerySelector(head=data.head, query_index="extra-row",
+                           solver="nmirror", mirror_p=p, lr=0.1, max_iter=max_iter,
+                           init=W0, compute_limits=False,
+                           record_every=record_every or max_iter)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(data.X, data.y)

@@ -28,7 +28,7 @@ Bregman divergence of lp mirror descent to the lq ATT-SVM is smallest for
 import matplotlib.pyplot as plt
 import numpy as np
 
-from skntp import AttentionSelector, NTPDecoderClassifier
+from skntp import KeyQuerySelector, NTPDecoderClassifier
 from skntp.datasets import make_key_query_data
 from skntp.diagnostics import compare_optimizers
 from skntp.plotting import plot_optimizer_norms
@@ -71,9 +71,9 @@ data = make_key_query_data(6, 8, 10, attention="cross", random_state=1)
 W0 = np.random.default_rng(1).standard_normal((10, 10))
 D = np.zeros((3, 3))
 for i, p in enumerate(ps):
-    est = AttentionSelector(head=data.head, train="W", query_index="extra-row",
-                            solver="nmirror", mirror_p=p, lr=0.1, max_iter=steps[p],
-                            init=W0, record_every=steps[p]).fit(data.X, data.y)
+    est = KeyQuerySelector(head=data.head, query_index="extra-row",
+                           solver="nmirror", mirror_p=p, lr=0.1, max_iter=steps[p],
+                           init=W0, record_every=steps[p]).fit(data.X, data.y)
     for j, q in enumerate(ps):
         W_q = att_svm_w(data.tokens, data.queries, est.selected_tokens_, norm=("lp", q))
         D[i, j] = bregman(W_q, est.key_query_, p)

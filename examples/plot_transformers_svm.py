@@ -27,7 +27,7 @@ max-margin direction (its Sec. 5).
 import matplotlib.pyplot as plt
 import numpy as np
 
-from skntp import AttentionSelector
+from skntp import KeyQuerySelector
 from skntp.datasets import make_key_query_data
 from skntp.metrics import numerical_rank
 from skntp.svm import NotSeparableError, att_svm_w
@@ -36,8 +36,8 @@ fits = {"W": [], "KQ": []}
 for seed in range(5):
     data = make_key_query_data(random_state=seed)
     for parameterization in fits:
-        fits[parameterization].append(AttentionSelector(
-            head=data.head, train="W", query_index=data.query_index,
+        fits[parameterization].append(KeyQuerySelector(
+            head=data.head, query_index=data.query_index,
             parameterization=parameterization, solver="ngd", lr=0.1, max_iter=2000,
             classes=[-1, 1], random_state=seed).fit(data.X, data.y))
 
@@ -122,9 +122,9 @@ while len(kept_fit) < 12:
     data = make_key_query_data(3, 4, 4, random_state=seed)
     if len(set(data.y)) < 2:
         continue
-    est = AttentionSelector(head=np.ones(4), value=V, activation="relu", train="W",
-                            query_index=data.query_index, lr=0.1, max_iter=2000,
-                            classes=[-1, 1], random_state=seed).fit(data.X, data.y)
+    est = KeyQuerySelector(head=np.ones(4), value=V, activation="relu",
+                           query_index=data.query_index, lr=0.1, max_iter=2000,
+                           classes=[-1, 1], random_state=seed).fit(data.X, data.y)
     s = est.attention_weights(data.X)[:, :-1]
     if ((s > 1e-6) & (s <= 1e-3)).any() or not (s <= 1e-6).any() or (
             est.mm_direction_ is None):

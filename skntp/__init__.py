@@ -6,6 +6,8 @@ limit that theory says gradient descent converges to:
 * :class:`NTPDecoderClassifier`: NTP with a linear decoder (NTP-SVM, ``W*``).
 * :class:`AttentionSelector`: attention token selection (ATT-SVM, GMM/LMM).
 * :class:`JointAttentionSVM`: head and attention trained jointly (relaxed ATT-SVM).
+* :class:`KeyQuerySelector`: per-input queries, ``W`` or ``Q K^T`` trained, value heads
+  (W-SVM, KQ-SVM).
 * :class:`NTPAttentionClassifier`: self-attention for NTP (Graph-SVM, ``W^cyc``).
 
 The explicit programs are in :mod:`skntp.svm`, the papers' data in
@@ -16,6 +18,7 @@ import logging
 
 from .attention import AttentionSelector, JointAttentionSVM
 from .decoder import NTPDecoderClassifier
+from .key_query import KeyQuerySelector
 from .self_attention import NTPAttentionClassifier
 
 __version__ = "0.1.0"
@@ -26,6 +29,7 @@ logging.getLogger("skntp").addHandler(logging.NullHandler())
 __all__ = [
     "AttentionSelector",
     "JointAttentionSVM",
+    "KeyQuerySelector",
     "NTPAttentionClassifier",
     "NTPDecoderClassifier",
     "__version__",

@@ -15,7 +15,12 @@ flow is the same for the four models, and it is written here once:
    the limit at radius ``svm_radius`` (model; ``"auto"`` through
    :func:`saturation_radius`); otherwise ``_training(data, limits, be)``:
    the objective, start and metrics (model), run by :meth:`_train`;
-4. ``_fitted(data, limits, params, result)``: the fitted attributes (model).
+4. ``_trained_limits(data, limits, params)``: the limits of what the parameters
+   select (model; e.g. the max-margin directions of the tokens the trained
+   attention selects), solved here and returned in the limits, never in
+   ``_fitted``; the default keeps ``limits``;
+5. ``_fitted(data, limits, params, result)``: the fitted attributes (model),
+   from the data and the limits only (no program is solved there).
 
 :meth:`ImplicitBiasEstimator._fit` runs these steps *atomically*: the
 estimator's previous fit is kept until the new one has succeeded, and
@@ -343,6 +348,7 @@ class ImplicitBiasEstimator(BaseEstimator):
                 params = tuple(np.asarray(to_numpy(p), dtype=np.float64)
                                for p in result.params)
             weights = None if result is None else result.history.pop("weights", None)
+            limits = self._trained_limits(data, limits, params)
             self._fitted(data, limits, params, result)
             if getattr(self, "record_weights", False):
                 self.trajectory_ = {"iteration": self.history_["iteration"].copy(),
@@ -536,7 +542,8 @@ class ImplicitBiasEstimator(BaseEstimator):
                            for k, v in result.history.items()}
                 trial = OptimResult(tuple(p[b] for p in params), result.n_iter,
                                     result.converged, result.stop_reason, history)
-                est._fitted(data, lim, trial.params, trial)
+                est._fitted(data, est._trained_limits(data, lim, trial.params), trial.params,
+                            trial)
         return estimators
 
     # ------------------------------------------------------- the model hooks
@@ -551,6 +558,10 @@ class ImplicitBiasEstimator(BaseEstimator):
 
     def _training(self, data, limits, be):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _trained_limits(self, data, limits, params):
+        """The limits of what ``params`` select (step 4); by default ``limits``."""
+        return limits
 
     def _fitted(self, data, limits, params, result):  # pragma: no cover - abstract
         raise NotImplementedError

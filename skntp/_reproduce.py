@@ -31,6 +31,7 @@ from .datasets import (
 from .decoder import NTPDecoderClassifier
 from .diagnostics import compare_optimizers
 from .graphs import is_acyclic, token_priority_graphs
+from .key_query import KeyQuerySelector
 from .plotting import (
     _pyplot,
     plot_attention_trajectories,
@@ -484,8 +485,8 @@ def transformers_svm(seed=0, quick=False):
         for parameterization in fits:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                fits[parameterization].append(AttentionSelector(
-                    head=data.head, train="W", query_index=data.query_index,
+                fits[parameterization].append(KeyQuerySelector(
+                    head=data.head, query_index=data.query_index,
                     parameterization=parameterization, solver="ngd", lr=0.1,
                     max_iter=iters, classes=[-1, 1], random_state=s).fit(data.X, data.y))
     rows = []

@@ -12,13 +12,19 @@ the regularization path (Thm. 1) and for GD with one input (Thm. 2), a
 locally optimal one (LMM, Def. 2) for GD started in its cone (Thm. 3).
 With ``v`` and ``p`` trained jointly, ``v -> v^mm`` (the head SVM on the
 selected tokens) and ``p -> p^relax`` of eq. (10) (Thms. 5-6).
+
+The key-query model of "Transformers as Support Vector Machines" (one query per
+input, ``W`` or ``Q K^T``, value heads) is :class:`skntp.KeyQuerySelector`
+(:mod:`skntp.key_query`); it shares with :class:`AttentionSelector` the selection,
+the head, the diagnosis (:func:`diagnose_selection`) and the base
+``_TokenSelector`` written here.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from scipy.special import expit
@@ -27,7 +33,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
 
-from ._backend import lifted_keys, softmax, to_numpy
+from ._backend import to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
     SATURATION_NATS,
@@ -52,39 +58,27 @@ from ._sequences import (
     key_query_matrix,
 )
 from ._warnings import user_stacklevel
-from .metrics import alignment, numerical_rank
+from .metrics import alignment
 from .models.attention import (
-    ACTIVATIONS,
     AttentionObjective,
-    KeyQueryProblem,
     QueryProblem,
     attention_decision,
     attention_features,
     attention_loss_grad,
     attention_weights,
-    head_activation,
 )
 from .svm import (
-    Constraints,
-    KeyScores,
-    MaxMarginProblem,
     NotSeparableError,
-    ProgramTooLargeError,
-    QueryKeyScores,
     att_svm,
     att_svm_prime,
-    att_svm_w,
     head_svm,
     joint_svm,
     min_score_gap,
     norm_value,
     relaxed_att_svm,
-    solve_max_margin,
-    solve_min_norm,
     support_vectors,
     svm_neighbors,
 )
-from .svm._problem import check_program_size
 
 __all__ = ["SATURATION_THRESHOLD", "AttentionSelector", "JointAttentionSVM",
            "diagnose_selection"]
@@ -145,17 +139,18 @@ def _head_vector(head, X, mask, Y):
     return v
 
 
-def _fixed_query(fixed, k, rng):
-    """The fixed query ``u`` of ``train="W"``: ``1/sqrt(k)`` everywhere, random, or given."""
+def _fixed_query(fixed, k, rng, owner="train='W'"):
+    """The fixed query ``u`` of ``owner`` (``train="W"``, or a key-query model without
+    per-input queries): ``1/sqrt(k)`` everywhere, random, or given."""
     if fixed is None:
         return np.full(k, 1.0 / np.sqrt(k))
     if isinstance(fixed, str):
         if fixed == "random":
             return rng.standard_normal(k) / np.sqrt(k)
-        raise ValueError("train='W' needs a non-zero fixed query: it cannot be 'zeros'.")
+        raise ValueError(f"{owner} needs a non-zero fixed query: it cannot be 'zeros'.")
     u = checked_parameter(fixed, "fixed_query", (k,), f"({k},)", ravel=True)
     if not np.any(u):
-        raise ValueError("train='W' needs a non-zero fixed query u.")
+        raise ValueError(f"{owner} needs a non-zero fixed query u.")
     return u
 
 
@@ -245,117 +240,6 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
     return out
 
 
-def _input_queries(query_index, X, mask):
-    """``(Z, mask)``: the query ``z_i`` of every input and the tokens it attends to.
-
-    ``query_index`` an int ``q``: ``z_i = x_{i q}`` (self-attention; negative
-    ``q`` counts from the end of each input's real tokens).  ``"extra-row"``:
-    the last real row of every input is its query (cross-attention) and gets
-    no attention.
-    """
-    n = X.shape[0]
-    lengths = mask.sum(axis=1)
-    if isinstance(query_index, str):  # "extra-row"
-        if (lengths < 2).any():
-            raise ValueError(
-                "query_index='extra-row' reads the last row of every input as its query: "
-                f"inputs {np.flatnonzero(lengths < 2)[:10].tolist()} have fewer than 2 rows "
-                "(a token and the query).")
-        idx = lengths - 1
-        mask = mask.copy()
-        mask[np.arange(n), idx] = False
-    else:
-        q = int(query_index)
-        idx = q if q >= 0 else lengths + q
-        idx = np.broadcast_to(idx, (n,))
-        bad = np.flatnonzero((idx < 0) | (idx >= lengths))
-        if bad.size:
-            raise ValueError(
-                f"query_index={q} is not a token of inputs {bad[:10].tolist()} (of "
-                f"{lengths[bad[:10]].tolist()} tokens).")
-    return X[np.arange(n), idx], mask
-
-
-def _value_matrix(value, d):
-    """The value matrix ``V`` of shape ``(d_v, d)``, or ``None``."""
-    if value is None:
-        return None
-    return checked_parameter(value, "value", (None, d), f"(d_v, {d}) (d the token dimension)")
-
-
-def _value_head_vector(head, d_v):
-    """The head ``v`` of a value head: given (shape ``(d_v,)``), or ``1 / sqrt(d_v)``."""
-    if head is None:
-        return np.full(d_v, 1.0 / np.sqrt(d_v))
-    return checked_parameter(head, "head", (d_v,), f"({d_v},) (the rows of value)",
-                             ravel=True)
-
-
-def _kept_token_limit(data, q, kept, method, norm):
-    """``(W^fin, W^dir)`` (flattened) of the kept tokens ``O_i`` of a nonlinear head.
-
-    ``W^fin``: the minimum-norm solution of ``z_i^T W (x_o - x_o') = log(s_o / s_o')``
-    for kept ``o, o'`` (Frobenius norm); ``W^dir``: ``min ||W||`` (``norm``) s.t.
-    ``z_i^T W (x_o - x_o') = 0`` and ``z_i^T W (x_o - x_t) >= 1`` for kept ``o`` and
-    the other tokens ``t``, ``None`` (with a warning) when infeasible.
-    """
-    keys, mask = data["keys"], data["mask"]
-    T = keys.shape[1]
-    scores = keys @ q  # log(s_o / s_o') = scores_o - scores_o'
-    first = np.argmax(kept, axis=1)
-    i_eq, o_eq = np.nonzero(kept & (np.arange(T)[None, :] != first[:, None]))
-    # every kept token o against every other real token t of its input
-    i_ge, o_ge, t_ge = np.nonzero(kept[:, :, None] & (mask & ~kept)[:, None, :])
-    equal = np.ones(i_eq.size, dtype=bool)
-    fin = np.zeros(keys.shape[2])
-    if i_eq.size:
-        log_odds = scores[i_eq, o_eq] - scores[i_eq, first[i_eq]]
-        fin, _ = solve_min_norm(MaxMarginProblem(
-            KeyScores(keys), Constraints(i_eq, o_eq, first[i_eq], log_odds, equal),
-            name="the log-odds of the kept tokens"))
-    constraints = Constraints.concatenate([
-        Constraints(i_eq, o_eq, first[i_eq], np.zeros(i_eq.size), equal),
-        Constraints(i_ge, o_ge, t_ge, np.ones(i_ge.size), np.zeros(i_ge.size, dtype=bool))])
-    problem = MaxMarginProblem(
-        KeyScores(keys) if norm == "fro" else QueryKeyScores(data["X"], data["Z"]),
-        constraints, name="ATT-SVM of the kept tokens", norm=norm,
-        infeasible_message="the kept tokens are not separable from the others by a "
-                           "common key-query matrix W")
-    try:
-        direction = np.ravel(solve_max_margin(problem, method=method).primal)
-    except NotSeparableError as exc:
-        warnings.warn(f"{str(exc).rstrip('.')}. mm_direction_ is None.", UserWarning,
-                      stacklevel=user_stacklevel())
-        direction = None
-    return np.ravel(fin), direction
-
-
-def _matrix_limit(tokens, Z, selected, mask, norm, method):
-    """The key-query ATT-SVM solution (margin 1) in ``norm``; ``None`` when infeasible
-    or too large for memory (with a warning)."""
-    try:
-        W = att_svm_w(tokens, Z, selected, mask=mask, norm=norm, method=method)
-        return W if W.any() else None  # no constraint (one token per input): no direction
-    except NotSeparableError:
-        return None
-    except ProgramTooLargeError as exc:
-        warnings.warn(f"{exc} The {norm}-norm limit is None.", UserWarning,
-                      stacklevel=user_stacklevel())
-        return None
-
-
-def _factors(W, rank):
-    """``(Q, K)`` with ``Q K^T`` the best rank-``rank`` approximation of ``W``, balanced."""
-    U, sv, Vt = np.linalg.svd(W, full_matrices=False)
-    r = min(rank, sv.size)
-    root = np.sqrt(sv[:r])
-    Q, K = U[:, :r] * root, Vt[:r].T * root
-    if r < rank:  # pad with zero columns to the requested rank
-        Q = np.hstack([Q, np.zeros((Q.shape[0], rank - r))])
-        K = np.hstack([K, np.zeros((K.shape[0], rank - r))])
-    return Q, K
-
-
 def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="auto",
                        threshold=SATURATION_THRESHOLD, mm=None):
     """Classify what attention with query ``p`` selects (App. E, Fig. 9).
@@ -435,8 +319,207 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
     return out
 
 
+class _TokenSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
+    """What :class:`AttentionSelector` and :class:`~skntp.KeyQuerySelector` share.
+
+    Both fix the head and train the attention on the risk (ERM); both report the
+    tokens the attention selects, the max-margin directions of that selection and
+    the diagnosis of Fig. 9 (:func:`diagnose_selection`).  A subclass gives the
+    model: ``_prepare`` (through :meth:`_labelled`), the GMM program in a norm
+    other than Frobenius (``_gmm_in_norm``), ``_limit_parameters``, ``_training``,
+    ``_trained_limits``, ``_fitted`` (through :meth:`_publish`), ``_forward`` and
+    ``decision_function``.
+    """
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the attention weights by the chosen solver.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, T, d), list of (T_i, d) arrays, or (n, T)
+            Input sequences (lengths may differ in a list; they are padded
+            and the padding gets zero attention).  A 2-D array is read as
+            ``n`` sequences of ``T`` scalar tokens (``d = 1``).
+        y : array-like of shape (n,)
+            Two classes, mapped to ``-1, +1`` in the order of ``classes_``.
+        sample_weight : array-like of shape (n,), default=None
+            Weights of the inputs in the risk.
+
+        Returns
+        -------
+        self
+        """
+        return self._fit(X, y, sample_weight)
+
+    # ------------------------------------------------------------- the model
+    def _labelled(self, X, y, sample_weight):
+        """The data every selector starts from: tokens, mask, labels, weights, ``W``."""
+        Xp, mask = check_attention_input(self, X, reset=True)
+        n, T, d = Xp.shape
+        classes, Y = binary_labels(y, n, self.classes, type(self).__name__)
+        sw = _check_sample_weight(sample_weight, np.empty((n, 1)), dtype=np.float64,
+                                  ensure_non_negative=True)
+        if not sw.sum() > 0:
+            raise ValueError("sample_weight is zero for every input; nothing to fit.")
+        return {"X": Xp, "mask": mask, "Y": Y, "sw": sw, "classes": classes,
+                "W": key_query_matrix(self.key_query, d),
+                "rng": check_random_state(self.random_state), "init": self.init,
+                "enumeration": self.max_enumeration}
+
+    @staticmethod
+    def _scored(data, values):
+        """Add the token scores ``gamma_it = Y_i values_it`` (Def. 1) and the optimal tokens."""
+        scores = np.where(data["mask"], data["Y"][:, None] * values, -np.inf)
+        data["scores"] = scores
+        data["optimal"] = optimal_tokens(scores, data["mask"])
+        return data
+
+    def _explicit_limits(self, data):
+        own = self._limit_norm()
+        program = lambda cb: _gmm_program(data, self._svm_method("fro"), cb)  # noqa: E731
+        if own != "fro":
+            def program(cb):
+                if (data["optimal"].sum(axis=1) > 1).any():
+                    raise ValueError(
+                        "some inputs have several optimal tokens (tied scores); the GMM "
+                        f"in the {norm_name(own)} norm is only computed without ties "
+                        "(ATT-SVM' of App. D is enumerated in the Frobenius norm).")
+                return self._gmm_in_norm(data, np.argmax(data["scores"], axis=1), own, cb)
+        try:
+            p, _ = self._solve_limit("ATT-SVM (GMM)", program, "gmm_direction_ is None.")
+        except ValueError as exc:  # too many tied choices to enumerate
+            if self.solver == "svm" or isinstance(exc, NotSeparableError):
+                raise
+            warnings.warn(f"{exc} gmm_direction_ is None.", UserWarning,
+                          stacklevel=user_stacklevel())
+            p = None
+        direction, norm = (None, 0.0) if p is None else unit(p)
+        if p is not None and norm == 0:
+            if self.solver == "svm":
+                raise NotSeparableError("solver='svm': p^mm* is zero (every input has only "
+                                        "optimal tokens); there is no direction.")
+            direction = None
+        return Limits(direction, gmm=p if direction is not None else None)
+
+    def _limit_point(self, data, limits):
+        """``R p^mm*`` of ``solver="svm"`` (``R = svm_radius_``, "auto": ``20 + log T``
+        nats of margin)."""
+        T = int(data["mask"].sum(axis=1).max())  # tokens attended (not a query row)
+        R = (float(self.svm_radius) if self.svm_radius != "auto" else
+             (SATURATION_NATS + math.log(max(T, 1))) * float(np.linalg.norm(
+                 limits.attributes["gmm"])))
+        self.svm_radius_ = R
+        return R * limits.direction
+
+    def _diagnosed(self, data, q, mm=None):
+        """:func:`diagnose_selection` of the effective query ``q`` (the selection only
+        without ``compute_limits``)."""
+        keys, mask = data["keys"], data["mask"]
+        if not (self.compute_limits or self.solver == "svm"):
+            return _selection(keys, q, mask)
+        return diagnose_selection(keys, np.where(mask, data["scores"], 0.0), q, mask=mask,
+                                  optimal=data["optimal"], method=self._svm_method("fro"),
+                                  mm=mm)
+
+    @staticmethod
+    def _metrics(xp, problem, gmm, **extra):
+        """The history's metrics of the effective query of ``problem``."""
+
+        def metrics(params):
+            q = problem.effective(params)
+            nq = float(xp.sqrt(xp.sum(q * q)))
+            s = attention_weights(xp, problem.keys, q, problem.mask)
+            row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1))), "query": q}
+            row.update({k: getattr(problem, k) for k in extra})
+            if gmm is not None:
+                row["gmm_alignment"] = float(xp.sum(q * gmm)) / nq if nq > 0 else 0.0
+            return row
+
+        return metrics
+
+    def _publish(self, data, limits, q, result, *, keys, query, finite=0.0, shape=None):
+        """The fitted attributes of the selection of the effective query ``q``.
+
+        ``keys``, ``query``: what the risk of ``solver="svm"`` is evaluated on;
+        ``finite``: the finite part subtracted before the alignments; ``shape``:
+        the shape of the trained matrix (``None``: a vector query).
+        """
+        mask, scores, rep = data["mask"], data["scores"], limits.attributes["selection"]
+        self.classes_, self.head_ = data["classes"], data["v"]
+        self.token_scores_ = scores
+        self.optimal_tokens_ = np.argmax(scores, axis=1)
+        self.optimal_sets_ = data["optimal"]
+        self.mm_direction_ = limits.attributes["mm_direction"]
+        self.mm_margin_ = limits.attributes["mm_margin"]
+        self.limit_directions_ = limits.attributes["limit_directions"]
+        self.selected_tokens_ = rep["selected"]
+        self.attention_saturation_ = rep["saturation"]
+        self.svm_result_ = rep.get("mm_result")
+        self.svm_neighbors_ = rep.get("neighbors")
+        self.is_locally_optimal_ = bool(rep.get("locally_optimal", False))
+        self.min_score_gap_ = rep.get("min_score_gap", float("nan"))
+        self.convergence_ = rep.get("convergence", "not-saturated")
+        self.alignment_ = cosine(q - finite, self.mm_direction_)
+        if result is None:
+            self.n_iter_ = 0
+            risk, _ = attention_loss_grad(np, data["X"], keys, data["Y"], data["v"], query,
+                                          mask=None if mask.all() else mask,
+                                          loss=_LOSS[self.loss], sample_weight=data["sw"],
+                                          wrt=())
+            self.history_ = self._svm_history(risk, (q,), saturation=rep["saturation"],
+                                              gmm_alignment=1.0, alignment=self.alignment_)
+            trajectory = q[None].copy()
+        else:
+            self.n_iter_ = result.n_iter
+            self.history_ = dict(result.history)
+            trajectory = self.history_.pop("query")
+            self.history_["alignment"] = np.array([cosine(it - finite, self.mm_direction_)
+                                                   for it in trajectory])
+        self.limit_norm_ = self._limit_norm()
+        if shape is None:
+            self.trajectory_ = {"query": trajectory}
+        else:
+            trajectory = trajectory.reshape(-1, *shape)
+            self.trajectory_ = {"key_query": trajectory}
+        for norm, w in self.limit_directions_.items():
+            if w is not None:
+                self.history_[f"alignment_{norm_name(norm)}"] = np.array(
+                    [cosine(it, w) for it in trajectory.reshape(len(trajectory), -1)])
+
+    # ---------------------------------------------------------------- predict
+    def attention_weights(self, X):
+        """Softmax attention ``S(K_i p)`` of every input, shape (n, T) (0 at padding)."""
+        return self._forward(X)[1]
+
+    def transform(self, X):
+        """Attention features ``X_i^T S(K_i p)``, shape (n, d) (eq. (5) before ``v``)."""
+        Xp, s = self._forward(X)
+        return attention_features(np, Xp, s)
+
+    def predict(self, X):
+        """``classes_[1]`` where ``f(X) > 0``, else ``classes_[0]``."""
+        positive = self.decision_function(X) > 0
+        return self.classes_[positive.astype(int)]
+
+    def _is_logistic(self):
+        return _LOSS[self.loss] == "logistic"
+
+    @available_if(_is_logistic)
+    def predict_proba(self, X):
+        """``[1 - sigmoid(f), sigmoid(f)]`` (only for the logistic loss)."""
+        f = self.decision_function(X)
+        return np.column_stack([expit(-f), expit(f)])
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+
+
 @descent_parameters_doc
-class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
+class AttentionSelector(_TokenSelector):
     """Softmax attention that selects one token per input, ``f(X) = v^T X^T S(X W^T p)``.
 
     The head ``v`` is fixed; the query ``p`` (``train="p"``) or the key-query
@@ -448,6 +531,9 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     is locally optimal (Def. 2), and whether the fit converged to the
     globally optimal direction (GMM), a locally optimal one (LMM) or neither
     (the outcomes of the paper's Fig. 9).
+
+    The key-query model of "Transformers as Support Vector Machines" (one query
+    per input, factored ``W``, value heads) is :class:`~skntp.KeyQuerySelector`.
 
     Parameters
     ----------
@@ -490,50 +576,10 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         (k,) (``None``/"zeros": ``0``; "random": ``N(0, I/k)`` from
         ``random_state``; an array, e.g. a point of the cone around an LMM
         direction, Thm. 3).  ``train="W"``: ``W(0)`` of shape (k, d)
-        (``None``: ``key_query``; with per-input queries and no
-        ``key_query``, "random": ``N(0, 1/(3d))`` entries, the variance of
-        ``torch.nn.Linear``'s default start).
-        ``parameterization="KQ"``: a pair ``(Q(0), K(0))``, "random" (both
-        ``N(0, 1/(3d))``), or ``None`` (the balanced factors of ``key_query``,
-        or "random" without it); "zeros" is a saddle point and is refused.
+        (``None``: ``key_query``).
     fixed_query : None, "random" or array-like of shape (k,), default=None
         ``train="W"`` only: the fixed query ``u`` (``None``: ``1/sqrt(k)`` in
         every entry; "random": a ``N(0, I/k)`` draw).
-    query_index : int, "extra-row" or None, default=None
-        ``train="W"`` only: give every input its own query ``z_i``, so that the
-        logits are ``z_i^T W x_it`` ("Transformers as Support Vector Machines",
-        Tarzanagh, Li, Thrampoulidis, Oymak, 2023, eq. (1), whose ``W`` is the
-        transpose of this one).  An int ``q``: ``z_i = x_{i q}``, the input's
-        own token ``q`` (self-attention; negative counts from the end of each
-        input).  ``"extra-row"``: the last row of every input is its query
-        (cross-attention), not a token.  ``None``: one fixed query for all
-        inputs (``fixed_query``).  With per-input queries (or ``"KQ"``) the
-        limits are key-query matrices: ``mm_direction_`` has shape ``(k, d)``.
-    parameterization : {"W", "KQ"}, default="W"
-        ``train="W"`` only.  ``"W"``: train ``W`` itself; gradient descent
-        converges in direction to the Frobenius-norm ATT-SVM (W-SVM, Thm. 1).
-        ``"KQ"``: train the factors of ``W = Q K^T`` (``Q`` of shape
-        ``(k, rank)``, ``K`` of shape ``(d, rank)``), normalized GD moving
-        each factor along its own normalized gradient; the limit is the
-        nuclear-norm ATT-SVM (KQ-SVM, Thm. 2), of lower rank.
-    rank : int, default=None
-        The inner dimension of ``W = Q K^T`` (``parameterization="KQ"``);
-        ``None``: ``min(k, d)``.  The theorem needs it at least the rank of the
-        nuclear-norm solution.
-    value : array-like of shape (d_v, d), default=None
-        ``train="W"`` only: a fixed value matrix ``V``, the head becomes
-        ``f(X_i) = v^T sigma(V X_i^T softmax(X_i W^T z_i))`` (the nonlinear heads
-        of "Transformers as Support Vector Machines", Sec. 5), ``head`` of
-        shape ``(d_v,)`` (``None``: ``1 / sqrt(d_v)`` in every entry).  ``None``:
-        ``V = I``.
-    activation : {"identity", "relu"}, default="identity"
-        ``sigma`` of the head, elementwise (``train="W"`` only when not the
-        identity).  With a nonlinear head the attention may keep several tokens
-        per input; the limit is ``W^fin + R W^dir`` (``finite_component_``,
-        ``mm_radius_``, ``mm_direction_``).
-    selection_threshold : float, default=1e-3
-        With a value matrix or a nonlinear head: the attention above which a
-        token counts as kept (``kept_tokens_``), as in the paper's code.
     lr : float, default=0.1
         Step size (the paper's normalized GD uses 0.1 in Fig. 1-4 and 1 in
         Fig. 9).
@@ -588,19 +634,12 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     query_ : ndarray of shape (k,)
         ``p`` (trained with ``train="p"``; the fixed ``u`` with ``train="W"``).
     head_ : ndarray of shape (d,)
-        ``v`` (shape ``(d_v,)`` with a value matrix).
-    value_ : ndarray of shape (d_v, d) or None
-        With per-input queries, ``"KQ"`` or a value head: the value matrix ``V``
-        (``None``: the identity).
+        ``v``.
     key_query_ : ndarray of shape (k, d)
-        ``W`` (trained with ``train="W"``; ``Q K^T`` for ``"KQ"``).
-    query_factor_, key_factor_ : ndarray of shape (k, rank) and (d, rank)
-        ``parameterization="KQ"``: the trained factors, ``key_query_ =
-        query_factor_ @ key_factor_.T``.
+        ``W`` (trained with ``train="W"``).
     limit_norm_ : str or tuple
         The norm of the max-margin limit that theory names for the solver
-        (:func:`skntp.diagnostics.limit_norm`): the parameterization's (``"fro"``,
-        ``"nuclear"`` for ``"KQ"``) for GD, normalized GD, the path, ``"svm"``
+        (:func:`skntp.diagnostics.limit_norm`): ``"fro"`` for GD, normalized GD, the path, ``"svm"``
         and Adam with ``eps > 0``; ``"max"`` for sign descent and Adam with
         ``eps = 0``; ``descent_norm`` for ``"nsd"``; ``("lp", mirror_p)`` for
         mirror descent.  ``mm_direction_`` and ``gmm_direction_`` are the ATT-SVM
@@ -608,34 +647,10 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         ``convergence_`` are those of the Frobenius ATT-SVM (Def. 2).
     limit_directions_ : dict
         The unit ATT-SVM solutions of the selected tokens in ``limit_norm_``
-        and in the Frobenius norm (with per-input queries or ``"KQ"`` also the
-        nuclear norm: ``{"fro": W^fro, "nuclear": W^nuc, ...}``), ``None``
-        where infeasible; ``mm_direction_`` is the one of ``limit_norm_``.
+        and in the Frobenius norm, ``None`` where infeasible; ``mm_direction_``
+        is the one of ``limit_norm_``.
         ``history_["alignment_<norm>"]`` is the cosine of the iterates with
         each (``alignment_l3`` for ``("lp", 3)``).
-    limit_alignments_ : dict
-        The cosine of ``key_query_`` with each of ``limit_directions_``.
-    limit_ranks_ : dict
-        The rank of each of ``limit_directions_``
-        (:func:`skntp.metrics.numerical_rank`, relative tolerance 1e-6).
-    kept_tokens_ : ndarray of bool, shape (n, T)
-        With a value matrix or a nonlinear head: the tokens whose attention is
-        at least ``selection_threshold``, ``O_i``.
-    finite_component_ : ndarray of shape (k, d) or None
-        With a value matrix or a nonlinear head: ``W^fin``, the minimum-norm
-        ``W`` with ``z_i^T W (x_o - x_o') = log(s_o / s_o')`` for the kept
-        tokens ``o, o'`` of every input (their trained log-odds).
-    mm_direction_ (nonlinear head) : ndarray of shape (k, d) or None
-        The unit ``W^dir``: the minimum-norm ``W`` with ``z_i^T W (x_o - x_o')
-        = 0`` between kept tokens and ``z_i^T W (x_o - x_t) >= 1`` from every
-        kept token ``o`` to every other token ``t`` (Frobenius norm; nuclear
-        for ``"KQ"``).
-    mm_radius_ : float
-        With a nonlinear head: ``R`` of the least-squares fit
-        ``key_query_ ~ finite_component_ + R * mm_direction_``.
-    limit_alignment_ : float
-        With a nonlinear head: the cosine of ``key_query_`` with
-        ``finite_component_ + mm_radius_ * mm_direction_``.
     classes_ : ndarray of shape (2,)
         ``classes_[0]`` is mapped to ``Y = -1``, ``classes_[1]`` to ``+1``.
     token_scores_ : ndarray of shape (n, T)
@@ -705,12 +720,6 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         "loss": [StrOptions(set(_LOSS))],
         "init": [None, StrOptions({"zeros", "random"}), "array-like"],
         "fixed_query": [None, StrOptions({"random"}), "array-like"],
-        "query_index": [None, Integral, StrOptions({"extra-row"})],
-        "value": [None, "array-like"],
-        "activation": [StrOptions(set(ACTIVATIONS))],
-        "selection_threshold": [Interval(Real, 0, 1, closed="neither")],
-        "parameterization": [StrOptions({"W", "KQ"})],
-        "rank": [None, Interval(Integral, 1, None, closed="left")],
         "max_enumeration": [Interval(Integral, 1, None, closed="left")],
         "classes": [None, "array-like"],
         **TRAINING_CONSTRAINTS,
@@ -718,22 +727,14 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     }
 
     def __init__(self, head=None, key_query=None, *, train="p", loss="log_loss", solver="ngd",
-                 init=None, fixed_query=None, query_index=None, parameterization="W",
-                 rank=None, value=None, activation="identity", selection_threshold=1e-3,
-                 lr=0.1, power_t=0.0, eps=1e-8, descent_norm="fro", mirror_p=2.0,
-                 max_iter=1000, tol=0.0,
+                 init=None, fixed_query=None, lr=0.1, power_t=0.0, eps=1e-8,
+                 descent_norm="fro", mirror_p=2.0, max_iter=1000, tol=0.0,
                  svm_radius="auto", path_radii=None, max_enumeration=4096, classes=None,
                  compute_limits=True, svm_method="auto", record_every=10, backend="numpy",
                  device=None, dtype="float64", random_state=None, verbose=0):
         self.head = head
         self.key_query = key_query
         self.train = train
-        self.query_index = query_index
-        self.parameterization = parameterization
-        self.rank = rank
-        self.value = value
-        self.activation = activation
-        self.selection_threshold = selection_threshold
         self.loss = loss
         self.solver = solver
         self.init = init
@@ -758,176 +759,32 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         self.random_state = random_state
         self.verbose = verbose
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
-        """Fit the attention weights by the chosen solver.
-
-        Parameters
-        ----------
-        X : array-like of shape (n, T, d), list of (T_i, d) arrays, or (n, T)
-            Input sequences (lengths may differ in a list; they are padded
-            and the padding gets zero attention).  A 2-D array is read as
-            ``n`` sequences of ``T`` scalar tokens (``d = 1``).
-        y : array-like of shape (n,)
-            Two classes, mapped to ``-1, +1`` in the order of ``classes_``.
-        sample_weight : array-like of shape (n,), default=None
-            Weights of the inputs in the risk.
-
-        Returns
-        -------
-        self
-        """
-        return self._fit(X, y, sample_weight)
-
     # ------------------------------------------------------------- the model
     def _prepare(self, X, y, sample_weight):
-        fixed = self.fixed_query
-        if fixed is not None and (self.train == "p" or self.query_index is not None):
-            why = ("train='p' trains the query p itself (its start is init=)"
-                   if self.train == "p" else
-                   "query_index gives every input its own query")
-            raise ValueError(f"fixed_query={fixed!r} is not used: {why}. Leave "
+        if self.fixed_query is not None and self.train == "p":
+            raise ValueError(f"fixed_query={self.fixed_query!r} is not used: train='p' "
+                             "trains the query p itself (its start is init=). Leave "
                              "fixed_query=None.")
-        Xp, mask = check_attention_input(self, X, reset=True)
-        n, T, d = Xp.shape
-        classes, Y = binary_labels(y, n, self.classes, type(self).__name__)
-        sw = _check_sample_weight(sample_weight, np.empty((n, 1)), dtype=np.float64,
-                                  ensure_non_negative=True)
-        if not sw.sum() > 0:
-            raise ValueError("sample_weight is zero for every input; nothing to fit.")
-        matrix = self._is_matrix_model()
-        V = _value_matrix(self.value, d)
-        v = (_head_vector(self.head, Xp, mask, Y) if V is None else
-             _value_head_vector(self.head, V.shape[0]))
-        W = key_query_matrix(self.key_query, d)
-        rng = check_random_state(self.random_state)
-        u = _fixed_query(fixed, W.shape[0], rng) if self.train == "W" else None
-        data = {"X": Xp, "mask": mask, "Y": Y, "sw": sw, "classes": classes, "v": v, "W": W,
-                "rng": rng, "u": u, "init": self.init, "enumeration": self.max_enumeration,
-                "matrix": matrix, "value": V}
-        if data["matrix"]:
-            self._prepare_matrix(data)
-        else:
-            data["keys"] = Xp @ W.T if self.train == "p" else Xp
-        scores = np.where(data["mask"], Y[:, None] * self._token_values(Xp, V, v), -np.inf)
-        data["scores"] = scores
-        data["optimal"] = optimal_tokens(scores, data["mask"])
-        return data
-
-    def _has_value_head(self):
-        return self.value is not None or self.activation != "identity"
-
-    def _token_values(self, X, V, v):
-        """``v^T sigma(V x_it)``: the output if the attention selects ``x_it`` alone."""
-        if not self._has_value_head():
-            return X @ v
-        a = X if V is None else X @ V.T
-        return head_activation(np, self.activation, a)[0] @ v
-
-    def _is_matrix_model(self):
-        """Per-input queries, factored ``W`` or a value head: the limits are matrices."""
-        if self.train == "p":
-            for name, off in (("query_index", None), ("parameterization", "W"),
-                              ("rank", None), ("value", None), ("activation", "identity")):
-                value = getattr(self, name)
-                if (value is not None) if off is None else (value != off):
-                    shown = "..." if name == "value" else repr(value)
-                    raise ValueError(
-                        f"{name}={shown} is an option of the key-query model, where the "
-                        "matrix W is trained: it needs train='W'.")
-            return False
-        if self._has_value_head() and self.solver == "svm":
-            raise ValueError("solver='svm' is not available with a value matrix or a "
-                             "nonlinear head: its limit W^fin + R W^dir depends on the "
-                             "tokens the trained attention keeps; use a gradient solver.")
-        if self.rank is not None and self.parameterization != "KQ":
-            raise ValueError("rank is the inner dimension of W = Q K^T: it needs "
-                             "parameterization='KQ'.")
-        return (self.query_index is not None or self.parameterization == "KQ"
-                or self._has_value_head())
-
-    def _prepare_matrix(self, data):
-        """The queries ``z_i`` and the lifted keys ``vec(z_i x_it^T)`` of the matrix model."""
+        data = self._labelled(X, y, sample_weight)
         Xp, W = data["X"], data["W"]
-        n, T, d = Xp.shape
-        if self.query_index is None:
-            Z = np.tile(data["u"], (n, 1))
-        else:
-            Z, data["mask"] = _input_queries(self.query_index, Xp, data["mask"])
-            if W.shape[0] != d:
-                raise ValueError(
-                    f"with per-input queries z_i (rows of X, dimension {d}) the key-query "
-                    f"matrix must be ({d}, {d}), got key_query of shape {W.shape}.")
-        k = Z.shape[1]
-        check_program_size("the lifted keys vec(z_i x_it^T)", n * T,
-                           "use fewer or shorter inputs, or a smaller token dimension.",
-                           bytes_per_constraint=8 * k * d * 3)
-        data["Z"], data["keys"] = Z, lifted_keys(np, Xp, Z)
-        data["rank"] = min(k, d) if self.rank is None else int(self.rank)
-
-    def _parameter_norm(self):
-        return "nuclear" if self.train == "W" and self.parameterization == "KQ" else "fro"
+        data["v"] = _head_vector(self.head, Xp, data["mask"], data["Y"])
+        data["u"] = (_fixed_query(self.fixed_query, W.shape[0], data["rng"])
+                     if self.train == "W" else None)
+        data["keys"] = Xp @ W.T if self.train == "p" else Xp
+        return self._scored(data, Xp @ data["v"])
 
     def _trains_vectors(self):
         return self.train == "p"
 
-    def _explicit_limits(self, data):
-        own = self._limit_norm()
-        program = lambda cb: _gmm_program(data, self._svm_method("fro"), cb)  # noqa: E731
-        if own != "fro":
-            def program(cb):
-                optimal = data["optimal"]
-                if (optimal.sum(axis=1) > 1).any():
-                    raise ValueError(
-                        "some inputs have several optimal tokens (tied scores); the GMM "
-                        f"in the {norm_name(own)} norm is only computed without ties "
-                        "(ATT-SVM' of App. D is enumerated in the Frobenius norm).")
-                selected = np.argmax(data["scores"], axis=1)
-                if data["matrix"]:
-                    return att_svm_w(data["X"], data["Z"], selected, mask=data["mask"],
-                                     norm=own, method=self.svm_method, callback=cb).ravel()
-                return att_svm(data["keys"], selected, mask=data["mask"], norm=own,
-                               method=self.svm_method, callback=cb)
-        try:
-            p, _ = self._solve_limit("ATT-SVM (GMM)", program, "gmm_direction_ is None.")
-        except ValueError as exc:  # too many tied choices to enumerate
-            if self.solver == "svm" or isinstance(exc, NotSeparableError):
-                raise
-            warnings.warn(f"{exc} gmm_direction_ is None.", UserWarning,
-                          stacklevel=user_stacklevel())
-            p = None
-        direction, norm = (None, 0.0) if p is None else unit(p)
-        if p is not None and norm == 0:
-            if self.solver == "svm":
-                raise NotSeparableError("solver='svm': p^mm* is zero (every input has only "
-                                        "optimal tokens); there is no direction.")
-            direction = None
-        return Limits(direction, gmm=p if direction is not None else None)
+    def _gmm_in_norm(self, data, selected, norm, callback):
+        return att_svm(data["keys"], selected, mask=data["mask"], norm=norm,
+                       method=self.svm_method, callback=callback)
 
     def _limit_parameters(self, data, limits):
-        T = int(data["mask"].sum(axis=1).max())  # tokens attended (not a query row)
-        R = (float(self.svm_radius) if self.svm_radius != "auto" else
-             (SATURATION_NATS + math.log(max(T, 1))) * float(np.linalg.norm(
-                 limits.attributes["gmm"])))
-        self.svm_radius_ = R
-        q = R * limits.direction
-        u = data["u"]
-        if data["matrix"]:
-            W = q.reshape(data["Z"].shape[1], data["X"].shape[2])
-            if self.parameterization == "W":
-                return (W,)
-            rank = numerical_rank(W)
-            if rank > data["rank"]:
-                warnings.warn(
-                    f"the nuclear-norm limit has rank {rank} > rank={data['rank']}: "
-                    f"key_query_ is its best rank-{data['rank']} approximation.",
-                    UserWarning, stacklevel=user_stacklevel())
-            return _factors(W, data["rank"])
+        q, u = self._limit_point(data, limits), data["u"]
         return (q,) if self.train == "p" else (np.outer(u, q) / float(u @ u),)
 
     def _training(self, data, limits, be):
-        if data["matrix"]:
-            return self._training_matrix(data, limits, be)
         W, u = data["W"], data["u"]
         problem = QueryProblem(be, data["X"], data["Y"], data["v"],
                                None if self.key_query is None and u is None else W, u,
@@ -938,273 +795,59 @@ class AttentionSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                                   divisor=np.sqrt(W.shape[0]))
         else:
             start = self._initial(data["init"], W.shape, data["rng"], default=W, divisor=1.0)
-        xp = be.xp
         gmm = None if limits.direction is None else be.asarray(limits.direction)
         radii = None
         if self.solver == "regpath":
             radii = (np.geomspace(0.1, 30.0, 16) * np.linalg.norm(limits.attributes["gmm"])
                      if self.path_radii is None and gmm is not None
                      else default_radii(self.path_radii)) / problem.norm_u
-
-        def metrics(params):
-            q = problem.effective(params)
-            nq = float(xp.sqrt(xp.sum(q * q)))
-            s = attention_weights(xp, problem.keys, q, problem.mask)
-            row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1))), "query": q}
-            if gmm is not None:
-                row["gmm_alignment"] = float(xp.sum(q * gmm)) / nq if nq > 0 else 0.0
-            return row
-
         # the path of the non-convex risk (2): every radius also from R p^mm* (Thm. 1),
         # each solve on the risk divided by its gradient norm
-        return Training(problem.objective, (start,), metrics,
+        return Training(problem.objective, (start,), self._metrics(be.xp, problem, gmm),
                         lr=problem.step(self.lr, self.solver), radii=radii,
                         starts=() if gmm is None else (problem.start(limits.direction),),
                         rescale=True)
 
-    def _matrix_start(self, data):
-        """``W(0)``, or ``(Q(0), K(0))`` for ``"KQ"``."""
-        k, d = data["Z"].shape[1], data["X"].shape[2]
-        init, rng = data["init"], data["rng"]
-        default = data["W"] if self.key_query is not None else "random"
-        # "random": N(0, 1/(3d)) entries, the variance of torch.nn.Linear's default start
-        scale = np.sqrt(3.0 * d)
-        if self.parameterization == "W":
-            return (self._initial(init, (k, d), rng, default=default, divisor=scale),)
-        r = data["rank"]
-        if isinstance(init, str) and init == "zeros":
-            raise ValueError("parameterization='KQ' cannot start at zero factors: (0, 0) is "
-                             "a saddle point of the risk, whose gradient vanishes there; use "
-                             "init='random' or a pair (Q0, K0).")
-        if init is None and self.key_query is not None:
-            return _factors(data["W"], r)
-        if init is None or isinstance(init, str):
-            return (self._initial("random", (k, r), rng, default=None, divisor=scale),
-                    self._initial("random", (d, r), rng, default=None, divisor=scale))
-        if not (isinstance(init, (tuple, list)) and len(init) == 2):
-            raise ValueError("with parameterization='KQ', init must be None, 'random' or a "
-                             "pair (Q0, K0) of arrays of shapes "
-                             f"({k}, {r}) and ({d}, {r}).")
-        return (self._initial(init[0], (k, r), rng, default=None, divisor=1.0, name="init[0]"),
-                self._initial(init[1], (d, r), rng, default=None, divisor=1.0, name="init[1]"))
+    def _effective(self, data, params):
+        """The effective query: ``p``, or ``W^T u`` (Lemma 1)."""
+        return params[0] if self.train == "p" else params[0].T @ data["u"]
 
-    def _training_matrix(self, data, limits, be):
-        """Gradient descent on ``W`` or on its factors, with the lifted keys."""
-        # normalized GD follows the direction of the gradient, exact at any saturation
-        problem = KeyQueryProblem(be, data["X"], data["Y"], data["v"], data["Z"],
-                                  self.parameterization, mask=data["mask"],
-                                  sample_weight=data["sw"], loss=_LOSS[self.loss],
-                                  saturation_scale=self.solver in SCALE_FREE,
-                                  value=data["value"], activation=self.activation)
-        xp = be.xp
-        gmm = None if limits.direction is None else be.asarray(limits.direction)
-        radii = starts = None
-        if self.solver == "regpath":
-            # the path of Thms. 1-2: ||W||_F <= R, or ||Q||_F, ||K||_F <= sqrt(R) (at the
-            # optimum the factors are balanced, so that is ||Q K^T||_* <= R)
-            factored = self.parameterization == "KQ"
-            if gmm is not None:
-                gmm_W = limits.attributes["gmm"].reshape(problem.shape)
-                size = (np.linalg.svd(gmm_W, compute_uv=False).sum() if factored else
-                        np.linalg.norm(gmm_W))
-            if self.path_radii is None and gmm is not None:
-                radii = np.geomspace(0.1, 30.0, 16) * size
-                radii = np.sqrt(radii) if factored else radii
-            else:
-                radii = default_radii(self.path_radii)
-            if gmm is not None:
-                unit_W = gmm_W / size
-                starts = ((_factors(unit_W, data["rank"]) if factored else (unit_W,)),)
-                starts = (tuple(be.asarray(p) for p in starts[0]),)
-
-        def metrics(params):
-            q = problem.effective(params)
-            nq = float(xp.sqrt(xp.sum(q * q)))
-            s = attention_weights(xp, problem.keys, q, problem.mask)
-            row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1))), "query": q,
-                   "log_grad_scale": problem.log_grad_scale}
-            if gmm is not None:
-                row["gmm_alignment"] = float(xp.sum(q * gmm)) / nq if nq > 0 else 0.0
-            return row
-
-        return Training(problem, self._matrix_start(data), metrics, lr=self.lr, radii=radii,
-                        starts=starts or (), rescale=True)
-
-    def _fitted_matrix(self, data, limits, params, result):
-        """The attributes of the matrix model: both limits, their ranks and alignments."""
-        Xp, mask, Z = data["X"], data["mask"], data["Z"]
-        params = tuple(to_numpy(p) for p in params)
-        W = params[0] if self.parameterization == "W" else params[0] @ params[1].T
-        if self.parameterization == "KQ":
-            self.query_factor_, self.key_factor_ = params
-        self.query_ = data["u"] if self.query_index is None else None
-        self.key_query_, q = W, W.ravel()
+    def _trained_limits(self, data, limits, params):
+        """The ATT-SVM of the tokens the effective query selects, in Frobenius (the
+        diagnosis) and in the limit norm."""
+        keys, mask = data["keys"], data["mask"]
+        rep = self._diagnosed(data, self._effective(data, params))
+        mm = rep.get("mm")  # zero: no constraint (one token per input), no direction
+        direction, norm = (None, 0.0) if mm is None or not mm.any() else unit(mm)
+        directions = {"fro": direction}
         own = self._limit_norm()
-        keys, scores = data["keys"], np.where(mask, data["scores"], 0.0)
-        solutions = dict.fromkeys([own, "fro", "nuclear"])
-        if self.compute_limits or self.solver == "svm":
-            selected = _selection(keys, q, mask)["selected"]
-            for norm in solutions:
-                solutions[norm] = _matrix_limit(Xp, Z, selected, mask, norm,
-                                                self._svm_method(norm))
-            mm = solutions[own]
-            rep = diagnose_selection(keys, scores, q, mask=mask, optimal=data["optimal"],
-                                     method=self._svm_method("fro"),
-                                     mm="infeasible" if mm is None else mm.ravel())
-        else:
-            rep = _selection(keys, q, mask)
-        # (unit: the norm of a solution of tiny entries underflows, its direction not)
-        directions = {n: None if w is None else unit(w)[0] for n, w in solutions.items()}
-        mm = solutions[own]
-        margin = float("nan") if mm is None else 1.0 / norm_value(mm, own)
-        self.limit_directions_ = directions
-        self.limit_alignments_ = {n: cosine(W, w) for n, w in directions.items()}
-        self.limit_ranks_ = {n: (None if w is None else numerical_rank(w))
-                             for n, w in directions.items()}
-        self.value_ = data["value"]
-        if not self._has_value_head():
-            return rep, directions[own], margin
-        # a value head may keep several tokens per input: W -> W^fin + R W^dir
-        s = attention_weights(np, keys, q, mask)
-        self.kept_tokens_ = mask & (s >= self.selection_threshold)
-        self.finite_component_ = None
-        self.mm_radius_, self.limit_alignment_ = float("nan"), float("nan")
-        direction = None
-        if self.compute_limits:
-            fin, D = _kept_token_limit(data, q, self.kept_tokens_, self.svm_method, own)
-            self.finite_component_ = fin.reshape(W.shape)
-            if D is not None and np.any(D):
-                direction = D.reshape(W.shape) / np.linalg.norm(D)
-                self.mm_radius_ = float(np.sum((W - self.finite_component_) * direction))
-                self.limit_alignment_ = cosine(
-                    W, self.finite_component_ + self.mm_radius_ * direction)
-        return rep, direction, margin
+        if own != "fro":
+            mm = None if direction is None else att_svm(
+                keys, rep["selected"], mask=mask, norm=own, method=self.svm_method)
+            direction, norm = (None, 0.0) if mm is None else (unit(mm)[0], norm_value(mm, own))
+            directions = {own: direction, "fro": directions["fro"]}
+        return Limits(limits.direction, **limits.attributes, selection=rep,
+                      mm_direction=direction, limit_directions=directions,
+                      mm_margin=1.0 / norm if norm > 0 else float("nan"))
 
     def _fitted(self, data, limits, params, result):
-        W, u, Xp, mask = data["W"], data["u"], data["X"], data["mask"]
-        self.classes_, self.head_ = data["classes"], data["v"]
-        scores = data["scores"]
-        self.token_scores_ = scores
-        self.optimal_tokens_ = np.argmax(scores, axis=1)
-        self.optimal_sets_ = data["optimal"]
+        if self.train == "p":
+            self.query_, self.key_query_ = params[0], data["W"]
+        else:
+            self.query_, self.key_query_ = data["u"], params[0]
         self.gmm_direction_ = limits.direction
-        matrix = data["matrix"]
-        if matrix:
-            rep, mm, self.mm_margin_ = self._fitted_matrix(data, limits, params, result)
-            q, shape = self.key_query_.ravel(), self.key_query_.shape
-            self.mm_direction_ = mm
-            if limits.direction is not None:
-                self.gmm_direction_ = limits.direction.reshape(shape)
-        else:
-            if self.train == "p":
-                self.query_, self.key_query_, q = params[0], W, params[0]
-            else:
-                self.query_, self.key_query_, q = u, params[0], params[0].T @ u
-            rep = (diagnose_selection(data["keys"], np.where(mask, scores, 0.0), q, mask=mask,
-                                      optimal=data["optimal"], method=self._svm_method("fro"))
-                   if self.compute_limits or self.solver == "svm" else
-                   _selection(data["keys"], q, mask))
-            mm = rep.get("mm")  # zero: no constraint (one token per input), no direction
-            self.mm_direction_, norm = (None, 0.0) if mm is None or not mm.any() else unit(mm)
-            self.limit_directions_ = {"fro": self.mm_direction_}
-            own = self._limit_norm()
-            if own != "fro":
-                mm = None if self.mm_direction_ is None else att_svm(
-                    data["keys"], rep["selected"], mask=mask, norm=own, method=self.svm_method)
-                self.mm_direction_, norm = ((None, 0.0) if mm is None else
-                                            (unit(mm)[0], norm_value(mm, own)))
-                self.limit_directions_ = {own: self.mm_direction_,
-                                          "fro": self.limit_directions_["fro"]}
-            self.mm_margin_ = 1.0 / norm if norm > 0 else float("nan")
-        self.selected_tokens_ = rep["selected"]
-        self.attention_saturation_ = rep["saturation"]
-        self.svm_result_ = rep.get("mm_result")
-        self.svm_neighbors_ = rep.get("neighbors")
-        self.is_locally_optimal_ = bool(rep.get("locally_optimal", False))
-        self.min_score_gap_ = rep.get("min_score_gap", float("nan"))
-        self.convergence_ = rep.get("convergence", "not-saturated")
-        finite = getattr(self, "finite_component_", None) if matrix else None
-        finite = 0.0 if finite is None else finite.ravel()
-        self.alignment_ = cosine(q - finite, self.mm_direction_)
-        if result is None:
-            self.n_iter_ = 0
-            risk, _ = attention_loss_grad(np, Xp, data["keys"] if matrix else
-                                          Xp @ self.key_query_.T, data["Y"], data["v"],
-                                          q if matrix else self.query_,
-                                          mask=None if mask.all() else mask,
-                                          loss=_LOSS[self.loss], sample_weight=data["sw"],
-                                          wrt=())
-            self.history_ = self._svm_history(risk, (q,), saturation=rep["saturation"],
-                                              gmm_alignment=1.0, alignment=self.alignment_)
-            trajectory = q[None].copy()
-        else:
-            self.n_iter_ = result.n_iter
-            self.history_ = dict(result.history)
-            trajectory = self.history_.pop("query")
-            self.history_["alignment"] = np.array([cosine(it - finite, self.mm_direction_)
-                                                   for it in trajectory])
-        self.limit_norm_ = self._limit_norm()
-        if matrix:
-            trajectory = trajectory.reshape(-1, *self.key_query_.shape)
-            self.trajectory_ = {"key_query": trajectory}
-        else:
-            self.trajectory_ = {"query": trajectory}
-        for norm, w in self.limit_directions_.items():
-            if w is not None:
-                self.history_[f"alignment_{norm_name(norm)}"] = np.array(
-                    [cosine(it, w) for it in trajectory.reshape(len(trajectory), -1)])
+        self._publish(data, limits, self._effective(data, params), result,
+                      keys=data["X"] @ self.key_query_.T, query=self.query_)
 
     # ---------------------------------------------------------------- predict
     def _forward(self, X):
         Xp, mask = check_attention_input(self, X, reset=False)
-        if self.query_index is None and self.parameterization == "W":
-            s = attention_weights(np, Xp @ self.key_query_.T, self.query_,
-                                  None if mask.all() else mask)
-            return Xp, s
-        if self.query_index is None:
-            Z = np.broadcast_to(self.query_, (Xp.shape[0], self.query_.shape[0]))
-        else:
-            Z, mask = _input_queries(self.query_index, Xp, mask)
-        logits = (Xp @ (Z @ self.key_query_)[:, :, None])[..., 0]  # z_i^T W x_it
-        logits = np.where(mask, logits, -np.inf)
-        return Xp, softmax(np, logits, axis=-1)
-
-    def attention_weights(self, X):
-        """Softmax attention ``S(K_i p)`` of every input, shape (n, T) (0 at padding)."""
-        return self._forward(X)[1]
-
-    def transform(self, X):
-        """Attention features ``X_i^T S(K_i p)``, shape (n, d) (eq. (5) before ``v``)."""
-        Xp, s = self._forward(X)
-        return attention_features(np, Xp, s)
+        return Xp, attention_weights(np, Xp @ self.key_query_.T, self.query_,
+                                     None if mask.all() else mask)
 
     def decision_function(self, X):
-        """``f(X_i) = v^T X_i^T S(K_i p)`` (with a value head ``v^T sigma(V X_i^T S)``),
-        shape (n,); positive means ``classes_[1]``."""
-        features = self.transform(X)
-        if getattr(self, "value_", None) is None and self.activation == "identity":
-            return features @ self.head_
-        a = features if self.value_ is None else features @ self.value_.T
-        return head_activation(np, self.activation, a)[0] @ self.head_
-
-    def predict(self, X):
-        """``classes_[1]`` where ``f(X) > 0``, else ``classes_[0]``."""
-        positive = self.decision_function(X) > 0
-        return self.classes_[positive.astype(int)]
-
-    def _is_logistic(self):
-        return _LOSS[self.loss] == "logistic"
-
-    @available_if(_is_logistic)
-    def predict_proba(self, X):
-        """``[1 - sigmoid(f), sigmoid(f)]`` (only for the logistic loss)."""
-        f = self.decision_function(X)
-        return np.column_stack([expit(-f), expit(f)])
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        return tags
+        """``f(X_i) = v^T X_i^T S(K_i p)``, shape (n,); positive means ``classes_[1]``."""
+        return self.transform(X) @ self.head_
 
 
 @descent_parameters_doc
@@ -1443,26 +1086,25 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                 "sw": sw, "rng": check_random_state(self.random_state)}
 
     def _explicit_limits(self, data):
-        if self.solver != "svm":  # the directions of the tokens training selects: _fitted
+        if self.solver != "svm":  # the directions of the tokens training selects: later
             return Limits()
         res, _ = self._solve_limit(
             "joint SVM", lambda cb: joint_svm(data["X"], data["Y"], data["K"],
                                               mask=data["mask"], callback=cb,
                                               max_enumeration=self.max_enumeration,
                                               method=self.svm_method), "")
-        return Limits(svm_result_=res)
-
-    def _limit_parameters(self, data, limits):
-        res = limits.attributes["svm_result_"]
         d = _joint_directions(self, data, res.selected, head=res.head, relaxed=res.relaxed,
                               att=res.att_svm, support=res.support)
+        return Limits(svm_result_=res, directions=d)
+
+    def _limit_parameters(self, data, limits):
+        d = limits.attributes["directions"]
         if self.svm_radius == "auto":  # v: label margin 20; p: 20 nats on every separated token
             R_v = saturation_radius(d["label_gaps"])
             R_p = saturation_radius(d["attention_gaps"])
         else:
             R_v = R_p = float(self.svm_radius)
         self.svm_radius_ = (R_v, R_p)
-        self._directions = d
         p = d["mm_direction_"]  # None: one token per input, any p gives the same model
         return (R_v * d["head_mm_direction_"],
                 R_p * p if p is not None else np.zeros(data["K"].shape[2]))
@@ -1512,26 +1154,31 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             loss="logistic", W=be.asarray(data["W"]), train=("v", "p"), log=log,
             sample_weight=None if np.all(sw == sw[0]) else be.asarray(sw))
 
+    def _trained_limits(self, data, limits, params):
+        """The head SVM and the (relaxed) ATT-SVM of the tokens ``params`` select, in the
+        limit norm and in Frobenius (those of the joint SVM for ``solver="svm"``)."""
+        d = limits.attributes.get("directions")
+        if d is None and self.compute_limits:
+            mask = data["mask"]
+            selected = np.argmax(attention_weights(np, data["K"], params[1], mask), axis=1)
+            d = _joint_directions(self, data, selected, norm=self._limit_norm())
+        elif d is None:
+            d = _joint_directions(self, data, None)
+        fro = d
+        if self._limit_norm() != "fro" and d["selected_tokens_"] is not None:
+            fro = _joint_directions(self, data, d["selected_tokens_"])
+        return Limits(**limits.attributes | {"directions": d, "fro_directions": fro})
+
     def _fitted(self, data, limits, params, result):
         X, K, mask, Y = data["X"], data["K"], data["mask"], data["Y"]
         self.classes_, self.key_query_ = data["classes"], data["W"]
         self.head_, self.query_ = params
         self.svm_result_ = limits.attributes.get("svm_result_")
-        if result is None:
-            d = self._directions
-            del self._directions
-        elif self.compute_limits:
-            selected = np.argmax(attention_weights(np, K, self.query_, mask), axis=1)
-            d = _joint_directions(self, data, selected, norm=self._limit_norm())
-        else:
-            d = _joint_directions(self, data, None)
+        d, fro = limits.attributes["directions"], limits.attributes["fro_directions"]
         for name, value in d.items():
             if name.endswith("_"):
                 setattr(self, name, value)
         self.limit_norm_ = self._limit_norm()
-        fro = d
-        if self.limit_norm_ != "fro" and d["selected_tokens_"] is not None:
-            fro = _joint_directions(self, data, d["selected_tokens_"])
         self.limit_directions_ = {self.limit_norm_: d["mm_direction_"],
                                   "fro": fro["mm_direction_"]}
         self.head_limit_directions_ = {self.limit_norm_: d["head_mm_direction_"],

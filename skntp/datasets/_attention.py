@@ -194,7 +194,7 @@ def make_key_query_data(n_samples=6, seq_len=8, n_features=10, *, attention="cro
     Tokens ``x_it``, queries ``z_i`` and the head ``v`` uniform on the unit
     sphere of ``R^d``, labels ``Y_i`` uniform on ``{-1, +1}``; the optimal
     token of input ``i`` is ``argmax_t Y_i v^T x_it``.  For
-    :class:`~skntp.AttentionSelector` with ``train="W"`` and per-input queries.
+    :class:`~skntp.KeyQuerySelector` (per-input queries).
 
     Parameters
     ----------

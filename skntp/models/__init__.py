@@ -5,6 +5,8 @@
 * :mod:`skntp.models.attention`: the attention model ``f(X) = v^T X^T S(K p)``
   and its risk (Tarzanagh et al. 2023, eq. (5) and (ERM)), for the query,
   the key-query matrix and the head, alone or jointly;
+* :mod:`skntp.models.key_query`: the key-query model of "Transformers as Support
+  Vector Machines" (per-input queries, ``W`` or ``Q K^T``, value heads);
 * :mod:`skntp.models.self_attention`: 1-layer self-attention for NTP
   (Li et al. 2024, eq. (1)).
 

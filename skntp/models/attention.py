@@ -54,13 +54,11 @@ import math
 
 import numpy as np
 
-from .._backend import lifted_keys, log_softmax, logsumexp, softmax
+from .._backend import log_softmax, logsumexp, softmax
 
 __all__ = [
-    "ACTIVATIONS",
     "LOSSES",
     "AttentionObjective",
-    "KeyQueryProblem",
     "QueryProblem",
     "attention_decision",
     "attention_features",
@@ -68,7 +66,6 @@ __all__ = [
     "attention_loss_grad",
     "attention_weights",
     "compute_keys",
-    "head_activation",
     "loss_and_derivative",
 ]
 
@@ -185,47 +182,10 @@ def _anchor(xp, s, h, K, mask):
     return dh, xp.sum(s * dh, axis=-1, keepdims=True), h_ref, k_ref
 
 
-#: elementwise activations of the head: ``(sigma, sigma')``
-ACTIVATIONS = ("identity", "relu")
-
-
-def head_activation(xp, name, a):
-    """``sigma(a)`` and ``sigma'(a)`` (``relu'(0) = 0``)."""
-    if name == "identity":
-        return a, xp.ones_like(a)
-    if name == "relu":
-        return xp.maximum(a, xp.zeros_like(a)), xp.astype(a > 0, a.dtype)
-    raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}.")
-
-
-def _value_head_forward(xp, X, K, v, p, mask, value, activation):
-    """``(s, dh, df, f, k_ref)`` of the head ``f = v^T sigma(V X^T s)``.
-
-    The logit sensitivities are ``s_t (h_t - s^T h)`` with
-    ``h_t = (V^T (v * sigma'(V X^T s)))^T x_t``, the linearization of ``f`` in
-    the attention; ``dh``, ``df`` are taken relative to the most attended
-    token as in :func:`_anchored_forward`.
-    """
-    s = attention_weights(xp, K, p, mask)                      # (n, T)
-    a = attention_features(xp, X, s)                           # (n, d)
-    if value is not None:
-        a = a @ value.T                                        # (n, d_v)
-    act, slope = head_activation(xp, activation, a)
-    f = act @ v
-    w = v * slope
-    if value is not None:
-        w = w @ value                                          # (n, d)
-    h = (X @ w[..., None])[..., 0]                             # (n, T)
-    dh, df, _, k_ref = _anchor(xp, s, h, K, mask)
-    return s, dh, df, f, k_ref
-
-
-def attention_decision(xp, X, K, v, p, mask=None, value=None, activation="identity"):
-    """``f(X_i) = v^T sigma(V X_i^T S(K_i p))``, shape ``(..., n)`` (eq. (5) when
-    ``V = I`` and ``sigma`` is the identity)."""
-    if value is None and activation == "identity":
-        return _anchored_forward(xp, X, K, v, p, mask)[3]
-    return _value_head_forward(xp, X, K, v, p, mask, value, activation)[3]
+def attention_decision(xp, X, K, v, p, mask=None, forward=None):
+    """``f(X_i) = v^T X_i^T S(K_i p)``, shape ``(..., n)`` (eq. (5)); ``forward`` another
+    head's forward pass (see :func:`attention_loss_grad`)."""
+    return (forward or _anchored_forward)(xp, X, K, v, p, mask)[3]
 
 
 def _log_loss_terms(xp, loss, u):
@@ -272,7 +232,7 @@ def _saturation_shift(xp, K, p, mask):
 
 def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
                         sample_weight=None, wrt=("p",), log=False, saturation_scale=False,
-                        value=None, activation="identity"):
+                        forward=None):
     """Risk (ERM) and its closed-form gradients.
 
     Parameters
@@ -304,13 +264,11 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         attention plus 300): a positive factor, so the *direction* is exact,
         which is all normalized GD uses.  The factor is returned as a third
         element, ``-sigma`` (0 when not saturated).
-    value : array of shape (d_v, d) or None
-        A fixed value matrix ``V``: the head becomes ``f = v^T sigma(V X^T s)``
-        ("Transformers as Support Vector Machines", Sec. 5, nonlinear heads),
-        ``v`` of shape ``(d_v,)``.  ``None``: ``V = I``.
-    activation : {"identity", "relu"}, default="identity"
-        ``sigma``, elementwise.  With a value matrix or a nonlinear
-        activation only the attention gradients (``"p"``, ``"W"``) are given.
+    forward : callable or None
+        The head's forward pass ``(xp, X, K, v, p, mask) -> (s, dh, df, f, k_ref)``
+        (:func:`_anchored_forward`'s outputs); ``None``: the linear head ``v^T X^T s``.
+        Another head (the value heads of :mod:`skntp.models.key_query`) gives only
+        the attention gradients (``"p"``, ``"W"``).
 
     Returns
     -------
@@ -322,13 +280,10 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         Only with ``saturation_scale=True``: the log of the factor of the
         gradients.
     """
-    if value is None and activation == "identity":
-        s, dh, df, f, k_ref = _anchored_forward(xp, X, K, v, p, mask)
-    else:
-        if "v" in wrt:
-            raise ValueError("the head's gradient 'v' is only given for the linear head "
-                             "(value=None, activation='identity').")
-        s, dh, df, f, k_ref = _value_head_forward(xp, X, K, v, p, mask, value, activation)
+    if forward is not None and "v" in wrt:
+        raise ValueError("the head's gradient 'v' is only given for the linear head "
+                         "(value=None, activation='identity').")
+    s, dh, df, f, k_ref = (forward or _anchored_forward)(xp, X, K, v, p, mask)
     s_scaled, sigma = (_saturation_shift(xp, K, p, mask) if saturation_scale
                        else (None, 0.0))
     u = y * f
@@ -416,20 +371,19 @@ class AttentionObjective:
         same normalized steps, without underflow at large norms.
     keys : array of shape (..., n, T, k) or None
         Keys given directly (e.g. the lifted keys ``vec(z_i x_it^T)`` of
-        :class:`KeyQueryProblem`) instead of ``X W^T``.
+        :class:`skntp.models.key_query.KeyQueryProblem`) instead of ``X W^T``.
     saturation_scale : bool, default=False
         Return the attention gradients times a positive factor once the
         softmax saturates beyond float64 (see :func:`attention_loss_grad`; for
         normalized GD, which only uses their direction).  The log of the last
         factor is ``log_grad_scale``.
-    value, activation :
-        The head ``v^T sigma(V X^T s)`` (see :func:`attention_loss_grad`).
+    forward : callable or None
+        The head's forward pass (see :func:`attention_loss_grad`).
     """
 
     def __init__(self, xp, X, y, *, mask=None, loss="logistic", v=None, p=None, W=None,
                  train=("p",), sample_weight=None, grad_scale=1.0, batched=False,
-                 log=False, keys=None, saturation_scale=False, value=None,
-                 activation="identity"):
+                 log=False, keys=None, saturation_scale=False, forward=None):
         self.xp, self.X, self.y, self.mask, self.loss = xp, X, y, mask, loss
         self.v, self.p, self.W = v, p, W
         self.train = tuple(train)
@@ -441,7 +395,7 @@ class AttentionObjective:
         self.log = log
         self.saturation_scale = saturation_scale
         self.log_grad_scale = 0.0
-        self.value, self.activation = value, activation
+        self.forward = forward
         self.K = keys if keys is not None else (
             None if "W" in self.train else compute_keys(xp, X, W))
         # multiply-adds of a call (BLAS threads: skntp._backend.blas_threads)
@@ -456,8 +410,7 @@ class AttentionObjective:
         out = attention_loss_grad(
             xp, self.X, K, self.y, v, p, mask=self.mask, loss=self.loss,
             sample_weight=self.sample_weight, wrt=self.train, log=self.log,
-            saturation_scale=self.saturation_scale, value=self.value,
-            activation=self.activation,
+            saturation_scale=self.saturation_scale, forward=self.forward,
         )
         risk, grads = out[:2]
         if self.saturation_scale:
@@ -467,7 +420,7 @@ class AttentionObjective:
         return (xp.sum(risk) if self.batched else risk), grads
 
 
-def _risk_options(be, v, mask, sample_weight, loss):
+def risk_options(be, v, mask, sample_weight, loss):
     """The fixed options of :class:`AttentionObjective` on backend ``be``: ``None`` for
     an all-true mask and for uniform weights (the cheaper paths, the same risk)."""
     uniform = sample_weight is None or bool(np.all(sample_weight == sample_weight[0]))
@@ -511,7 +464,7 @@ class QueryProblem:
     def __init__(self, be, X, Y, v, W, u, *, mask=None, sample_weight=None, loss="logistic"):
         xp = be.xp
         self.be, self.u = be, u
-        common = _risk_options(be, v, mask, sample_weight, loss)
+        common = risk_options(be, v, mask, sample_weight, loss)
         Xb = be.asarray(X)
         self.mask = common["mask"]
         if u is None:
@@ -542,74 +495,3 @@ class QueryProblem:
         if self.u is None:
             return (self.be.asarray(direction),)
         return (self.be.asarray(np.outer(self.u, direction) / self.norm_u),)
-
-
-class KeyQueryProblem:
-    """The risk in the key-query matrix ``W`` with one query ``z_i`` per input.
-
-    The logits are ``z_i^T W x_it`` (``W`` of shape ``(k, d)``).  With
-    ``parameterization="W"`` the trained block is ``W``; with ``"KQ"`` it is the
-    pair of factors ``(Q, K)``, ``W = Q K^T`` with ``Q`` of shape ``(k, r)`` and
-    ``K`` of shape ``(d, r)``, whose gradients are ``dL/dQ = G K`` and
-    ``dL/dK = G^T Q`` (``G = dL/dW``).  Normalized GD then normalizes each
-    factor's gradient separately, as in the public code of the paper.
-
-    Parameters
-    ----------
-    be : Backend
-    X : ndarray of shape (n, T, d)
-    Y : ndarray of shape (n,)
-    v : ndarray of shape (d,)
-    Z : ndarray of shape (n, k)
-        The queries.
-    parameterization : {"W", "KQ"}
-    mask, sample_weight : ndarrays or None
-    loss : str
-    saturation_scale : bool, default=False
-        Gradients to a positive factor once the softmax saturates beyond
-        float64 (for normalized GD; :class:`AttentionObjective`).
-    value, activation :
-        The head ``v^T sigma(V X^T s)`` (see :func:`attention_loss_grad`).
-
-    The instance is the objective of the training loop: ``problem(params) ->
-    (risk, grads)``.
-    """
-
-    def __init__(self, be, X, Y, v, Z, parameterization, *, mask=None, sample_weight=None,
-                 loss="logistic", saturation_scale=False, value=None, activation="identity"):
-        xp = be.xp
-        self.be, self.parameterization = be, parameterization
-        self.shape = (Z.shape[1], X.shape[2])
-        common = _risk_options(be, v, mask, sample_weight, loss)
-        Xb = be.asarray(X)
-        self.keys = lifted_keys(xp, Xb, be.asarray(Z))
-        self.mask = common["mask"]
-        self.inner = AttentionObjective(
-            xp, Xb, be.asarray(Y), train=("p",), keys=self.keys,
-            saturation_scale=saturation_scale,
-            value=None if value is None else be.asarray(value), activation=activation,
-            **common)
-        self.work_size = self.inner.work_size * self.shape[0]
-
-    @property
-    def log_grad_scale(self):
-        """The log of the factor of the last gradients (0 unless saturated)."""
-        return self.inner.log_grad_scale
-
-    def matrix(self, params):
-        """``W`` from the trained blocks."""
-        return params[0] if self.parameterization == "W" else params[0] @ params[1].T
-
-    def effective(self, params):
-        """``vec(W)``: the query of the lifted keys."""
-        return self.be.xp.reshape(self.matrix(params), (-1,))
-
-    def __call__(self, params):
-        """``(risk, grads)`` of the trained blocks (the objective of the loop)."""
-        xp = self.be.xp
-        risk, (g,) = self.inner((self.effective(params),))
-        G = xp.reshape(g, self.shape)
-        if self.parameterization == "W":
-            return risk, (G,)
-        Q, K = params
-        return risk, (G @ K, G.T @ Q)

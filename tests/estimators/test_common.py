@@ -9,7 +9,13 @@ import warnings
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skntp import AttentionSelector, JointAttentionSVM, NTPAttentionClassifier, NTPDecoderClassifier
+from skntp import (
+    AttentionSelector,
+    JointAttentionSVM,
+    KeyQuerySelector,
+    NTPAttentionClassifier,
+    NTPDecoderClassifier,
+)
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -40,10 +46,10 @@ def _estimators():
         AttentionSelector(max_iter=50),
         AttentionSelector(solver="gd", loss="exponential", max_iter=30),
         AttentionSelector(train="W", loss="correlation", max_iter=30),
-        AttentionSelector(train="W", query_index=0, max_iter=30, random_state=0),
-        AttentionSelector(train="W", query_index=-1, parameterization="KQ", rank=1,
-                          max_iter=30, random_state=0),
-        AttentionSelector(train="W", activation="relu", max_iter=30, random_state=0),
+        KeyQuerySelector(query_index=0, max_iter=30, random_state=0),
+        KeyQuerySelector(query_index=-1, parameterization="KQ", rank=1,
+                         max_iter=30, random_state=0),
+        KeyQuerySelector(activation="relu", max_iter=30, random_state=0),
         JointAttentionSVM(max_iter=100, random_state=0),
         NTPAttentionClassifier(max_iter=20),
     ]
@@ -59,7 +65,7 @@ def _estimators():
 def _expected_failures(estimator):
     if isinstance(estimator, NTPAttentionClassifier):
         return SELF_ATTENTION_EXPECTED_FAILURES
-    if isinstance(estimator, AttentionSelector) and estimator.activation == "relu":
+    if isinstance(estimator, KeyQuerySelector) and estimator.activation == "relu":
         return {"check_classifiers_train": "the check's blobs as scalar tokens, with the "
                 "fixed head of the class means: relu(v x) is zero on the tokens of one "
                 "sign, so a ReLU head cannot reach the check's accuracy of 0.83 (the model "

@@ -4,7 +4,7 @@ no-op, a wrong answer or a NaN."""
 import numpy as np
 import pytest
 
-from skntp import AttentionSelector, JointAttentionSVM, NTPDecoderClassifier
+from skntp import AttentionSelector, JointAttentionSVM, KeyQuerySelector, NTPDecoderClassifier
 from skntp.datasets import (
     TokenEncoder,
     make_attention_random,
@@ -33,7 +33,7 @@ def test_a_boolean_is_not_a_query_index_or_a_rank():
     data = make_key_query_data(random_state=0)
     for params in ({"query_index": True}, {"query_index": data.query_index,
                                             "parameterization": "KQ", "rank": True}):
-        est = AttentionSelector(head=data.head, train="W", max_iter=2, **params)
+        est = KeyQuerySelector(head=data.head, max_iter=2, **params)
         with pytest.raises(ValueError, match="must be a number, not the boolean True"):
             est.fit(data.X, data.y)
 
@@ -79,8 +79,8 @@ def test_fixed_query_is_refused_where_it_is_not_used():
         AttentionSelector(train="p", fixed_query="random", max_iter=2).fit(X, y)
     data = make_key_query_data(random_state=0)
     with pytest.raises(ValueError, match="query_index gives every input its own query"):
-        AttentionSelector(head=data.head, train="W", query_index=data.query_index,
-                          fixed_query=np.ones(data.X.shape[2]), max_iter=2).fit(data.X, data.y)
+        KeyQuerySelector(head=data.head, query_index=data.query_index,
+                         fixed_query=np.ones(data.X.shape[2]), max_iter=2).fit(data.X, data.y)
 
 
 @pytest.mark.parametrize("Est", [AttentionSelector, JointAttentionSVM])

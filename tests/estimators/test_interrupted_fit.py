@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import skntp
-from skntp import AttentionSelector, NTPDecoderClassifier
+from skntp import KeyQuerySelector, NTPDecoderClassifier
 from skntp.datasets import make_key_query_data, make_ntp_data
 
 PACKAGE = os.path.dirname(skntp.__file__)
@@ -46,9 +46,9 @@ def _cases():
     yield ("decoder", NTPDecoderClassifier(solver="gd", max_iter=3, random_state=0),
            X, y, X[:150], y[:150])
     data = make_key_query_data(4, 4, 4, random_state=0)
-    est = AttentionSelector(head=data.head, train="W", query_index=data.query_index,
-                            parameterization="KQ", solver="ngd", max_iter=3,
-                            classes=[-1, 1], random_state=0)
+    est = KeyQuerySelector(head=data.head, query_index=data.query_index,
+                           parameterization="KQ", solver="ngd", max_iter=3,
+                           classes=[-1, 1], random_state=0)
     yield "key-query selector", est, data.X, data.y, data.X[:3], data.y[:3]
 
 

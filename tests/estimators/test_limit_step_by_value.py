@@ -18,10 +18,12 @@ from test_key_query import _setup as _key_query_setup
 
 import skntp._base as base_module
 import skntp.attention as attention_module
+import skntp.key_query as key_query_module
 import skntp.self_attention as self_attention_module
 from skntp import NTPDecoderClassifier
 from skntp.attention import AttentionSelector, JointAttentionSVM
 from skntp.datasets import make_token_priority_data
+from skntp.key_query import KeyQuerySelector
 from skntp.self_attention import NTPAttentionClassifier
 from skntp.svm import NotSeparableError, _problem, graph_svm_problem, solve_max_margin
 
@@ -404,9 +406,9 @@ def test_factored_svm_limit_at_and_beyond_full_rank():
     from skntp.metrics import numerical_rank
 
     X, y, v = _cross_attention()
-    kw = dict(head=v, train="W", query_index="extra-row", parameterization="KQ",
+    kw = dict(head=v, query_index="extra-row", parameterization="KQ",
               solver="svm", classes=[-1, 1])
-    full = AttentionSelector(**kw).fit(X, y)
+    full = KeyQuerySelector(**kw).fit(X, y)
     W = full.query_factor_ @ full.key_factor_.T
     np.testing.assert_allclose(W, full.svm_radius_ * full.mm_direction_.reshape(10, 10),
                                atol=1e-8)
@@ -415,7 +417,7 @@ def test_factored_svm_limit_at_and_beyond_full_rank():
     for rank in (rank_W, 12):
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)
-            est = AttentionSelector(**kw, rank=rank).fit(X, y)
+            est = KeyQuerySelector(**kw, rank=rank).fit(X, y)
         assert est.query_factor_.shape == est.key_factor_.shape == (10, rank)
         np.testing.assert_allclose(est.query_factor_ @ est.key_factor_.T, W, atol=1e-6)
     assert not est.query_factor_[:, 10:].any() and not est.key_factor_[:, 10:].any()
@@ -449,9 +451,9 @@ def test_value_head_direction_against_cvxpy(parameterization, norm):
     # _kept_token_limit 101-120 (the program of W^dir in the limit norm): mm_direction_
     # scaled to margin 1 is feasible and as short as the program written here
     X, y, V = _relu_setup(2, n=4, T=4, d=6)
-    est = AttentionSelector(head=np.ones(6), value=V, activation="relu", train="W",
-                            parameterization=parameterization, query_index="extra-row",
-                            max_iter=300, classes=[-1, 1], random_state=0).fit(X, y)
+    est = KeyQuerySelector(head=np.ones(6), value=V, activation="relu",
+                           parameterization=parameterization, query_index="extra-row",
+                           max_iter=300, classes=[-1, 1], random_state=0).fit(X, y)
     assert est.limit_norm_ == norm
     kept, D, Z = est.kept_tokens_, est.mm_direction_, X[:, -1]
     logits = np.einsum("itd,kd,ik->it", X[:, :-1], D, Z)
@@ -471,7 +473,7 @@ def test_kept_token_limit_of_inseparable_kept_tokens(monkeypatch):
     # kept x_0 and x_1, so z^T W x_0 = z^T W x_1 forces z^T W (x_o - x_2) = 0 < 1; the
     # direction is None with a warning, and W^fin still fits the log-odds
     import skntp.svm as svm
-    from skntp.models.attention import lifted_keys
+    from skntp._backend import lifted_keys
 
     X = np.array([[[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]])
     Z = np.array([[1.0, 2.0]])
@@ -479,12 +481,12 @@ def test_kept_token_limit_of_inseparable_kept_tokens(monkeypatch):
     data = {"X": X, "Z": Z, "keys": lifted_keys(np, X, Z), "mask": np.ones((1, 3), bool)}
     kept = np.array([[True, True, False]])
     methods, real = [], svm.solve_max_margin
-    monkeypatch.setattr(attention_module, "solve_max_margin",
+    monkeypatch.setattr(key_query_module, "solve_max_margin",
                         lambda problem, method: methods.append(method) or real(
                             problem, method=method))
     for norm in ("fro", "nuclear"):
         with pytest.warns(UserWarning) as caught:
-            fin, D = attention_module._kept_token_limit(data, q, kept, "cvxpy", norm)
+            fin, D = key_query_module._kept_token_limit(data, q, kept, "cvxpy", norm)
         assert len(caught) == 1 and re.fullmatch(
             r"ATT-SVM of the kept tokens is infeasible( \(solver status '\w+'\))?: the "
             r"kept tokens are not separable from the others by a common key-query matrix "
@@ -504,9 +506,9 @@ def test_value_head_default_and_column_heads(head):
     X, y, V = _relu_setup(2, n=4, T=4, d=6)
     V = V[:3]
     v = np.array([[0.5], [-1.0], [2.0]])
-    est = AttentionSelector(head=None if head is None else v, value=V, activation="relu",
-                            train="W", query_index="extra-row", max_iter=3,
-                            classes=[-1, 1], random_state=0).fit(X, y)
+    est = KeyQuerySelector(head=None if head is None else v, value=V, activation="relu",
+                           query_index="extra-row", max_iter=3,
+                           classes=[-1, 1], random_state=0).fit(X, y)
     expected = np.full(3, 1.0 / np.sqrt(3.0)) if head is None else v.ravel()
     np.testing.assert_array_equal(est.head_, expected)
     s = est.attention_weights(X)
@@ -540,7 +542,7 @@ def test_factors_of_a_rectangular_matrix(rank, shape):
     # (d x rank) with Q K^T the best rank-`rank` approximation (Eckart-Young: the SVD
     # truncated), equal column norms, and zero columns beyond min(k, d)
     W = np.random.default_rng(0).standard_normal(shape)
-    Q, K = attention_module._factors(W, rank)
+    Q, K = key_query_module._factors(W, rank)
     assert Q.shape == (shape[0], rank) and K.shape == (shape[1], rank)
     U, sv, Vt = np.linalg.svd(W)
     r = min(rank, 4)
@@ -675,12 +677,12 @@ def test_extra_row_queries_need_two_rows():
     # input of two rows (one token) is accepted and one of one row is not
     X, y, v = _cross_attention()
     seqs = [X[0, -2:]] + list(X[1:])
-    est = AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
-                            classes=[-1, 1]).fit(seqs, y)
+    est = KeyQuerySelector(head=v, query_index="extra-row", max_iter=2,
+                           classes=[-1, 1]).fit(seqs, y)
     assert est.attention_weights(seqs[:1])[0, 0] == 1.0
     with pytest.raises(ValueError, match=r"inputs \[0\] have fewer than 2 rows"):
-        AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
-                          classes=[-1, 1]).fit([X[0, -1:]] + list(X[1:]), y)
+        KeyQuerySelector(head=v, query_index="extra-row", max_iter=2,
+                         classes=[-1, 1]).fit([X[0, -1:]] + list(X[1:]), y)
 
 
 def test_negative_query_index_counts_from_each_inputs_last_real_token():
@@ -688,8 +690,8 @@ def test_negative_query_index_counts_from_each_inputs_last_real_token():
     # whatever its length; the attention is softmax_t(z_i^T W x_it), by hand
     X, y, v = _cross_attention()
     seqs = [X[i, : 4 + i % 3] for i in range(len(y))]
-    est = AttentionSelector(head=v, train="W", query_index=-1, max_iter=2,
-                            classes=[-1, 1], random_state=0).fit(seqs, y)
+    est = KeyQuerySelector(head=v, query_index=-1, max_iter=2,
+                           classes=[-1, 1], random_state=0).fit(seqs, y)
     got = est.attention_weights(seqs)
     for i, x in enumerate(seqs):
         logits = x @ est.key_query_.T @ x[-1]
@@ -703,8 +705,8 @@ def test_matrix_limits_of_one_token_inputs_are_none():
     # _matrix_limit 15 (W = 0 kept as a limit): with one token per input there is no
     # constraint, the key-query ATT-SVM is W = 0, and there is no limit direction
     X, y, v = _cross_attention()
-    est = AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
-                            classes=[-1, 1]).fit(X[:, -2:], y)
+    est = KeyQuerySelector(head=v, query_index="extra-row", max_iter=2,
+                           classes=[-1, 1]).fit(X[:, -2:], y)
     assert est.limit_directions_ == {"fro": None, "nuclear": None}
     assert est.mm_direction_ is None
 
@@ -719,11 +721,11 @@ def test_lifted_keys_too_large_for_memory(monkeypatch):
     with pytest.raises(ProgramTooLargeError,
                        match=r"^the lifted keys vec\(z_i x_it\^T\): the program has 54 "
                              r"constraints and needs about 0\.000121 GiB"):
-        AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
-                          classes=[-1, 1]).fit(X, y)
+        KeyQuerySelector(head=v, query_index="extra-row", max_iter=2,
+                         classes=[-1, 1]).fit(X, y)
     monkeypatch.setattr(_problem, "available_memory", lambda: 170_000)
-    AttentionSelector(head=v, train="W", query_index="extra-row", max_iter=2,
-                      compute_limits=False, classes=[-1, 1]).fit(X, y)
+    KeyQuerySelector(head=v, query_index="extra-row", max_iter=2,
+                     compute_limits=False, classes=[-1, 1]).fit(X, y)
 
 
 def test_fixed_query_shapes():
@@ -767,18 +769,18 @@ def test_ties_are_refused_outside_the_frobenius_norm():
 
 
 def test_matrix_gmm_outside_the_frobenius_norm_gets_method_and_progress(monkeypatch):
-    # AttentionSelector._explicit_limits 36, 42, 43: the nuclear-norm key-query ATT-SVM
+    # KeyQuerySelector._explicit_limits: the nuclear-norm key-query ATT-SVM
     # of the factored model is solved by the estimator's method, with its progress bar
     X, y, v = _cross_attention()
-    calls, real = [], attention_module.att_svm_w
+    calls, real = [], key_query_module.att_svm_w
 
     def recording(*args, **kwargs):
         calls.append((kwargs.get("norm"), kwargs.get("method"), kwargs.get("callback")))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(attention_module, "att_svm_w", recording)
-    AttentionSelector(head=v, train="W", query_index="extra-row", parameterization="KQ",
-                      solver="svm", svm_method="cvxpy", verbose=1, classes=[-1, 1]).fit(X, y)
+    monkeypatch.setattr(key_query_module, "att_svm_w", recording)
+    KeyQuerySelector(head=v, query_index="extra-row", parameterization="KQ",
+                     solver="svm", svm_method="cvxpy", verbose=1, classes=[-1, 1]).fit(X, y)
     norm, method, callback = calls[0]
     assert (norm, method) == ("nuclear", "cvxpy") and callable(callback)
     # _matrix_limit 13: so are the limits of the fitted attributes, in each norm; the
@@ -834,5 +836,5 @@ def test_value_matrix_of_the_wrong_width_names_its_shape():
     X, y, V = _relu_setup(2, n=4, T=4, d=6)
     with pytest.raises(ValueError, match=r"^value must have shape \(d_v, 6\) \(d the token "
                                          r"dimension\), got \(6, 5\)\.$"):
-        AttentionSelector(head=np.ones(6), value=V[:, :5], activation="relu", train="W",
-                          query_index="extra-row", max_iter=2, classes=[-1, 1]).fit(X, y)
+        KeyQuerySelector(head=np.ones(6), value=V[:, :5], activation="relu",
+                         query_index="extra-row", max_iter=2, classes=[-1, 1]).fit(X, y)

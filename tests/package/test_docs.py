@@ -71,7 +71,8 @@ def _check_site(out):
         assert (out / "auto_examples" / f"{example.stem}.html").exists(), example.name
     api = (out / "api.html").read_text(encoding="utf-8")
     for name in ("NTPDecoderClassifier", "AttentionSelector", "JointAttentionSVM",
-                 "NTPAttentionClassifier", "ntp_svm", "load_text_ntp", "TokenEncoder",
+                 "KeyQuerySelector", "NTPAttentionClassifier", "ntp_svm", "load_text_ntp",
+                 "TokenEncoder",
                  "plot_training_curves", "TrainingCurvesDisplay", "alignment",
                  "make_vocabulary_log_loss_scorer"):
         assert name in api, name

@@ -6,6 +6,7 @@ import scipy.sparse as sp
 from skntp import (
     AttentionSelector,
     JointAttentionSVM,
+    KeyQuerySelector,
     NTPAttentionClassifier,
     NTPDecoderClassifier,
 )
@@ -15,7 +16,7 @@ from skntp.metrics import SubspaceProjector
 
 def test_record_every_defaults_to_ten_and_keeps_first_and_last():
     for cls in (NTPDecoderClassifier, NTPAttentionClassifier, AttentionSelector,
-                JointAttentionSVM):
+                JointAttentionSVM, KeyQuerySelector):
         assert cls().get_params()["record_every"] == 10, cls.__name__
     X, y = make_ntp_data(n_samples=200, n_contexts=6, n_features=10, n_tokens=5,
                          support_size=2, random_state=0)

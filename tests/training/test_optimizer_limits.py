@@ -16,7 +16,12 @@ import numpy as np
 import pytest
 from helpers import margin, onehot_optimum
 
-from skntp import AttentionSelector, JointAttentionSVM, NTPAttentionClassifier, NTPDecoderClassifier
+from skntp import (
+    JointAttentionSVM,
+    KeyQuerySelector,
+    NTPAttentionClassifier,
+    NTPDecoderClassifier,
+)
 from skntp.datasets import make_key_query_data, make_token_priority_data
 from skntp.diagnostics import compare_optimizers
 
@@ -81,9 +86,9 @@ def _lq_att_svm(tokens, queries, selected, q):
 def _attention_md(p, seed, max_iter):
     data = make_key_query_data(6, 8, 10, attention="cross", random_state=seed)
     W0 = np.random.default_rng(10_000 + seed).standard_normal((10, 10))
-    est = AttentionSelector(head=data.head, train="W", query_index="extra-row",
-                            solver="nmirror", mirror_p=p, lr=0.1, max_iter=max_iter, init=W0,
-                            record_every=max_iter)
+    est = KeyQuerySelector(head=data.head, query_index="extra-row",
+                           solver="nmirror", mirror_p=p, lr=0.1, max_iter=max_iter, init=W0,
+                           record_every=max_iter)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(data.X, data.y)
