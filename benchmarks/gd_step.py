@@ -7,7 +7,7 @@ next-token matrix.  This script times, in one run and on the same arrays:
 
 * the two bare products alone (the floor of any implementation), and
 * one full step (objective + update) of the shared objective
-  ``skntp.models.decoder.CrossEntropy`` (the code the estimator runs),
+  ``skntp.losses.decoder.CrossEntropy`` (the code the estimator runs),
 
 for each backend, and prints the ratio step / (product 1 + product 2).
 
@@ -79,7 +79,7 @@ def _median_time(func, be, repeat):
 def bench_step(backend, device, dtype, m, d, V, repeat):
     """Median seconds of the two bare products and of one GD step."""
     from skntp._backend import get_backend
-    from skntp.models.decoder import CrossEntropy
+    from skntp.losses.decoder import CrossEntropy
 
     be = get_backend(backend, device, dtype)
     H, pi, P, W = _data(m, d, V)

@@ -58,8 +58,7 @@ from ._sequences import (
     key_query_matrix,
 )
 from ._warnings import user_stacklevel
-from .metrics import alignment
-from .models.attention import (
+from .losses.attention import (
     AttentionObjective,
     QueryProblem,
     attention_decision,
@@ -67,6 +66,7 @@ from .models.attention import (
     attention_loss_grad,
     attention_weights,
 )
+from .metrics import alignment
 from .svm import (
     NotSeparableError,
     att_svm,

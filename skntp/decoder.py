@@ -32,14 +32,14 @@ from ._base import (
     saturation_radius,
 )
 from ._warnings import user_stacklevel
-from .metrics import SubspaceProjector, history_metrics
-from .models.decoder import (
+from .losses.decoder import (
     CrossEntropy,
     aggregate_contexts,
     next_token_targets,
     ntp_cross_entropy,
     ntp_logit_gaps,
 )
+from .metrics import SubspaceProjector, history_metrics
 from .svm import NotSeparableError, log_odds_problem, norm_value, solve_min_norm, solve_ntp_svm
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]

@@ -7,7 +7,7 @@ descent converges in direction to the Frobenius-norm ATT-SVM (W-SVM, Thm. 1), th
 factors to the nuclear-norm one (KQ-SVM, Thm. 2); with a nonlinear value head
 (Sec. 5) ``W -> W^fin + R W^dir``.  The selection, the head and the diagnosis are
 those of :class:`~skntp.AttentionSelector` (:mod:`skntp.attention`); the risk is
-:class:`skntp.models.key_query.KeyQueryProblem`.
+:class:`skntp.losses.key_query.KeyQueryProblem`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from .attention import (
     _selection,
     _TokenSelector,
 )
+from .losses.attention import attention_weights
+from .losses.key_query import ACTIVATIONS, KeyQueryProblem, head_activation
 from .metrics import numerical_rank
-from .models.attention import attention_weights
-from .models.key_query import ACTIVATIONS, KeyQueryProblem, head_activation
 from .svm import (
     Constraints,
     KeyScores,

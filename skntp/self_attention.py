@@ -36,14 +36,14 @@ from .graphs import (
     strongly_connected_components,
     token_priority_graphs,
 )
-from .metrics import SubspaceProjector, history_metrics
-from .models.self_attention import (
+from .losses.self_attention import (
     SelfAttentionRisk,
     embedding_table,
     head_matrix,
     realizable_samples,
     saturation_gaps,
 )
+from .metrics import SubspaceProjector, history_metrics
 from .svm import norm_value, solve_max_margin
 from .svm._graph import cyclic_correction, graph_svm_problem, pseudo_limits
 

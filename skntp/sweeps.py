@@ -31,7 +31,7 @@ from ._backend import get_backend, to_numpy
 from ._optim import DESCENT_SOLVERS, minimize
 from .attention import _LOSS, SATURATION_THRESHOLD, diagnose_selection
 from .decoder import NTPDecoderClassifier
-from .models.attention import AttentionObjective
+from .losses.attention import AttentionObjective
 
 __all__ = ["attention_trials", "fit_ntp_trials", "run_sweep", "trial_seeds"]
 

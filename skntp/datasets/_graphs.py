@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.validation import check_random_state
 
-from ..models.self_attention import random_unit_embeddings
+from ..losses.self_attention import random_unit_embeddings
 
 __all__ = ["make_token_priority_data", "random_unit_embeddings"]
 

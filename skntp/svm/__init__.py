@@ -8,7 +8,7 @@ module per algorithm, an explicit ordered registry) and certifies the answer
 itself (``_certificate``).
 """
 
-from ._attention import (
+from ._att_svm import (
     att_svm,
     att_svm_prime,
     att_svm_problem,

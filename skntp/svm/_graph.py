@@ -16,7 +16,7 @@ self-attention" (``ntp-self-attention-mechanics.md``):
   a tight gradient tolerance.
 
 The empirical risk itself (ERM, with the log, cross-entropy and squared
-losses) is :class:`skntp.models.self_attention.SelfAttentionRisk`.
+losses) is :class:`skntp.losses.self_attention.SelfAttentionRisk`.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from ..graphs import (
     pseudo_token_priority_graphs,
     strongly_connected_components,
 )
+from ..losses.self_attention import SelfAttentionRisk
 from ..metrics import SubspaceProjector
-from ..models.self_attention import SelfAttentionRisk
 from ._problem import BilinearScores, Constraints, MaxMarginProblem
 from ._solve import solve_max_margin
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._attention import att_svm_problem
+from ._att_svm import att_svm_problem
 from ._problem import Constraints, KeyScores, MaxMarginProblem, NotSeparableError, real_array
 from ._solve import solve_max_margin
 

@@ -21,7 +21,7 @@ from skntp.graphs import (
     strongly_connected_components,
     token_priority_graphs,
 )
-from skntp.models.self_attention import SelfAttentionRisk
+from skntp.losses.self_attention import SelfAttentionRisk
 from skntp.svm import (
     NotSeparableError,
     cyclic_correction,

@@ -18,13 +18,13 @@ from skntp.datasets import (
     make_attention_fig8,
     make_attention_random,
 )
-from skntp.metrics import alignment
-from skntp.models.attention import (
+from skntp.losses.attention import (
     AttentionObjective,
     attention_loss_grad,
     attention_weights,
     compute_keys,
 )
+from skntp.metrics import alignment
 from skntp.svm import (
     NotSeparableError,
     att_svm,

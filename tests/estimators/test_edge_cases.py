@@ -19,7 +19,7 @@ from skntp._backend import get_backend, to_numpy
 from skntp._progress import ProgressBar
 from skntp.attention import diagnose_selection
 from skntp.datasets import make_attention_fig1c, make_joint_fig3, make_token_priority_data
-from skntp.models.self_attention import SelfAttentionRisk
+from skntp.losses.self_attention import SelfAttentionRisk
 from skntp.svm import (
     Constraints,
     KeyScores,

@@ -12,7 +12,7 @@ from sklearn.svm import LinearSVC
 from skntp._backend import get_backend
 from skntp.attention import JointAttentionSVM
 from skntp.datasets import make_joint_fig3
-from skntp.models.attention import AttentionObjective
+from skntp.losses.attention import AttentionObjective
 from skntp.svm import (
     NotSeparableError,
     head_svm,

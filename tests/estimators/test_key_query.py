@@ -315,8 +315,8 @@ def test_bad_value_heads(params, match):
 
 @pytest.mark.parametrize("activation", ["relu", "identity"])
 def test_value_head_gradient_matches_finite_differences(activation):
-    from skntp.models.attention import attention_decision, attention_loss_grad
-    from skntp.models.key_query import value_head
+    from skntp.losses.attention import attention_decision, attention_loss_grad
+    from skntp.losses.key_query import value_head
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((5, 4, 3))

@@ -1,4 +1,4 @@
-"""The attention losses (``skntp/models/attention.py``) and the estimator base
+"""The attention losses (``skntp/losses/attention.py``) and the estimator base
 (``skntp/_base.py``), value by value.
 
 Each test checks a value against an independent reference (a closed form, the
@@ -16,7 +16,7 @@ from skntp import AttentionSelector, NTPDecoderClassifier
 from skntp._backend import get_backend, to_numpy
 from skntp._base import _exp_loss, atomic_fit, default_radii, saturation_radius, unit
 from skntp.datasets import make_ntp_data
-from skntp.models.attention import (
+from skntp.losses.attention import (
     AttentionObjective,
     attention_loss_grad,
     loss_and_derivative,
@@ -379,13 +379,13 @@ def test_saturated_key_query_gradient_with_distinct_tied_top_tokens():
         np.testing.assert_allclose(gW, expected, rtol=1e-9)
 
 
-# ------------------------------------- run 6 (partial): skntp/models/decoder.py
+# ------------------------------------- run 6 (partial): skntp/losses/decoder.py
 
 
 def test_next_token_targets_of_lists_columns_two_token_and_stored_zero_soft_labels():
     import scipy.sparse as sp
 
-    from skntp.models.decoder import next_token_targets
+    from skntp.losses.decoder import next_token_targets
 
     # hard labels as a list, and as a column vector: the same one-hot rows
     classes, Y = next_token_targets([0, 2, 1, 2], 4)
@@ -425,7 +425,7 @@ def test_the_loop_runs_small_decoder_problems_on_one_blas_thread_and_keeps_the_p
 
     from skntp._backend import SMALL_PRODUCT
     from skntp._optim import minimize
-    from skntp.models.decoder import CrossEntropy
+    from skntp.losses.decoder import CrossEntropy
 
     class Spy(CrossEntropy):
         seen = set()
@@ -460,7 +460,7 @@ def test_the_chunk_budget_bounds_the_memory_of_a_cross_entropy_call():
 
     import scipy.sparse as sp
 
-    from skntp.models.decoder import CrossEntropy
+    from skntp.losses.decoder import CrossEntropy
 
     rng = np.random.default_rng(1)
     m, V, d = 2000, 500, 3
@@ -496,7 +496,7 @@ def test_aggregate_contexts_normalizes_soft_rows_and_drops_zero_weight_rows():
     # context (which would otherwise have mass 0 and NaN probabilities)
     import scipy.sparse as sp
 
-    from skntp.models.decoder import aggregate_contexts
+    from skntp.losses.decoder import aggregate_contexts
 
     X = np.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
     Y = np.array([[2.0, 0.0, 0.0],   # sums to 2: the row is [1, 0, 0]
@@ -513,7 +513,7 @@ def test_aggregate_contexts_normalizes_soft_rows_and_drops_zero_weight_rows():
     np.testing.assert_array_equal(inverse, [0, 1, 0])
 
 
-# ----------------------------- run 7: skntp/models/self_attention.py (Li et al. eq. (1))
+# ----------------------------- run 7: skntp/losses/self_attention.py (Li et al. eq. (1))
 
 
 def test_saturated_self_attention_gradient_with_tied_top_tokens():
@@ -523,7 +523,7 @@ def test_saturated_self_attention_gradient_with_tied_top_tokens():
     #   gamma_0 - u = 0.5 s_1 + 1.3 s_2,   1 - u = 0.2 (to 1e-44),
     #   D[x, k] = sum over positions of -2 (1 - u) s_t (gamma_t - u).
     # Computed as a difference of O(1) numbers, the top token's entry would be lost.
-    from skntp.models.self_attention import SelfAttentionRisk
+    from skntp.losses.self_attention import SelfAttentionRisk
 
     gamma = np.array([[0.8, 0.3, -0.5], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     ids = np.array([[0, 0, 1, 2]])
@@ -540,7 +540,7 @@ def test_saturated_self_attention_gradient_with_tied_top_tokens():
 
 
 def test_embedding_table_shapes_and_drawn_vocabulary():
-    from skntp.models.self_attention import embedding_table
+    from skntp.losses.self_attention import embedding_table
 
     rng = np.random.RandomState(0)  # what the estimator passes (check_random_state)
     ids = np.array([0, 3, 1])
@@ -566,7 +566,7 @@ def test_embedding_table_shapes_and_drawn_vocabulary():
 
 
 def test_identity_head_refuses_dependent_and_too_many_tokens():
-    from skntp.models.self_attention import identity_head
+    from skntp.losses.self_attention import identity_head
 
     E = np.array([[1.0, 0.0], [1.0, 1e-12]])  # two tokens, numerically dependent
     with pytest.raises(ValueError, match=r"linearly dependent \(E has rank < K\)"):
@@ -580,7 +580,7 @@ def test_identity_head_refuses_dependent_and_too_many_tokens():
 
 
 def test_head_matrix_of_an_array_head_assumption_3_and_bad_embeddings():
-    from skntp.models.self_attention import head_matrix
+    from skntp.losses.self_attention import head_matrix
 
     E = np.eye(4)
     C = 2.0 * np.eye(4) + 0.1  # Gamma = C E^T has its row maxima on the diagonal
@@ -613,7 +613,7 @@ def test_head_matrix_of_an_array_head_assumption_3_and_bad_embeddings():
 
 
 def test_realizable_samples_warning_names_the_samples_and_the_consequence():
-    from skntp.models.self_attention import realizable_samples
+    from skntp.losses.self_attention import realizable_samples
 
     ids = np.array([[0, 1, 2], [1, 2, 2]] + [[1, 1, 1]] * 7)
     mask = np.ones(ids.shape, bool)
@@ -641,7 +641,7 @@ def test_log_risk_with_the_label_mass_below_float64_is_exact_and_silent():
     # Sec. 5's log-loss with C E^T = I: attention puts e^-800 on the label (0 in float64),
     # so r = 1: the loss is lse(a) - a_label = 800 and the gradient D[0, 1] = -1,
     # D[1, 1] = +1, without a log(0) warning from the branch that is not taken.
-    from skntp.models.self_attention import SelfAttentionRisk
+    from skntp.losses.self_attention import SelfAttentionRisk
 
     W = np.zeros((2, 2))
     W[0, 1] = -800.0
@@ -663,7 +663,7 @@ def test_log_risk_with_the_label_mass_below_float64_is_exact_and_silent():
     ([0, 1], 500, False),                        # n_tokens given: the user's vocabulary
 ])
 def test_embedding_table_warns_only_for_a_vocabulary_far_above_the_ids(ids, n_tokens, warns):
-    from skntp.models.self_attention import embedding_table
+    from skntp.losses.self_attention import embedding_table
 
     rng = np.random.RandomState(0)
     with warnings.catch_warnings(record=True) as rec:
@@ -674,7 +674,7 @@ def test_embedding_table_warns_only_for_a_vocabulary_far_above_the_ids(ids, n_to
 
 
 def test_embedding_table_draws_two_tokens_and_refuses_one():
-    from skntp.models.self_attention import embedding_table
+    from skntp.losses.self_attention import embedding_table
 
     rng = np.random.RandomState(0)
     assert embedding_table(None, None, None, np.array([0, 1, 1]), rng).shape == (2, 2)
@@ -690,7 +690,7 @@ def test_the_loop_runs_small_self_attention_problems_on_one_blas_thread():
 
     from skntp._backend import SMALL_PRODUCT
     from skntp._optim import minimize
-    from skntp.models.self_attention import SelfAttentionRisk
+    from skntp.losses.self_attention import SelfAttentionRisk
 
     class Spy(SelfAttentionRisk):
         seen = set()
@@ -718,7 +718,7 @@ def test_the_loop_runs_small_self_attention_problems_on_one_blas_thread():
 def test_log_risk_refuses_a_label_only_at_padding():
     # loss='log' is infinite on a sample none of whose real tokens has c_y^T e_x > 0;
     # a label at a padded position does not count
-    from skntp.models.self_attention import SelfAttentionRisk
+    from skntp.losses.self_attention import SelfAttentionRisk
 
     with pytest.raises(ValueError, match="no token x with c_y\\^T e_x > 0"):
         SelfAttentionRisk(get_backend(), np.eye(2), np.eye(2), np.array([[0, 1]]),
@@ -729,7 +729,7 @@ def test_log_risk_is_exact_for_the_identity_head_and_general_for_others():
     # Sec. 5's log-loss -log u, u = sum_t s_t gamma_t.  With C E^T = I, u is the mass on the
     # label, 1 - 1e-20 here: the loss is 1e-20 (computed as -log1p(-r)), which
     # log-sum-exp differences round to 0.  With a general positive head it is -log u.
-    from skntp.models.self_attention import SelfAttentionRisk
+    from skntp.losses.self_attention import SelfAttentionRisk
 
     W = np.zeros((2, 2))
     W[1, 1] = -20 * np.log(10.0)  # the other token's score: mass 1e-20 / (1 + 1e-20)

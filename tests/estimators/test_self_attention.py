@@ -15,8 +15,8 @@ from skntp.graphs import (
     check_token_sequences,
     label_scc_positions,
 )
+from skntp.losses.self_attention import SelfAttentionRisk
 from skntp.metrics import alignment
-from skntp.models.self_attention import SelfAttentionRisk
 from skntp.self_attention import NTPAttentionClassifier
 
 

@@ -11,9 +11,9 @@ import warnings
 import numpy as np
 import pytest
 
-import skntp.models.attention as attention_model
-import skntp.models.decoder as decoder_model
-import skntp.models.self_attention as self_attention_model
+import skntp.losses.attention as attention_model
+import skntp.losses.decoder as decoder_model
+import skntp.losses.self_attention as self_attention_model
 from skntp import (
     AttentionSelector,
     JointAttentionSVM,

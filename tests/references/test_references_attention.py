@@ -20,7 +20,7 @@ from sklearn.svm import LinearSVC
 from skntp import AttentionSelector, JointAttentionSVM
 from skntp._backend import get_backend
 from skntp.datasets import make_attention_fig1c, make_joint_fig3
-from skntp.models.attention import AttentionObjective, attention_loss_grad, compute_keys
+from skntp.losses.attention import AttentionObjective, attention_loss_grad, compute_keys
 from skntp.svm import (
     att_svm,
     att_svm_prime,

@@ -24,7 +24,7 @@ from scipy.special import logsumexp, softmax
 from skntp import NTPDecoderClassifier
 from skntp._backend import get_backend
 from skntp.datasets import make_ntp_data
-from skntp.models.decoder import CrossEntropy, ntp_cross_entropy
+from skntp.losses.decoder import CrossEntropy, ntp_cross_entropy
 from skntp.svm import finite_component, ntp_svm
 
 

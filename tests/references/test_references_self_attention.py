@@ -20,7 +20,7 @@ from scipy.special import logsumexp
 from skntp._backend import get_backend
 from skntp.datasets import make_token_priority_data
 from skntp.graphs import check_token_sequences, token_priority_graphs
-from skntp.models.self_attention import SelfAttentionRisk
+from skntp.losses.self_attention import SelfAttentionRisk
 from skntp.self_attention import NTPAttentionClassifier
 from skntp.svm import cyclic_correction, graph_svm
 

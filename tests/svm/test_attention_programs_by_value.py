@@ -1,4 +1,4 @@
-"""The attention programs (``skntp/svm/_attention.py``) and their methods (the dual
+"""The attention programs (``skntp/svm/_att_svm.py``) and their methods (the dual
 active set, the NNLS working set, the nuclear-norm interior-point method), value by value.
 
 Each test checks documented behaviour against a value written here by hand (the
@@ -11,7 +11,7 @@ import pytest
 from helpers import att_program, head_from_rows, rel_err, rows_by_definition, rows_of, tight_qp
 from helpers import key_query_instance as _key_query_instance
 
-import skntp.svm._attention as svm_attention
+import skntp.svm._att_svm as svm_attention
 import skntp.svm.solvers.dual_active_set as dual_active_set
 import skntp.svm.solvers.least_distance as least_distance
 import skntp.svm.solvers.nnls_working_set as nnls_working_set

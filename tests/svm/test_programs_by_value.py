@@ -371,7 +371,7 @@ def test_cyclic_correction_with_a_tolerance_below_the_noise_floor():
     # projected on the returned basis, recomputed here
     from skntp._backend import get_backend
     from skntp.graphs import cyclic_subdataset
-    from skntp.models.self_attention import SelfAttentionRisk
+    from skntp.losses.self_attention import SelfAttentionRisk
 
     for seed in (1, 2):
         X, y, E = cyclic_instance(seed)

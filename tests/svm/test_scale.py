@@ -239,7 +239,7 @@ def test_blas_threads_limits_and_restores_torch():
 def test_loops_run_on_one_thread_for_small_objectives(monkeypatch):
     """The training loop and the max-margin core see one BLAS thread on small problems."""
     seen = []
-    import skntp.models.decoder as models_decoder
+    import skntp.losses.decoder as models_decoder
 
     original = models_decoder.CrossEntropy.__call__
 

@@ -18,7 +18,7 @@ from skntp import NTPDecoderClassifier
 from skntp._backend import CHUNK_ELEMENTS, get_backend, row_chunks, to_numpy
 from skntp._optim import minimize
 from skntp.datasets import make_ntp_data
-from skntp.models.decoder import CrossEntropy, aggregate_contexts
+from skntp.losses.decoder import CrossEntropy, aggregate_contexts
 from skntp.svm import log_odds_problem, ntp_svm_problem, solve_max_margin, solve_min_norm
 from skntp.svm.solvers import METHODS as _METHODS
 from skntp.sweeps import fit_ntp_trials, run_sweep, trial_seeds

@@ -267,7 +267,7 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
     forward : callable or None
         The head's forward pass ``(xp, X, K, v, p, mask) -> (s, dh, df, f, k_ref)``
         (:func:`_anchored_forward`'s outputs); ``None``: the linear head ``v^T X^T s``.
-        Another head (the value heads of :mod:`skntp.models.key_query`) gives only
+        Another head (the value heads of :mod:`skntp.losses.key_query`) gives only
         the attention gradients (``"p"``, ``"W"``).
 
     Returns
@@ -371,7 +371,7 @@ class AttentionObjective:
         same normalized steps, without underflow at large norms.
     keys : array of shape (..., n, T, k) or None
         Keys given directly (e.g. the lifted keys ``vec(z_i x_it^T)`` of
-        :class:`skntp.models.key_query.KeyQueryProblem`) instead of ``X W^T``.
+        :class:`skntp.losses.key_query.KeyQueryProblem`) instead of ``X W^T``.
     saturation_scale : bool, default=False
         Return the attention gradients times a positive factor once the
         softmax saturates beyond float64 (see :func:`attention_loss_grad`; for

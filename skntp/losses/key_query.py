@@ -3,7 +3,7 @@ Tarzanagh, Li, Thrampoulidis, Oymak 2023): logits ``z_i^T W x_it`` with one quer
 ``z_i`` per input, ``W`` trained directly or as factors ``Q K^T``, and the value heads
 ``f = v^T sigma(V X^T s)`` of its Sec. 5.
 
-The risk and its gradients are those of :mod:`skntp.models.attention` (written once)
+The risk and its gradients are those of :mod:`skntp.losses.attention` (written once)
 on the lifted keys ``vec(z_i x_it^T)``; this module adds the value heads (a forward
 pass for its ``forward=``) and the factored parameterization.
 """
@@ -38,8 +38,8 @@ def head_activation(xp, name, a):
 
 def value_head(value, activation):
     """The forward pass of the head ``f = v^T sigma(V X^T s)`` for
-    :func:`~skntp.models.attention.attention_loss_grad` and
-    :func:`~skntp.models.attention.attention_decision` (``forward=``); ``None`` for the
+    :func:`~skntp.losses.attention.attention_loss_grad` and
+    :func:`~skntp.losses.attention.attention_decision` (``forward=``); ``None`` for the
     linear head (``V = I``, ``sigma`` the identity).
 
     ``value`` : array of shape ``(d_v, d)`` or None (``V = I``); ``activation`` : one of
@@ -56,7 +56,7 @@ def _value_head_forward(xp, X, K, v, p, mask, *, value, activation):
     The logit sensitivities are ``s_t (h_t - s^T h)`` with
     ``h_t = (V^T (v * sigma'(V X^T s)))^T x_t``, the linearization of ``f`` in
     the attention; ``dh``, ``df`` are taken relative to the most attended
-    token as in :func:`skntp.models.attention._anchored_forward`.
+    token as in :func:`skntp.losses.attention._anchored_forward`.
     """
     s = attention_weights(xp, K, p, mask)                      # (n, T)
     a = attention_features(xp, X, s)                           # (n, d)
