@@ -4,7 +4,7 @@ Every estimator of skntp fits a model two ways, *implicitly* (a first-order
 method on the model's loss, through the one training loop
 :func:`skntp._optim.minimize`) or *explicitly* (``solver="svm"``: the
 max-margin limit that theory says the implicit fit converges to).  The
-flow is the same for the four models, and it is written here once:
+flow is the same for every model, and it is written here once:
 
 1. ``_prepare(X, y, sample_weight)``: validate and shape the data (model);
 2. ``_explicit_limits(data)``: solve the max-margin programs and the finite
