@@ -354,3 +354,30 @@ def ntp_rows_by_hand(H, S):
             rhs.append(r)
             eq.append(e)
     return np.array(rows), np.array(rhs), np.array(eq, bool)
+
+
+def relu_setup(seed, n=3, T=4, d=4):
+    """The public code's ReLU setup: unit tokens and queries, a random value matrix of
+    unit Frobenius norm, the head v = 1."""
+    rng = np.random.default_rng(seed)
+    V = rng.standard_normal((d, d))
+    V /= np.linalg.norm(V)
+    X = rng.standard_normal((n, T, d))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    y = np.where(rng.standard_normal(n) > 0, 1, -1)
+    Z = rng.standard_normal((n, d))
+    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
+    return np.concatenate([X, Z[:, None]], axis=1), y, V
+
+
+def key_query_setup(seed, n=6, T=8, d=10):
+    """Unit tokens and queries, a unit head and random labels (the public code's set-up)."""
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal(d)
+    v /= np.linalg.norm(v)
+    y = np.where(rng.standard_normal(n) > 0, 1, -1)
+    X = rng.standard_normal((n, T, d))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    Z = rng.standard_normal((n, d))
+    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
+    return X, y, Z, v

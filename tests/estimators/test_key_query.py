@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import key_query_setup, relu_setup
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
@@ -20,20 +21,8 @@ from skntp import AttentionSelector, KeyQuerySelector
 from skntp.svm import att_svm_w
 
 
-def _setup(seed, n=6, T=8, d=10):
-    rng = np.random.default_rng(seed)
-    v = rng.standard_normal(d)
-    v /= np.linalg.norm(v)
-    y = np.where(rng.standard_normal(n) > 0, 1, -1)
-    X = rng.standard_normal((n, T, d))
-    X /= np.linalg.norm(X, axis=-1, keepdims=True)
-    Z = rng.standard_normal((n, d))
-    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
-    return X, y, Z, v
-
-
 def _fit(seed, attention, parameterization, solver="ngd", max_iter=2000, **kw):
-    X, y, Z, v = _setup(seed)
+    X, y, Z, v = key_query_setup(seed)
     if attention == "cross":
         X, query_index = np.concatenate([X, Z[:, None]], axis=1), "extra-row"
     else:
@@ -117,7 +106,7 @@ def test_predictions_use_each_inputs_own_query():
 
 
 def test_svm_solver_sets_the_scaled_limit():
-    X, y, Z, v = _setup(3)
+    X, y, Z, v = key_query_setup(3)
     Xc = np.concatenate([X, Z[:, None]], axis=1)
     for parameterization, norm in (("W", "fro"), ("KQ", "nuclear")):
         est = KeyQuerySelector(head=v, query_index="extra-row",
@@ -130,7 +119,7 @@ def test_svm_solver_sets_the_scaled_limit():
 
 
 def test_grid_search_over_the_parameterization_in_a_pipeline():
-    X, y, Z, v = _setup(0, n=12)
+    X, y, Z, v = key_query_setup(0, n=12)
     Xc = np.concatenate([X, Z[:, None]], axis=1)
     pipe = make_pipeline(FunctionTransformer(lambda a: a),
                          KeyQuerySelector(head=v, query_index="extra-row",
@@ -144,7 +133,7 @@ def test_grid_search_over_the_parameterization_in_a_pipeline():
 
 
 def test_factors_start_where_asked_and_keep_the_previous_fit_on_error():
-    X, y, Z, v = _setup(2)
+    X, y, Z, v = key_query_setup(2)
     rng = np.random.default_rng(0)
     Q0, K0 = rng.standard_normal((10, 3)), rng.standard_normal((10, 3))
     est = KeyQuerySelector(head=v, query_index=0, parameterization="KQ", rank=3,
@@ -209,20 +198,6 @@ def test_goal_over_100_seeds(attention):
 
 
 # --------------------------------------------------------------- nonlinear heads
-def _relu_setup(seed, n=3, T=4, d=4):
-    """The public code's ReLU setup: unit tokens and queries, a random value matrix of
-    unit Frobenius norm, the head v = 1."""
-    rng = np.random.default_rng(seed)
-    V = rng.standard_normal((d, d))
-    V /= np.linalg.norm(V)
-    X = rng.standard_normal((n, T, d))
-    X /= np.linalg.norm(X, axis=-1, keepdims=True)
-    y = np.where(rng.standard_normal(n) > 0, 1, -1)
-    Z = rng.standard_normal((n, d))
-    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
-    return np.concatenate([X, Z[:, None]], axis=1), y, V
-
-
 def _relu_runs(d, n_runs):
     """Fits on the runs the public code keeps: every attention either above 1e-3 (kept)
     or below 1e-6, some below, and a feasible limit."""
@@ -230,7 +205,7 @@ def _relu_runs(d, n_runs):
     while len(rows) < n_runs:
         seed += 1
         assert seed < 50 * n_runs, "too few runs qualify"
-        X, y, V = _relu_setup(seed, d=d)
+        X, y, V = relu_setup(seed, d=d)
         if len(set(y)) < 2:
             continue
         est = KeyQuerySelector(head=np.ones(d), value=V, activation="relu",
@@ -274,7 +249,7 @@ def test_relu_head_limit_over_many_runs(d):
 
 
 def test_relu_head_attributes_and_predictions():
-    X, y, V = _relu_setup(2, n=4, T=4, d=6)
+    X, y, V = relu_setup(2, n=4, T=4, d=6)
     est = KeyQuerySelector(head=np.ones(6), value=V, activation="relu",
                            query_index="extra-row", max_iter=300, classes=[-1, 1],
                            random_state=0).fit(X, y)
@@ -362,7 +337,7 @@ def test_numpy_and_torch_backends_agree(params):
 def test_fixed_query_with_factors_and_starts_from_key_query():
     # one query u for all inputs: the nuclear and Frobenius limits are both the
     # rank-one u p^T / ||u||^2 (the two programs coincide)
-    X, y, Z, v = _setup(1)
+    X, y, Z, v = key_query_setup(1)
     W0 = np.random.default_rng(1).standard_normal((10, 10)) / 10
     est = KeyQuerySelector(head=v, parameterization="KQ", key_query=W0,
                            max_iter=400, classes=[-1, 1]).fit(X, y)
@@ -386,7 +361,7 @@ def test_fixed_query_with_factors_and_starts_from_key_query():
 
 
 def test_given_path_radii_and_low_rank_svm_warning():
-    X, y, Z, v = _setup(0)
+    X, y, Z, v = key_query_setup(0)
     Xc = np.concatenate([X, Z[:, None]], axis=1)
     est = KeyQuerySelector(head=v, query_index="extra-row", solver="regpath",
                            path_radii=[1.0, 4.0, 16.0], max_iter=100,

@@ -12,9 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import att_svm_by_hand, joint_instance
-from test_key_query import _relu_setup
-from test_key_query import _setup as _key_query_setup
+from helpers import att_svm_by_hand, joint_instance, key_query_setup, relu_setup
 
 import skntp._base as base_module
 import skntp.attention as attention_module
@@ -386,7 +384,7 @@ def test_joint_attention_gaps_leave_out_roundoff(gaps, kept):
 # --------------------------------------------------------------------------
 def _cross_attention():
     """test_key_query's unit tokens and queries, the query as an extra last row."""
-    X, y, Z, v = _key_query_setup(0)
+    X, y, Z, v = key_query_setup(0)
     return np.concatenate([X, Z[:, None]], axis=1), y, v
 
 
@@ -450,7 +448,7 @@ def _kept_token_program_by_hand(X, kept, norm):
 def test_value_head_direction_against_cvxpy(parameterization, norm):
     # _kept_token_limit 101-120 (the program of W^dir in the limit norm): mm_direction_
     # scaled to margin 1 is feasible and as short as the program written here
-    X, y, V = _relu_setup(2, n=4, T=4, d=6)
+    X, y, V = relu_setup(2, n=4, T=4, d=6)
     est = KeyQuerySelector(head=np.ones(6), value=V, activation="relu",
                            parameterization=parameterization, query_index="extra-row",
                            max_iter=300, classes=[-1, 1], random_state=0).fit(X, y)
@@ -503,7 +501,7 @@ def test_kept_token_limit_of_inseparable_kept_tokens(monkeypatch):
 def test_value_head_default_and_column_heads(head):
     # _value_head_vector 2-21: with a value matrix of d_v = 3 rows the head is
     # 1 / sqrt(d_v) everywhere by default; a given head may be a column (3, 1)
-    X, y, V = _relu_setup(2, n=4, T=4, d=6)
+    X, y, V = relu_setup(2, n=4, T=4, d=6)
     V = V[:3]
     v = np.array([[0.5], [-1.0], [2.0]])
     est = KeyQuerySelector(head=None if head is None else v, value=V, activation="relu",
@@ -833,7 +831,7 @@ def test_infeasible_gmm_warns_and_fits_without_it():
 
 def test_value_matrix_of_the_wrong_width_names_its_shape():
     # _value_matrix 5: the error names the expected shape (d_v, d)
-    X, y, V = _relu_setup(2, n=4, T=4, d=6)
+    X, y, V = relu_setup(2, n=4, T=4, d=6)
     with pytest.raises(ValueError, match=r"^value must have shape \(d_v, 6\) \(d the token "
                                          r"dimension\), got \(6, 5\)\.$"):
         KeyQuerySelector(head=np.ones(6), value=V[:, :5], activation="relu",
