@@ -89,6 +89,20 @@ SATURATION_THRESHOLD = 1.0 - 1e-5
 _LOSS = {"log_loss": "logistic", "exponential": "exponential", "correlation": "correlation"}
 
 
+def labelled_inputs(estimator, X, y, sample_weight):
+    """Validated tokens, mask, labels ``Y`` in {-1, +1}, classes, weights and ``W``: what
+    every attention estimator fits from (``estimator.classes``, ``estimator.key_query``)."""
+    Xp, mask = check_attention_input(estimator, X, reset=True)
+    n, T, d = Xp.shape
+    classes, Y = binary_labels(y, n, estimator.classes, type(estimator).__name__)
+    sw = _check_sample_weight(sample_weight, np.empty((n, 1)), dtype=np.float64,
+                              ensure_non_negative=True)
+    if not sw.sum() > 0:
+        raise ValueError("sample_weight is zero for every input; nothing to fit.")
+    return {"X": Xp, "mask": mask, "Y": Y, "sw": sw, "classes": classes,
+            "W": key_query_matrix(estimator.key_query, d)}
+
+
 def optimal_tokens(scores, mask):
     """The optimal tokens ``argmax_t gamma_it`` of each input, ties included.
 
@@ -355,17 +369,10 @@ class _TokenSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
     # ------------------------------------------------------------- the model
     def _labelled(self, X, y, sample_weight):
         """The data every selector starts from: tokens, mask, labels, weights, ``W``."""
-        Xp, mask = check_attention_input(self, X, reset=True)
-        n, T, d = Xp.shape
-        classes, Y = binary_labels(y, n, self.classes, type(self).__name__)
-        sw = _check_sample_weight(sample_weight, np.empty((n, 1)), dtype=np.float64,
-                                  ensure_non_negative=True)
-        if not sw.sum() > 0:
-            raise ValueError("sample_weight is zero for every input; nothing to fit.")
-        return {"X": Xp, "mask": mask, "Y": Y, "sw": sw, "classes": classes,
-                "W": key_query_matrix(self.key_query, d),
-                "rng": check_random_state(self.random_state), "init": self.init,
-                "enumeration": self.max_enumeration}
+        data = labelled_inputs(self, X, y, sample_weight)
+        data.update(rng=check_random_state(self.random_state), init=self.init,
+                    enumeration=self.max_enumeration)
+        return data
 
     @staticmethod
     def _scored(data, values):
@@ -1074,16 +1081,9 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         return True  # the head v and the query p
 
     def _prepare(self, X, y, sample_weight):
-        X, mask = check_attention_input(self, X, reset=True)
-        n, T, d = X.shape
-        classes, Y = binary_labels(y, n, self.classes, type(self).__name__)
-        sw = _check_sample_weight(sample_weight, np.empty((n, 1)), dtype=np.float64,
-                                  ensure_non_negative=True)
-        if not sw.sum() > 0:
-            raise ValueError("sample_weight is zero for every input; nothing to fit.")
-        W = key_query_matrix(self.key_query, d)
-        return {"X": X, "mask": mask, "Y": Y, "classes": classes, "W": W, "K": X @ W.T,
-                "sw": sw, "rng": check_random_state(self.random_state)}
+        data = labelled_inputs(self, X, y, sample_weight)
+        data.update(K=data["X"] @ data["W"].T, rng=check_random_state(self.random_state))
+        return data
 
     def _explicit_limits(self, data):
         if self.solver != "svm":  # the directions of the tokens training selects: later
