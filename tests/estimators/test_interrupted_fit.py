@@ -32,11 +32,12 @@ class _InterruptAt:
 
 def _lines_of_a_fit(est, X, y):
     counter = _InterruptAt(-1)
+    previous = sys.gettrace()  # coverage's tracer under --cov: put it back after
     sys.settrace(counter)
     try:
         est.fit(X, y)
     finally:
-        sys.settrace(None)
+        sys.settrace(previous)
     return counter.seen
 
 
@@ -65,13 +66,14 @@ def test_a_refit_interrupted_at_any_line_keeps_the_previous_fit(case):
     points = sorted(set(range(1, min(n, 150))) | set(np.linspace(150, n, 100, dtype=int)))
     done = pickle.loads(pickle.dumps(est)).fit(X2, y2)  # the refit, not interrupted
     finished = 0
+    previous = sys.gettrace()
     for k in points:
         sys.settrace(_InterruptAt(k))
         try:
             with pytest.raises(KeyboardInterrupt):
                 est.fit(X2, y2)
         finally:
-            sys.settrace(None)
+            sys.settrace(previous)
         if pickle.dumps(est.__dict__) == before:
             continue
         # else the refit had completed (the interrupt hit its last lines, after the
