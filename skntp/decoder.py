@@ -30,6 +30,7 @@ from ._base import (
     descent_parameters_doc,
     other_limit_directions,
     saturation_radius,
+    unit,
 )
 from ._warnings import user_stacklevel
 from .losses.decoder import (
@@ -40,9 +41,35 @@ from .losses.decoder import (
     ntp_logit_gaps,
 )
 from .metrics import SubspaceProjector, history_metrics
-from .svm import NotSeparableError, log_odds_problem, norm_value, solve_min_norm, solve_ntp_svm
+from .svm import (
+    NotSeparableError,
+    ProgramTooLargeError,
+    finite_side_problem,
+    log_odds_problem,
+    norm_value,
+    ntp_separability,
+    partial_finite_component,
+    partial_ntp_svm_problem,
+    separable_row_gaps,
+    solve_max_margin,
+    solve_min_norm,
+    solve_ntp_svm,
+)
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
+
+
+def _separability(contexts, probs):
+    """The separable rows by :func:`~skntp.svm.ntp_separability`; ``None`` when the
+    contexts are linearly independent (every row is separable) or the program is too
+    large (the NTP-SVM then decides, as without the diagnosis)."""
+    m, d = contexts.shape
+    if m <= d and np.linalg.matrix_rank(contexts) == m:
+        return None
+    try:
+        return ntp_separability(contexts, probs)
+    except ProgramTooLargeError:
+        return None
 
 _DENSE_PROBS_MAX = 1_000_000
 
@@ -262,6 +289,11 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         contexts, probs = data["contexts"], data["probs"]
         equations = log_odds_problem(contexts, probs)
         finite, residual = solve_min_norm(equations)
+        compatible = bool(residual <= 1e-8)
+        separability = _separability(contexts, probs)
+        if (separability is not None and not separability.is_separable
+                and self._limit_norm() == "fro"):
+            return _partial_limits(self, data, separability, compatible)
         directions, results, failure = self._limits_in_norms(
             "NTP-SVM",
             # (astype copies: a comparison would sort probs' indices in place)
@@ -280,11 +312,26 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         else:  # too large to solve here: unknown
             separable, margin = None, float("nan")
         return Limits(direction, finite, SubspaceProjector.from_problem(equations),
-                      is_ntp_compatible_=bool(residual <= 1e-8), is_ntp_separable_=separable,
-                      mm_margin_=margin, svm_result_=res, limit_directions_=directions)
+                      is_ntp_compatible_=compatible, is_ntp_separable_=separable,
+                      mm_margin_=margin, svm_result_=res, limit_directions_=directions,
+                      separable_rows_=getattr(separability, "separable", None),
+                      separable_fraction_=getattr(separability, "fraction",
+                                                  1.0 if separable else float("nan")),
+                      loss_infimum_=(data["entropy"] if separable and compatible
+                                     else float("nan")))
 
     def _limit_parameters(self, data, limits):
-        if self.svm_radius == "auto":
+        if limits.direction is None:  # no separable row: the loss has a minimizer
+            self.svm_radius_ = 0.0
+            return (limits.finite,)
+        rows = limits.attributes.get("separable_rows_")
+        if (self.svm_radius == "auto" and rows is not None
+                and limits.attributes.get("is_ntp_separable_") is False):
+            # only the separable rows diverge: saturate those
+            base, direction = separable_row_gaps(data["contexts"], data["probs"].toarray() > 0,
+                                                 rows, limits.finite, limits.direction)
+            R = saturation_radius(direction, base)
+        elif self.svm_radius == "auto":
             base, direction = ntp_logit_gaps(data["contexts"], data["probs"],
                                              limits.finite, limits.direction)
             R = saturation_radius(direction, base)
@@ -334,7 +381,9 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         self.next_token_probs_ = probs if m * V > _DENSE_PROBS_MAX else probs.toarray()
         self.entropy_ = data["entropy"]
         self._set_limit_attributes(limits, params[0],
-                                   ("is_ntp_compatible_", "is_ntp_separable_"))
+                                   ("is_ntp_compatible_", "is_ntp_separable_",
+                                    "separable_rows_", "separable_fraction_",
+                                    "loss_infimum_"))
         if result is None:  # solver="svm"
             loss = ntp_cross_entropy(self.coef_, data["contexts"], data["weights"], probs)
             self.n_iter_ = 0 if self.svm_result_ is None else self.svm_result_.n_iter
@@ -346,13 +395,14 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
             return
         self.n_iter_ = result.n_iter
         self.history_ = dict(result.history, excess_loss=result.history["loss"] - self.entropy_)
-        if (self.is_ntp_separable_ is False and not result.converged
+        if (self.is_ntp_separable_ is False and not self.separable_fraction_ > 0
+                and not result.converged
                 and self.solver != "regpath" and self.history_["grad_norm"][-1] > 1e-8):
             warnings.warn(
                 f"solver={self.solver!r} stopped after max_iter={self.max_iter} "
                 f"iterations with gradient norm {self.history_['grad_norm'][-1]:.3g} > "
-                f"tol={self.tol}; the data are not NTP-separable, so the loss has a "
-                "finite minimizer that was not reached. Increase max_iter.",
+                f"tol={self.tol}; no margin row of the data is separable, so the loss "
+                "has a finite minimizer that was not reached. Increase max_iter.",
                 ConvergenceWarning, stacklevel=user_stacklevel())
 
     # ------------------------------------------------------------- predict
@@ -395,3 +445,30 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = True
         return tags
+
+
+def _partial_limits(est, data, separability, compatible):
+    """The limits of data that are not NTP-separable (:mod:`skntp.svm._ntp_partial`):
+    ``W^mm_I`` (``None`` when no row is separable) and ``W_fin``."""
+    contexts, probs = data["contexts"], data["probs"]
+    problem = partial_ntp_svm_problem(contexts, separability)
+    res = direction = None
+    if separability.n_separable:
+        res, _ = est._solve_limit(
+            "NTP-SVM of the separable rows",
+            lambda cb: solve_max_margin(problem, method=est._svm_method("fro"), callback=cb,
+                                        **backend_kwargs(est)),
+            "There is no max-margin direction: mm_direction_ is None.")
+        direction = None if res is None else unit(res.primal)[0]
+    fin = partial_finite_component(contexts, probs, separability, data["weights"])
+    if not fin.converged:
+        warnings.warn(
+            f"the finite component of the non-separable rows did not converge (relative "
+            f"gradient norm {fin.grad_norm:.3g} after {fin.n_iter} Newton steps); "
+            "finite_component_ is its last iterate.", ConvergenceWarning,
+            stacklevel=user_stacklevel())
+    return Limits(direction, fin.W, SubspaceProjector.from_problem(finite_side_problem(problem)),
+                  is_ntp_compatible_=compatible, is_ntp_separable_=False, mm_margin_=0.0,
+                  svm_result_=res, limit_directions_={"fro": direction},
+                  separable_rows_=separability.separable,
+                  separable_fraction_=separability.fraction, loss_infimum_=fin.loss)

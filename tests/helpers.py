@@ -381,3 +381,112 @@ def key_query_setup(seed, n=6, T=8, d=10):
     Z = rng.standard_normal((n, d))
     Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
     return X, y, Z, v
+
+
+def partially_separable_instance(seed, d_a=4, m_a=3, d_b=2, m_b=25, t_a=3, t_b=3, t_0=1):
+    """NTP data with ``d < m`` whose margin rows are partly separable.
+
+    Every context has a bias coordinate 1.  Group A: ``m_a < d_a`` contexts on
+    their own coordinates, supports among tokens ``0..t_a-1``; group B:
+    ``m_b >> d_b`` contexts on theirs, supports among the next ``t_b`` tokens;
+    ``t_0`` tokens are never next.  Supports have 1 or 2 tokens with Dirichlet
+    probabilities.  Returns ``(H, P)``, contexts (m, d) and next-token
+    probabilities (m, V).
+    """
+    rng = np.random.default_rng(seed)
+    d, V, m = 1 + d_a + d_b, t_a + t_b + t_0, m_a + m_b
+    H = np.zeros((m, d))
+    H[:, 0] = 1.0
+    H[:m_a, 1:1 + d_a] = rng.standard_normal((m_a, d_a))
+    H[m_a:, 1 + d_a:] = rng.standard_normal((m_b, d_b))
+    P = np.zeros((m, V))
+    for j in range(m):
+        tokens = np.arange(t_a) if j < m_a else t_a + np.arange(t_b)
+        k = int(rng.integers(1, 3))
+        P[j, rng.choice(tokens, k, replace=False)] = rng.dirichlet(np.ones(k))
+    return H, P
+
+
+def separable_rows_by_lp(H, S):
+    """The separable margin rows, by the LP of their definition, written here in cvxpy.
+
+    ``max sum s`` over ``W`` and ``s`` with ``(Wh_j)_z = (Wh_j)_z'`` on each support
+    and ``(Wh_j)_z - (Wh_j)_v >= s_{jv} in [0, 1]`` for ``z in S_j``, ``v not in S_j``.
+    """
+    m, d = H.shape
+    V = S.shape[1]
+    W = cp.Variable((V, d))
+    s = cp.Variable((m, V))
+    L = H @ W.T
+    cons = [s >= 0, s <= 1]
+    for j in range(m):
+        inside = np.flatnonzero(S[j])
+        for z in inside[1:]:
+            cons.append(L[j, z] == L[j, inside[0]])
+        for v in np.flatnonzero(~S[j]):
+            cons.append(L[j, inside[0]] - L[j, v] >= s[j, v])
+    cp.Problem(cp.Maximize(cp.sum(cp.multiply(~S, s))), cons).solve(solver=cp.HIGHS)
+    return (s.value > 0.5) & ~S
+
+
+def finite_side_rows(H, S, separable):
+    """Rows ``(e_a - e_b) h_j^T`` (flattened ``W``) spanning ``F_I``: ``a, b`` in the
+    support or the non-separable tokens of context ``j``."""
+    m, d = H.shape
+    V = S.shape[1]
+    rows = []
+    for j in range(m):
+        allowed = np.flatnonzero(~separable[j])
+        for b in allowed[1:]:
+            row = np.zeros((V, d))
+            row[allowed[0]] = H[j]
+            row[b] = -H[j]
+            rows.append(row.ravel())
+    return np.array(rows).reshape(-1, V * d)
+
+
+def projector_onto_rows(rows):
+    """The orthogonal projector onto the span of ``rows`` (an explicit matrix)."""
+    if rows.size == 0:
+        return np.zeros((0, 0))
+    u, sv, vt = np.linalg.svd(rows, full_matrices=False)
+    basis = vt[sv > sv[0] * 1e-10]
+    return basis.T @ basis
+
+
+def regularized_ntp_fit(H, P, lam, W0=None, tol=1e-11, max_iter=300):
+    """``argmin CE(W) + lam/2 ||W||^2`` (uniform context weights), by damped Newton
+    steps on the explicit Hessian: the regularization path of the NTP loss."""
+    m, d = H.shape
+    V = P.shape[1]
+    w = np.zeros(V * d) if W0 is None else W0.ravel().copy()
+
+    def parts(w):
+        Z = H @ w.reshape(V, d).T
+        Z = Z - Z.max(axis=1, keepdims=True)
+        E = np.exp(Z)
+        S = E / E.sum(axis=1, keepdims=True)
+        loss = np.mean(np.log(E.sum(axis=1)) - np.sum(P * Z, axis=1)) + lam / 2 * w @ w
+        grad = ((S - P).T @ H).ravel() / m + lam * w
+        return loss, grad, S
+
+    loss, grad, S = parts(w)
+    for _ in range(max_iter):
+        if np.linalg.norm(grad) <= tol:
+            break
+        # Hessian: sum_j (diag(s_j) - s_j s_j^T) kron h_j h_j^T / m + lam I
+        hess = np.zeros((V * d, V * d))
+        for j in range(m):
+            C = np.diag(S[j]) - np.outer(S[j], S[j])
+            hess += np.kron(C, np.outer(H[j], H[j]))
+        hess = hess / m + lam * np.eye(V * d)
+        step = -np.linalg.solve(hess, grad)
+        t = 1.0
+        while True:
+            new = parts(w + t * step)
+            if new[0] <= loss + 1e-4 * t * (grad @ step) or t < 1e-10:
+                break
+            t /= 2
+        w = w + t * step
+        loss, grad, S = new
+    return w.reshape(V, d)

@@ -37,6 +37,15 @@ from ._ntp import (
     ntp_svm_problem,
     solve_ntp_svm,
 )
+from ._ntp_partial import (
+    FiniteComponent,
+    NTPSeparability,
+    finite_side_problem,
+    ntp_separability,
+    partial_finite_component,
+    partial_ntp_svm_problem,
+    separable_row_gaps,
+)
 from ._problem import (
     BilinearScores,
     Constraints,
@@ -55,6 +64,13 @@ __all__ = [
     "KeyScores",
     "MaxMarginProblem",
     "MaxMarginResult",
+    "FiniteComponent",
+    "NTPSeparability",
+    "finite_side_problem",
+    "ntp_separability",
+    "partial_finite_component",
+    "partial_ntp_svm_problem",
+    "separable_row_gaps",
     "NotSeparableError",
     "ProgramTooLargeError",
     "QueryKeyScores",

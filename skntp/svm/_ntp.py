@@ -108,7 +108,8 @@ def ntp_svm_problem(contexts, support, *, norm="fro"):
         name="NTP-SVM",
         infeasible_message="data are not NTP-separable (no W in F-perp separates "
         "in-support from out-of-support tokens with a positive margin, "
-        "Def. 3.2)",
+        "Def. 3.2); skntp.svm.ntp_separability finds the rows that are separable, and "
+        "NTPDecoderClassifier computes the limits on them (W^mm_I and W_fin)",
         norm=norm,
     )
 

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import partially_separable_instance
 from sklearn.base import clone
 from sklearn.metrics import log_loss
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
@@ -17,7 +18,13 @@ from skntp import NTPDecoderClassifier
 from skntp.datasets import make_ntp_2d_example, make_ntp_data, ntp_from_sequences
 from skntp.decoder import aggregate_contexts
 from skntp.metrics import alignment
-from skntp.svm import NotSeparableError, finite_component, ntp_svm, ntp_svm_problem
+from skntp.svm import (
+    NotSeparableError,
+    finite_component,
+    ntp_separability,
+    ntp_svm,
+    ntp_svm_problem,
+)
 from skntp.svm._problem import constraint_violation
 
 SEEDS = [0, 1, 2]
@@ -298,16 +305,23 @@ def test_vocabulary_tokens_never_seen_are_out_of_support():
 
 
 def test_not_separable():
-    # d = 1 and m = 3 one-hot contexts on a line with alternating labels
+    # d = 1 and m = 3 contexts on a line with alternating labels: no row is separable
     X = np.array([[1.0], [2.0], [3.0]])
     y = np.array([0, 1, 0])
-    with pytest.raises(NotSeparableError, match="not NTP-separable"):
-        NTPDecoderClassifier(solver="svm").fit(X, y)
-    with pytest.warns(UserWarning, match="no max-margin direction"):
-        est = NTPDecoderClassifier(solver="gd", max_iter=200).fit(X, y)
-    assert est.mm_direction_ is None and est.is_ntp_separable_ is False
-    assert est.mm_margin_ == 0.0  # documented: 0 when not separable
-    assert np.all(np.isfinite(est.coef_))
+    with pytest.raises(NotSeparableError, match="ntp_separability finds the rows"):
+        ntp_svm(X, np.eye(2, dtype=bool)[y])
+    # the limit is the loss's minimizer: solver="svm" returns it
+    svm = NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert svm.mm_direction_ is None and svm.is_ntp_separable_ is False
+    assert svm.separable_fraction_ == 0.0 and not svm.separable_rows_.any()
+    assert svm.mm_margin_ == 0.0 and svm.svm_radius_ == 0.0  # documented: 0 when not separable
+    np.testing.assert_array_equal(svm.coef_, svm.finite_component_)
+    gd = NTPDecoderClassifier(solver="gd", max_iter=20_000, tol=1e-9).fit(X, y)
+    # (equal up to a row common to all tokens, which no loss sees)
+    np.testing.assert_allclose(np.diff(gd.coef_, axis=0), np.diff(svm.coef_, axis=0), atol=1e-6)
+    assert gd.history_["loss"][-1] == pytest.approx(svm.loss_infimum_, abs=1e-12)
+    assert svm.loss_infimum_ > svm.entropy_ + 0.1
+    assert np.all(np.isfinite(gd.coef_))
 
 
 def test_large_norm_is_finite():
@@ -388,3 +402,36 @@ def test_ntp_from_sequences_and_2d_example():
     # words 0 and 4 follow the same contexts: same W^mm row, different W* rows
     assert np.allclose(est.mm_direction_[0], est.mm_direction_[4], atol=1e-7)
     assert not np.allclose(est.finite_component_[0], est.finite_component_[4])
+
+
+def _partially_separable_samples(seed, repeats=20):
+    H, P = partially_separable_instance(seed)
+    rng = np.random.default_rng(seed)
+    X = np.repeat(H, repeats, axis=0)
+    y = np.concatenate([rng.choice(P.shape[1], repeats, p=p) for p in P])
+    return X, y, P.shape[1]
+
+
+def test_partially_separable_data_get_both_limits():
+    X, y, V = _partially_separable_samples(3)
+    svm = NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
+    assert svm.is_ntp_separable_ is False and 0 < svm.separable_fraction_ < 1
+    found = ntp_separability(svm.contexts_, svm.next_token_probs_)
+    np.testing.assert_array_equal(svm.separable_rows_, found.separable)
+    assert svm.svm_result_.status == "optimal" and svm.alignment_ == pytest.approx(1.0)
+    # the separable rows are saturated, the rest sit at the finite minimum
+    loss = svm.history_["loss"][-1]
+    assert loss == pytest.approx(svm.loss_infimum_, abs=1e-6)
+    assert svm.loss_infimum_ > svm.entropy_ + 0.01
+    gd = NTPDecoderClassifier(solver="gd", lr=0.5, max_iter=20_000, vocabulary=V,
+                              random_state=0).fit(X, y)
+    assert gd.alignment_ > 0.98 and gd.history_["finite_distance"][-1] < 0.01
+    assert 0 < gd.history_["loss"][-1] - gd.loss_infimum_ < 1e-3
+    assert np.all(np.diff(gd.history_["alignment"][5:]) > -1e-9)
+
+
+def test_partial_limits_are_those_of_the_frobenius_norm_only():
+    X, y, V = _partially_separable_samples(3)
+    with pytest.warns(UserWarning, match="not NTP-separable"):
+        sign = NTPDecoderClassifier(solver="signgd", lr=0.01, max_iter=50, vocabulary=V).fit(X, y)
+    assert sign.mm_direction_ is None and 0 < sign.separable_fraction_ < 1

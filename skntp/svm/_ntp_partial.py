@@ -1,0 +1,430 @@
+"""NTP limits on data that are not NTP-separable: the separable rows and the two limits.
+
+Thrampoulidis (2024) proves the limit ``W* + R W^mm/||W^mm||`` when the data are
+NTP-separable (Def. 3.2), which ``d > m`` makes almost sure.  With ``d < m``, the
+regime of real models, the NTP-SVM (4a)-(4b) is infeasible.  Its Sec. 6 points to
+the binary case (Ji & Telgarsky 2019, "The implicit bias of gradient descent on
+nonseparable data"), whose decomposition carries over to the NTP loss (2) as
+follows.  Write the margin rows ``r_{jv}(W) = (e_{z_j} - e_v)^T W h_j`` for
+``v not in S_j`` (``z_j`` an anchor of ``S_j``).
+
+* The recession cone of the loss (2): ``K = {D : (e_z - e_z')^T D h_j = 0 for
+  z, z' in S_j,  r_{jv}(D) >= 0 for v not in S_j}``; along ``D in K`` the loss
+  never increases, and it decreases exactly through the rows with ``r_{jv}(D) > 0``.
+* The separable rows ``I``: the rows that some ``D in K`` makes strictly positive.
+  ``K`` is a convex cone, so one ``D`` does it for all of ``I`` at once, and every
+  other row (``N``) is zero on all of ``K``.  One linear program finds ``I``
+  (:func:`ntp_separability`).
+* The direction ``W^mm_I = argmin ||W||_F`` s.t. in-support equalities,
+  ``r_{jv}(W) >= 1`` on ``I`` and ``r_{jv}(W) = 0`` on ``N``
+  (:func:`partial_ntp_svm_problem`): the NTP-SVM of the separable rows, in the
+  orthogonal complement of ``F_I = span{(e_a - e_b) h_j^T : a, b in S_j u N_j}``
+  (``N_j`` the non-separable tokens of context ``j``).
+* The finite part ``W_fin = argmin_{W in F_I} CE_I(W)``, ``CE_I`` the loss (2)
+  with the separable tokens dropped from every softmax
+  (:func:`partial_finite_component`).  ``CE_I`` is strictly convex on ``F_I`` and
+  coercive there (a recession direction inside ``F_I`` would, added to a large
+  multiple of ``W^mm_I``, be a point of ``K`` positive on a row of ``N``), so
+  ``W_fin`` exists and is unique.
+* Expected: ``W_k ~ log(k) W^mm_I + W_fin`` for gradient descent, and the same
+  along the regularization path.  Proven for binary labels (Ji & Telgarsky 2019,
+  Thm. 1.1, direction rate ``O(ln ln t / ln t)``); for NTP it is the natural
+  extension, measured by the package's tests on fresh random instances.  When
+  every out-of-support row is separable (``N`` empty), ``F_I = F`` and these are
+  Thm. 4.1's ``W^mm`` and ``W*`` (with NTP_H-compatibility, ``CE_I`` restricted to
+  the supports is minimized by the solution of eq. (3)).
+
+Both limits come with their certificate: ``W^mm_I`` with the max-margin core's
+(violation and duality gap), ``W_fin`` with the gradient of ``CE_I`` at it, and the
+two together certify ``I``: a feasible ``W^mm_I`` proves every row of ``I``
+separable, and the stationarity of ``W_fin`` (its softmax is positive on every
+row of ``N``) proves every row of ``N`` non-separable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import scipy.optimize
+import scipy.sparse as sp
+import scipy.sparse.linalg
+
+from ._ntp import _anchors, _check_contexts, exchangeable_tokens
+from ._problem import (
+    BilinearScores,
+    Constraints,
+    MaxMarginProblem,
+    ProgramTooLargeError,
+)
+
+__all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "ntp_separability",
+           "partial_finite_component", "partial_ntp_svm_problem", "separable_row_gaps"]
+
+#: The largest linear program (out-of-support rows after merging exchangeable
+#: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on
+#: 2 cores at 8,000 rows of real text (``benchmarks/ntp_separability.py``).
+MAX_LP_ROWS = 20_000
+
+
+@dataclass
+class NTPSeparability:
+    """Which margin rows ``(j, v)``, ``v not in S_j``, some recession direction separates.
+
+    Attributes
+    ----------
+    separable : ndarray of shape (m, V), bool
+        ``separable[j, v]``: the row ``(j, v)`` is in ``I`` (False on the supports).
+    support : ndarray of shape (m, V), bool
+        The supports ``S_j``.
+    method : str
+        ``"rank"`` (linearly independent contexts: every row separable, Lemma 1 of
+        the NTP paper's Sec. 3) or ``"highs"`` (the linear program).
+    direction : ndarray of shape (V, d) or None
+        The program's point of the recession cone, positive on every row of
+        ``I`` (``None`` for ``"rank"``).
+    """
+
+    separable: np.ndarray
+    support: np.ndarray
+    method: str
+    direction: np.ndarray | None = None
+
+    @property
+    def n_rows(self):
+        """The number of out-of-support rows."""
+        return int(self.support.size - np.count_nonzero(self.support))
+
+    @property
+    def n_separable(self):
+        """The number of separable rows ``|I|``."""
+        return int(np.count_nonzero(self.separable))
+
+    @property
+    def fraction(self):
+        """``|I|`` over the number of out-of-support rows (1.0 when there are none)."""
+        return self.n_separable / self.n_rows if self.n_rows else 1.0
+
+    @property
+    def is_separable(self):
+        """Every out-of-support row separable: the data are NTP-separable (Def. 3.2)."""
+        return self.n_separable == self.n_rows
+
+    @property
+    def separable_contexts(self):
+        """``(m,)`` bool: every out-of-support row of the context is separable."""
+        return np.all(self.separable | self.support, axis=1)
+
+
+#: The largest ``m * V`` held as dense (m, V) masks (50 MB of bools).
+MAX_MASK_ENTRIES = 50_000_000
+
+
+def _dense_support(support):
+    if support.shape[0] * support.shape[1] > MAX_MASK_ENTRIES:
+        raise ProgramTooLargeError(
+            f"the separability diagnosis keeps (m, V) masks; m * V = "
+            f"{support.shape[0] * support.shape[1]} is above {MAX_MASK_ENTRIES}. Use fewer "
+            "contexts or a smaller vocabulary.")
+    support = support.toarray() if sp.issparse(support) else np.asarray(support)
+    support = support.astype(bool)
+    if not np.all(support.any(axis=1)):
+        raise ValueError("every context needs at least one in-support token.")
+    return support
+
+
+def ntp_separability(contexts, support, *, max_rows=MAX_LP_ROWS):
+    """Find the separable margin rows ``I`` of NTP data by one linear program.
+
+    The program (in ``W`` of shape (V, d), one common in-support logit ``c_j``
+    per context and one ``s_{jv}`` per out-of-support row)::
+
+        max  sum s_{jv}   s.t.  w_z^T h_j = c_j            (z in S_j)
+                                w_v^T h_j <= c_j - s_{jv}  (v not in S_j)
+                                0 <= s_{jv} <= 1
+
+    Its feasible ``W`` are the recession cone ``K`` of the loss (2) (see the
+    module docstring), scaled.  As ``K`` is a cone, a ``W`` in it makes every
+    row of ``I`` at least 1, so the optimum is ``s = 1`` on ``I`` and 0 on the
+    rest, and ``I = {s_{jv} > 1/2}`` exactly.  Tokens with identical support
+    columns (:func:`~skntp.svm.exchangeable_tokens`) share their rows, an exact
+    reduction: the cone is symmetric under their exchange, so the average of a
+    maximal ``W`` and its exchange is maximal too.  Linearly independent
+    contexts skip the program: every row is separable.
+
+    Parameters
+    ----------
+    contexts : array-like of shape (m, d)
+        Distinct context embeddings ``h_j``.
+    support : array-like or sparse matrix of shape (m, V)
+        ``support[j, v]`` nonzero when ``v in S_j`` (probabilities may be passed).
+    max_rows : int, default=20_000
+        The largest program solved (out-of-support rows after the reduction).
+        HiGHS takes seconds at this size on real text and grows much faster than
+        linearly beyond it.
+
+    Returns
+    -------
+    NTPSeparability
+
+    Raises
+    ------
+    ProgramTooLargeError
+        When the program has more than ``max_rows`` rows, or ``m * V`` is above
+        50 million (the masks are dense).
+    RuntimeError
+        If HiGHS does not solve the program (it is always feasible and bounded).
+    """
+    contexts, support = _check_contexts(contexts, support)
+    support = _dense_support(support)
+    m, V = support.shape
+    d = contexts.shape[1]
+    if np.linalg.matrix_rank(contexts) == m:
+        return NTPSeparability(~support, support, "rank")
+    representative, token_class, _ = exchangeable_tokens(support)
+    reduced = support[:, representative]
+    Vc = reduced.shape[1]
+    j_out, v_out = np.nonzero(~reduced)
+    n_out = j_out.size
+    if n_out > max_rows:
+        raise ProgramTooLargeError(
+            f"the separability program has {n_out} out-of-support rows (after merging "
+            f"exchangeable tokens), more than max_rows={max_rows}. Use fewer contexts or "
+            f"a smaller vocabulary, or raise max_rows (HiGHS time grows fast with the "
+            f"rows).")
+    j_in, z_in = np.nonzero(reduced)
+    n_w = Vc * d
+
+    def rows(j, v, extra_cols=None):
+        n = j.size
+        r = [np.repeat(np.arange(n), d), np.arange(n)]
+        c = [(v[:, None] * d + np.arange(d)).ravel(), n_w + j]
+        x = [contexts[j].ravel(), -np.ones(n)]
+        if extra_cols is not None:
+            r.append(np.arange(n))
+            c.append(extra_cols)
+            x.append(np.ones(n))
+        return sp.csr_matrix((np.concatenate(x), (np.concatenate(r), np.concatenate(c))),
+                             shape=(n, n_w + m + n_out))
+
+    A_eq = rows(j_in, z_in)
+    A_ub = rows(j_out, v_out, n_w + m + np.arange(n_out))
+    cost = np.concatenate([np.zeros(n_w + m), -np.ones(n_out)])
+    bounds = np.array([(-np.inf, np.inf)] * (n_w + m) + [(0.0, 1.0)] * n_out)
+    res = scipy.optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(n_out), A_eq=A_eq,
+                                 b_eq=np.zeros(j_in.size), bounds=bounds, method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"HiGHS did not solve the separability program: {res.message}")
+    s = res.x[n_w + m:]
+    separable_reduced = np.zeros((m, Vc), dtype=bool)
+    separable_reduced[j_out, v_out] = s > 0.5
+    direction = res.x[:n_w].reshape(Vc, d)[token_class]
+    return NTPSeparability(separable_reduced[:, token_class], support, "highs", direction)
+
+
+def partial_ntp_svm_problem(contexts, separability):
+    """The NTP-SVM of the separable rows: ``W^mm_I`` (module docstring).
+
+    ``min 1/2 ||W||_F^2`` s.t. ``(e_z - e_{z_j})^T W h_j = 0`` (``z in S_j``),
+    ``(e_{z_j} - e_v)^T W h_j >= 1`` on ``I`` and ``= 0`` on ``N``: the NTP-SVM
+    (4a)-(4b) with the non-separable rows turned into equalities.  With ``N``
+    empty it is the NTP-SVM.
+
+    Parameters
+    ----------
+    contexts : array-like of shape (m, d)
+    separability : NTPSeparability
+        From :func:`ntp_separability` on the same contexts.
+
+    Returns
+    -------
+    MaxMarginProblem
+        Its equalities span ``F_I``, the subspace of the finite part.
+    """
+    support, separable = separability.support, separability.separable
+    contexts, _ = _check_contexts(contexts, support)
+    m, V = support.shape
+    anchor = _anchors(support)
+    j_eq, z_eq = np.nonzero(support)
+    keep = z_eq != anchor[j_eq]
+    j_eq, z_eq = j_eq[keep], z_eq[keep]
+    j_n, v_n = np.nonzero(~support & ~separable)
+    j_i, v_i = np.nonzero(separable)
+    cons = Constraints.concatenate([
+        Constraints(j_eq, z_eq, anchor[j_eq], np.zeros(j_eq.size), np.ones(j_eq.size, bool)),
+        Constraints(j_n, anchor[j_n], v_n, np.zeros(j_n.size), np.ones(j_n.size, bool)),
+        Constraints(j_i, anchor[j_i], v_i, np.ones(j_i.size), np.zeros(j_i.size, bool)),
+    ])
+    return MaxMarginProblem(
+        BilinearScores(contexts, None, n_outputs=V), cons, name="NTP-SVM of the separable rows",
+        infeasible_message="the rows marked separable are not (the separability program "
+        "was wrong)",
+        info={"separability": separability})
+
+
+def finite_side_problem(problem):
+    """The equality rows of :func:`partial_ntp_svm_problem` alone: they span ``F_I``
+    (the subspace of ``W_fin``; e.g. for :class:`~skntp.metrics.SubspaceProjector`)."""
+    c = problem.constraints
+    eq = c.equality
+    return MaxMarginProblem(problem.scores, Constraints(c.block[eq], c.pos[eq], c.ref[eq],
+                                                        c.rhs[eq], eq[eq]),
+                            name="the finite side F_I")
+
+
+def separable_row_gaps(contexts, support, separable, *decoders):
+    """Per separable row and decoder: the smallest in-support logit minus the row's logit.
+
+    Parameters
+    ----------
+    contexts : ndarray of shape (m, d)
+    support, separable : ndarray of shape (m, V), bool
+        ``S_j`` and ``I`` (:class:`NTPSeparability`).
+    *decoders : ndarrays of shape (V, d)
+
+    Returns
+    -------
+    list of ndarray of shape (|I|,)
+        In the order of ``np.nonzero(separable)``: ``min_{z in S_j} w_z^T h_j -
+        w_v^T h_j`` for each row ``(j, v)`` (``svm_radius="auto"`` saturates these).
+    """
+    j, v = np.nonzero(separable)
+    out = []
+    for W in decoders:
+        L = contexts @ W.T
+        out.append(np.where(support, L, np.inf).min(axis=1)[j] - L[j, v])
+    return out
+
+
+@dataclass
+class FiniteComponent:
+    """``W_fin`` and its certificate (:func:`partial_finite_component`).
+
+    Attributes
+    ----------
+    W : ndarray of shape (V, d)
+    loss : float
+        ``CE_I(W_fin)``.
+    grad_norm : float
+        ``||grad CE_I(W_fin)||_F`` relative to ``max_j ||h_j||``.
+    min_prob : float
+        The smallest softmax probability of a non-separable row at ``W_fin``
+        (positive: the gradient's table is the certificate that those rows are
+        not separable).
+    n_iter : int
+    converged : bool
+        ``grad_norm <= tol``.
+    """
+
+    W: np.ndarray
+    loss: float
+    grad_norm: float
+    min_prob: float
+    n_iter: int
+    converged: bool
+
+
+def partial_finite_component(contexts, next_token_probs, separability, context_weights=None,
+                             *, tol=1e-9, max_iter=200):
+    """``W_fin = argmin_{W in F_I} CE_I(W)``: the finite part off the separable rows.
+
+    ``CE_I(W) = sum_j pi_j [log sum_{a in S_j u N_j} exp(w_a^T h_j)
+    - sum_{z in S_j} p_{j,z} w_z^T h_j]``, the loss (2) with the separable tokens
+    of each context dropped from its softmax.  Newton-CG (Hessian-vector products
+    in closed form) from ``W = 0``: every gradient and Hessian product lies in
+    ``F_I``, so the iterates do, and the minimizer found is the one in ``F_I``.
+
+    Parameters
+    ----------
+    contexts : array-like of shape (m, d)
+    next_token_probs : array-like or sparse matrix of shape (m, V)
+        Rows normalized to sum to one.
+    separability : NTPSeparability
+    context_weights : array-like of shape (m,), optional
+        ``pi_j`` (uniform by default); normalized to sum to one.
+    tol : float, default=1e-9
+        Stop when the gradient norm, relative to ``max_j ||h_j||``, is below.
+    max_iter : int, default=200
+        Newton iterations.
+
+    Returns
+    -------
+    FiniteComponent
+    """
+    H, probs = _check_contexts(contexts, next_token_probs, "next_token_probs")
+    P = probs.toarray() if sp.issparse(probs) else np.asarray(probs, dtype=float)
+    if np.any(P < 0) or not np.all(np.isfinite(P)):
+        raise ValueError("next_token_probs must be finite and non-negative.")
+    P = P / P.sum(axis=1, keepdims=True)
+    if P.shape != separability.support.shape or np.any((P > 0) != separability.support):
+        raise ValueError("next_token_probs must have the supports of the separability "
+                         "result.")
+    m, V = P.shape
+    d = H.shape[1]
+    pi = np.full(m, 1.0 / m) if context_weights is None else np.asarray(context_weights, float)
+    pi = pi / pi.sum()
+    allowed = ~separability.separable
+    scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
+
+    def softmax(W):
+        Z = H @ W.T
+        top = np.max(Z, axis=1, where=allowed, initial=-np.inf, keepdims=True)
+        E = np.where(allowed, np.exp(np.minimum(Z - top, 0.0)), 0.0)
+        total = E.sum(axis=1, keepdims=True)
+        return Z, E / total, (top + np.log(total)).ravel()
+
+    def fun(w):
+        Z, S, lse = softmax(w.reshape(V, d))
+        loss = float(pi @ (lse - np.sum(P * Z, axis=1)))
+        G = (S - P) * pi[:, None]
+        return loss, (G.T @ H).ravel()
+
+    def hessp(w, v):
+        _, S, _ = softmax(w.reshape(V, d))
+        Zd = H @ v.reshape(V, d).T
+        Gd = S * (Zd - np.sum(S * Zd, axis=1, keepdims=True)) * pi[:, None]
+        return (Gd.T @ H).ravel()
+
+    w, n_iter = newton_cg(fun, hessp, np.zeros(V * d), tol * scale, max_iter)
+    W = w.reshape(V, d)
+    loss, grad = fun(w)
+    _, S, _ = softmax(W)
+    rest = allowed & ~separability.support
+    grad_norm = float(np.linalg.norm(grad)) / scale
+    return FiniteComponent(W=W, loss=loss, grad_norm=grad_norm,
+                           min_prob=float(S[rest].min()) if rest.any() else math.inf,
+                           n_iter=n_iter, converged=bool(grad_norm <= tol))
+
+
+def newton_cg(fun, hessp, x, gtol, max_iter):
+    """Minimize a smooth convex ``fun`` by Newton steps (CG on ``hessp``) and backtracking.
+
+    ``fun(x) -> (value, gradient)``; stops when ``||gradient|| <= gtol`` or after
+    ``max_iter`` steps.  CG runs in the Krylov space of the gradient, so a Hessian
+    singular off the gradient's subspace (``F_I^perp`` here) does no harm.
+    Returns ``(x, n_iter)``.
+    """
+    value, grad = fun(x)
+    for k in range(max_iter):
+        g = float(np.linalg.norm(grad))
+        if g <= gtol:
+            return x, k
+        op = scipy.sparse.linalg.LinearOperator((x.size, x.size), partial(hessp, x),
+                                                dtype=float)
+        step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=min(0.5, math.sqrt(g)),
+                                         maxiter=max(50, x.size))
+        slope = float(grad @ step)
+        if not slope < 0:  # CG lost descent (round-off): a gradient step
+            step, slope = -grad, -g * g
+        t = 1.0
+        while True:
+            new_value, new_grad = fun(x + t * step)
+            if new_value <= value + 1e-4 * t * slope or t < 1e-12:
+                break
+            t *= 0.5
+        if t < 1e-12:  # no decrease left at this precision
+            return x, k
+        x, value, grad = x + t * step, new_value, new_grad
+    return x, max_iter

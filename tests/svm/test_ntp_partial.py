@@ -1,0 +1,205 @@
+"""NTP limits on data that are not NTP-separable (``d < m``): the separable rows,
+``W^mm_I`` and ``W_fin``, against programs written here and against the
+regularization path of the loss (the theorem's measured form)."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+from helpers import (
+    finite_side_rows,
+    partially_separable_instance,
+    projector_onto_rows,
+    regularized_ntp_fit,
+    separable_rows_by_lp,
+)
+
+from skntp.svm import (
+    NotSeparableError,
+    ProgramTooLargeError,
+    finite_component,
+    ntp_separability,
+    ntp_svm,
+    partial_finite_component,
+    partial_ntp_svm_problem,
+    solve_max_margin,
+)
+
+
+def _partial_svm_by_hand(H, S, separable):
+    """``min ||W||^2`` s.t. equal logits on supports, ``>= 1`` on ``I``, ``= 0`` on ``N``."""
+    m, d = H.shape
+    W = cp.Variable((S.shape[1], d))
+    L = H @ W.T
+    cons = []
+    for j in range(m):
+        z = np.flatnonzero(S[j])[0]
+        for v in range(S.shape[1]):
+            if v == z:
+                continue
+            gap = L[j, z] - L[j, v]
+            cons.append(gap >= 1 if separable[j, v] else gap == 0)
+    cp.Problem(cp.Minimize(cp.sum_squares(W)), cons).solve(solver=cp.CLARABEL)
+    return W.value
+
+
+def _finite_by_hand(H, P, separable):
+    """A minimizer of the loss with the separable tokens dropped from each softmax."""
+    m, d = H.shape
+    W = cp.Variable((P.shape[1], d))
+    L = H @ W.T
+    terms = [cp.log_sum_exp(L[j, np.flatnonzero(~separable[j])]) - P[j] @ L[j]
+             for j in range(m)]
+    cp.Problem(cp.Minimize(cp.sum(cp.hstack(terms)) / m)).solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    return W.value
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_separable_rows_are_those_of_the_lp_of_their_definition(seed):
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    found = ntp_separability(H, P)
+    assert found.method == "highs" and H.shape[0] > H.shape[1]
+    np.testing.assert_array_equal(found.separable, separable_rows_by_lp(H, S))
+    assert 0 < found.fraction < 1 and not found.is_separable
+    # the program's point is in the recession cone and positive on I
+    L = H @ found.direction.T
+    anchor = L[np.arange(len(H)), S.argmax(axis=1)]
+    gaps = anchor[:, None] - L
+    assert np.all(np.abs(np.where(S, gaps, 0)) < 1e-7)
+    assert np.all(gaps[found.separable] > 0.5) and np.all(gaps[~S] > -1e-7)
+    # group A's contexts (on their own coordinates) are wholly separable
+    assert found.separable_contexts[:3].all() and not found.separable_contexts[3:].all()
+
+
+def test_random_supports_on_few_dimensions_have_no_separable_row():
+    rng = np.random.default_rng(0)
+    H = rng.standard_normal((40, 4))
+    S = np.zeros((40, 5), bool)
+    S[np.arange(40), rng.integers(0, 5, 40)] = True
+    found = ntp_separability(H, S)
+    np.testing.assert_array_equal(found.separable, separable_rows_by_lp(H, S))
+    assert found.n_separable == 0 and found.fraction == 0.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_both_limits_match_programs_written_from_their_equations(seed):
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    sep = ntp_separability(H, P)
+    res = solve_max_margin(partial_ntp_svm_problem(H, sep), tol=1e-9)
+    assert res.status == "optimal"
+    ref = _partial_svm_by_hand(H, S, sep.separable)
+    np.testing.assert_allclose(res.primal, ref, atol=1e-5 * np.abs(ref).max())
+    fin = partial_finite_component(H, P, sep)
+    assert fin.converged and fin.grad_norm <= 1e-9 and fin.min_prob > 0
+    # any minimizer has the same logit differences on the allowed tokens
+    other = _finite_by_hand(H, P, sep.separable)
+    rows = finite_side_rows(H, S, sep.separable)
+    np.testing.assert_allclose(rows @ fin.W.ravel(), rows @ other.ravel(), atol=1e-5)
+    # W_fin lies in F_I, W^mm_I in its complement
+    proj = projector_onto_rows(rows)
+    np.testing.assert_allclose(proj @ fin.W.ravel(), fin.W.ravel(), atol=1e-9)
+    assert np.linalg.norm(proj @ res.primal.ravel()) < 1e-6 * np.linalg.norm(res.primal)
+
+
+def _regpath_check(seed, lam, random_sizes=False):
+    sizes = {}
+    if random_sizes:  # m, d and V drawn per instance, d < m always
+        rng = np.random.default_rng(seed)
+        d_a = int(rng.integers(3, 7))
+        sizes = dict(d_a=d_a, m_a=int(rng.integers(1, d_a)), d_b=int(rng.integers(2, 4)),
+                     m_b=int(rng.integers(15, 31)), t_a=int(rng.integers(2, 5)),
+                     t_b=int(rng.integers(2, 5)), t_0=int(rng.integers(0, 3)))
+    H, P = partially_separable_instance(seed, **sizes)
+    assert H.shape[0] > H.shape[1]
+    S = P > 0
+    sep = ntp_separability(H, P)
+    assert 0 < sep.fraction < 1
+    direction = solve_max_margin(partial_ntp_svm_problem(H, sep), tol=1e-10).primal
+    fin = partial_finite_component(H, P, sep, tol=1e-11)
+    proj = projector_onto_rows(finite_side_rows(H, S, sep.separable))
+    W = None
+    for step in np.geomspace(1e-4, lam, 5):  # warm starts down the path
+        W = regularized_ntp_fit(H, P, step, W0=W)
+    w = W.ravel()
+    finite_part = proj @ w
+    diverging = w - finite_part
+    cos = diverging @ direction.ravel() / np.linalg.norm(diverging) / np.linalg.norm(direction)
+    dist = np.linalg.norm(finite_part - fin.W.ravel()) / np.linalg.norm(fin.W)
+    Z = H @ W.T
+    Z = Z - Z.max(axis=1, keepdims=True)
+    loss = np.mean(np.log(np.exp(Z).sum(axis=1)) - np.sum(P * Z, axis=1))
+    entropy = -np.mean(np.sum(np.where(S, P * np.log(np.where(S, P, 1)), 0), axis=1))
+    return cos, dist, loss, fin.loss, entropy
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_regularization_path_follows_both_limits(seed):
+    cos, dist, loss, floor, entropy = _regpath_check(seed, 1e-12)
+    assert cos >= 0.99 and dist <= 1e-2
+    # the loss tends to the minimum of the non-separable part, above the entropy
+    assert abs(loss - floor) < 1e-6 and floor > entropy + 1e-2
+
+
+def test_the_regularization_path_follows_both_limits_on_twenty_fresh_instances():
+    for seed in range(100, 120):
+        cos, dist, loss, floor, entropy = _regpath_check(seed, 1e-12, random_sizes=True)
+        assert cos >= 0.99 and dist <= 1e-2, (seed, cos, dist)
+        assert abs(loss - floor) < 1e-6 and floor > entropy
+
+
+def test_on_separable_data_the_limits_are_those_of_theorem_4_1():
+    rng = np.random.default_rng(4)
+    m, d, V = 30, 6, 4
+    H = rng.standard_normal((m, d))
+    W0 = rng.standard_normal((V, d))
+    P = np.zeros((m, V))
+    for j in range(m):
+        a, b, c = np.argsort(-(W0 @ H[j]))[:3]
+        if j < 4:  # two tokens tied by W0 above the others: a support of two
+            u = W0[a] - W0[b]
+            h = H[j] - (u @ H[j]) / (u @ u) * u
+            L = W0 @ h
+            if L[a] > np.delete(L, [a, b]).max() + 0.1:
+                H[j] = h
+                P[j, [a, b]] = [0.3, 0.7]
+                continue
+        P[j, a] = 1.0
+    assert np.count_nonzero(P.sum(axis=0) < 2) < V and (np.count_nonzero(P, axis=1) == 2).any()
+    S = P > 0
+    sep = ntp_separability(H, P)  # W0 is in the recession cone, positive on every row
+    assert sep.method == "highs" and sep.is_separable and sep.fraction == 1.0
+    W_mm = ntp_svm(H, S, tol=1e-10)
+    res = solve_max_margin(partial_ntp_svm_problem(H, sep), tol=1e-10)
+    np.testing.assert_allclose(res.primal, W_mm, atol=1e-8 * np.abs(W_mm).max())
+    fin = partial_finite_component(H, P, sep, tol=1e-12)
+    assert np.abs(fin.W).max() > 0.1
+    np.testing.assert_allclose(fin.W, finite_component(H, P), atol=1e-8)
+
+
+def test_linearly_independent_contexts_need_no_program():
+    rng = np.random.default_rng(0)
+    H = rng.standard_normal((5, 8))
+    S = np.eye(5, 3, dtype=bool) | np.eye(5, 3, -3, dtype=bool)
+    sep = ntp_separability(H, S)
+    assert sep.method == "rank" and sep.is_separable and sep.direction is None
+
+
+def test_bad_input_and_too_large_programs():
+    H, P = partially_separable_instance(0)
+    with pytest.raises(ProgramTooLargeError, match="max_rows=10"):
+        ntp_separability(H, P, max_rows=10)
+    bad = P.copy()
+    bad[0] = 0
+    with pytest.raises(ValueError, match="at least one in-support"):
+        ntp_separability(H, bad)
+    sep = ntp_separability(H, P)
+    other = np.roll(P, 1, axis=1)
+    with pytest.raises(ValueError, match="supports of the separability"):
+        partial_finite_component(H, other, sep)
+    with pytest.raises(ValueError, match="non-negative"):
+        partial_finite_component(H, -P, sep)
+    # the full NTP-SVM says what the data are, and the diagnosis is the way on
+    with pytest.raises(NotSeparableError):
+        ntp_svm(H, P > 0, method="cvxpy")
