@@ -117,7 +117,8 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         ``R`` in ``coef_ = W* + R W^mm/||W^mm||`` for ``solver="svm"``.  "auto"
         takes the smallest ``R`` for which every out-of-support logit lies at
         least 20 nats below every in-support logit of its context (so every
-        out-of-support probability is below ``exp(-20)``).
+        out-of-support probability is below ``exp(-20)``); on data that are
+        not NTP-separable, every separable row (the others stay finite).
     path_radii : array-like, default=None
         Increasing radii ``B`` of the regularization path; ``None`` uses
         ``geomspace(0.5, 200, 24)``.
@@ -161,9 +162,16 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         The entropy lower bound ``H`` of the loss (Sec. 2).
     finite_component_ : ndarray of shape (V, d)
         ``W*``, the minimum-norm solution of eq. (3); lies in ``F`` (eq. (5)).
+        On data that are not NTP-separable (and a Frobenius limit), ``W_fin``:
+        the minimizer in ``F_I`` of the loss with the separable tokens dropped
+        (:func:`skntp.svm.partial_finite_component`; user guide, "Data that are
+        not NTP-separable").
     mm_direction_ : ndarray of shape (V, d) or None
         ``W^mm/||W^mm||_F`` (unit Frobenius norm), the NTP-SVM solution in
-        ``limit_norm_``; ``None`` when the data are not NTP-separable.  In the
+        ``limit_norm_``.  On data that are not NTP-separable, with the
+        Frobenius limit: ``W^mm_I``, the NTP-SVM of the separable rows
+        (``separable_rows_``), ``None`` when no row is separable (the loss then
+        has a minimizer, ``finite_component_``) or in another limit norm.  In the
         Frobenius and lp norms the solution is unique; in the max, l1 and
         spectral norms (not strictly convex) it need not be, and this is one
         minimizer, the one the method found (its value is certified, the
@@ -184,8 +192,20 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         history's ``alignment_fro`` is the cosine with the Frobenius one.
     is_ntp_compatible_ : bool
         Eq. (3) has a solution (Def. 3.1).
-    is_ntp_separable_ : bool
-        The NTP-SVM is feasible (Def. 3.2).
+    is_ntp_separable_ : bool or None
+        The NTP-SVM is feasible (Def. 3.2); ``None`` when unknown (too large).
+    separable_rows_ : ndarray of shape (m, V), bool, or None
+        The margin rows ``(j, v)``, ``v not in S_j``, that some direction of the
+        recession cone separates (:func:`skntp.svm.ntp_separability`); ``None``
+        when the diagnosis did not run (linearly independent contexts, where all
+        rows are separable, or a program above its size limit).
+    separable_fraction_ : float
+        The fraction of margin rows that are separable: 1.0 on NTP-separable
+        data, nan when unknown.
+    loss_infimum_ : float
+        The infimum of the loss (2) that gradient descent approaches: ``entropy_``
+        on NTP-separable and NTP_H-compatible data, the loss of the non-separable
+        rows at ``W_fin`` on data that are not NTP-separable, nan otherwise.
     alignment_ : float
         Cosine of ``coef_ - finite_component_`` with ``mm_direction_``.
     history_ : dict of ndarray

@@ -1,4 +1,10 @@
-"""Real English text for next-token prediction: scikit-learn's dataset descriptions."""
+"""Real English text for next-token prediction, from documentation every install has.
+
+Two corpora: scikit-learn's dataset descriptions (``sklearn/datasets/descr``,
+BSD-3-Clause, about 4,400 words) and Python's own language reference topics
+(``pydoc_data.topics``, shipped with CPython for ``help()``, PSF License, about
+70,000 words).
+"""
 
 from __future__ import annotations
 
@@ -38,12 +44,35 @@ def _descr_sentences():
     return sentences, [f.name for f in files]
 
 
-def load_text_ntp(*, context_size=2, n_words=80, embedding="gaussian", n_features=None,
-                  random_state=0, return_X_y=False):
-    """Next-token prediction data from real English text shipped with scikit-learn.
+def _python_doc_sentences():
+    """Sentences (lists of lowercase words) of Python's help topics (``pydoc_data``).
 
-    The text is the dataset descriptions ``sklearn/datasets/descr/*.rst``
-    (about 4,400 words of prose).  The ``n_words`` most frequent words form
+    Indented lines (grammar rules and code examples) and underlines are dropped;
+    sentences break at punctuation and blank lines.
+    """
+    from pydoc_data.topics import topics
+
+    sentences = []
+    for key in sorted(topics):
+        lines = [ln for ln in topics[key].splitlines()
+                 if not ln.startswith("   ") and not _SKIP_LINE.match(ln)]
+        for chunk in _SENTENCE_BREAK.split("\n".join(lines)):
+            words = _WORD.findall(chunk.lower())
+            if len(words) >= 2:
+                sentences.append(words)
+    return sentences, [f"pydoc_data/topics.py:{key}" for key in sorted(topics)]
+
+
+def load_text_ntp(*, corpus="sklearn", context_size=2, n_words=80, embedding="gaussian",
+                  n_features=None, n_sentences=None, random_state=0, return_X_y=False):
+    """Next-token prediction data from real English text shipped with the installed packages.
+
+    ``corpus="sklearn"``: the dataset descriptions ``sklearn/datasets/descr/*.rst``
+    (about 4,400 words of prose, BSD-3-Clause).  ``corpus="python"``: the help
+    topics of Python's language reference, ``pydoc_data.topics`` (the text of
+    ``help("if")`` and the like, part of every CPython install; about 70,000
+    words, Python Software Foundation License), with the grammar rules and code
+    examples (indented lines) left out.  The ``n_words`` most frequent words form
     the vocabulary; every sentence is cut into maximal runs of vocabulary
     words, and every prefix of every run, truncated to its last
     ``context_size`` words, is a context whose next token is the following
@@ -53,6 +82,8 @@ def load_text_ntp(*, context_size=2, n_words=80, embedding="gaussian", n_feature
 
     Parameters
     ----------
+    corpus : {"sklearn", "python"}, default="sklearn"
+        The text (above).
     context_size : int, default=2
         Words per context (shorter at the start of a run).
     n_words : int, default=80
@@ -70,6 +101,8 @@ def load_text_ntp(*, context_size=2, n_words=80, embedding="gaussian", n_feature
         when ``d`` is small.
     n_features : int, optional
         See ``embedding`` (ignored by ``"onehot"``).
+    n_sentences : int, optional
+        Use only the first ``n_sentences`` sentences (all by default).
     random_state : int, RandomState instance or None, default=0
         Seeds the random embeddings.
     return_X_y : bool, default=False
@@ -85,6 +118,11 @@ def load_text_ntp(*, context_size=2, n_words=80, embedding="gaussian", n_feature
         read, ``DESCR``.
     (X, y) : tuple, if ``return_X_y``
     """
+    if corpus not in ("sklearn", "python"):
+        raise ValueError(f"corpus must be 'sklearn' or 'python', got {corpus!r}.")
+    if n_sentences is not None and (isinstance(n_sentences, bool) or int(n_sentences) < 1):
+        raise ValueError(f"n_sentences must be None or a positive integer, got "
+                         f"{n_sentences!r}.")
     if int(context_size) < 1:
         raise ValueError(f"context_size must be a positive integer, got {context_size!r}.")
     if int(n_words) < 2:
@@ -97,7 +135,9 @@ def load_text_ntp(*, context_size=2, n_words=80, embedding="gaussian", n_feature
         raise ValueError(f"n_features must be a positive integer, got {n_features!r}.")
     k = int(context_size)
     rng = check_random_state(random_state)
-    sentences, files = _descr_sentences()
+    sentences, files = _descr_sentences() if corpus == "sklearn" else _python_doc_sentences()
+    if n_sentences is not None:
+        sentences = sentences[:int(n_sentences)]
     counts = Counter(w for s in sentences for w in s)
     vocab = [w for w, _ in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))][:n_words]
     in_vocab = set(vocab)
@@ -141,8 +181,10 @@ def load_text_ntp(*, context_size=2, n_words=80, embedding="gaussian", n_feature
         embeddings=emb,
         files=files,
         DESCR=(
-            f"Next-token prediction on the dataset descriptions shipped with scikit-learn "
-            f"({len(files)} files): {X.shape[0]} samples, {m} distinct contexts of at most "
+            f"Next-token prediction on "
+            + ("the dataset descriptions shipped with scikit-learn" if corpus == "sklearn"
+               else "Python's help topics (pydoc_data)")
+            + f" ({len(files)} texts): {X.shape[0]} samples, {m} distinct contexts of at most "
             f"{k} words, vocabulary of {len(vocab)} words, {embedding!r} context "
             f"embeddings in R^{X.shape[1]}."
         ),

@@ -60,8 +60,8 @@ from ._problem import (
     ProgramTooLargeError,
 )
 
-__all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "ntp_separability",
-           "partial_finite_component", "partial_ntp_svm_problem", "separable_row_gaps"]
+__all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "no_row_is_separable",
+           "ntp_separability", "partial_finite_component", "partial_ntp_svm_problem", "separable_row_gaps"]
 
 #: The largest linear program (out-of-support rows after merging exchangeable
 #: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on
@@ -81,7 +81,8 @@ class NTPSeparability:
         The supports ``S_j``.
     method : str
         ``"rank"`` (linearly independent contexts: every row separable, Lemma 1 of
-        the NTP paper's Sec. 3) or ``"highs"`` (the linear program).
+        the NTP paper's Sec. 3), ``"stationary point"`` (no row separable,
+        :func:`no_row_is_separable`) or ``"highs"`` (the linear program).
     direction : ndarray of shape (V, d) or None
         The program's point of the recession cone, positive on every row of
         ``I`` (``None`` for ``"rank"``).
@@ -145,6 +146,12 @@ def ntp_separability(contexts, support, *, max_rows=MAX_LP_ROWS):
                                 w_v^T h_j <= c_j - s_{jv}  (v not in S_j)
                                 0 <= s_{jv} <= 1
 
+    Two cheaper answers come first.  Linearly independent contexts: every row is
+    separable (Lemma 1 of the NTP paper's Sec. 3).  No row separable, the common
+    case of real text with ``d << m``: the loss has a minimizer, and the
+    gradient's table there proves it (:func:`no_row_is_separable`).  Otherwise
+    the program decides.
+
     Its feasible ``W`` are the recession cone ``K`` of the loss (2) (see the
     module docstring), scaled.  As ``K`` is a cone, a ``W`` in it makes every
     row of ``I`` at least 1, so the optimum is ``s = 1`` on ``I`` and 0 on the
@@ -183,6 +190,8 @@ def ntp_separability(contexts, support, *, max_rows=MAX_LP_ROWS):
     d = contexts.shape[1]
     if np.linalg.matrix_rank(contexts) == m:
         return NTPSeparability(~support, support, "rank")
+    if no_row_is_separable(contexts, support):
+        return NTPSeparability(np.zeros_like(support), support, "stationary point")
     representative, token_class, _ = exchangeable_tokens(support)
     reduced = support[:, representative]
     Vc = reduced.shape[1]
@@ -222,6 +231,49 @@ def ntp_separability(contexts, support, *, max_rows=MAX_LP_ROWS):
     separable_reduced[j_out, v_out] = s > 0.5
     direction = res.x[:n_w].reshape(Vc, d)[token_class]
     return NTPSeparability(separable_reduced[:, token_class], support, "highs", direction)
+
+
+def no_row_is_separable(contexts, support, *, max_iter=100):
+    """Prove that no margin row is separable, by a stationary point of the loss, or fail.
+
+    A row ``(j, v)`` is not separable when some table ``Y`` (V, m) has
+    ``sum_j Y[:, j] h_j^T = 0``, columns summing to zero, entries ``<= 0`` off
+    the supports and ``Y[v, j] < 0`` (Farkas' lemma on the cone ``K``).  At a
+    minimizer of the loss (2) (uniform weights and probabilities on the
+    supports: any positive ones do), ``Y = -G^T`` with ``G = pi (softmax - p)``
+    is such a table for every row at once.  Newton-CG finds an approximate
+    minimizer; its gradient ``E = G^T H`` is then removed exactly,
+    ``Y' = Y + E (H^T H)^+ H^T`` (columns still sum to zero since ``1^T E = 0``),
+    and the proof holds if every off-support entry of ``Y'`` is still negative,
+    by more than the round-off of the check.
+
+    Parameters
+    ----------
+    contexts : ndarray of shape (m, d)
+    support : ndarray of shape (m, V), bool
+    max_iter : int, default=100
+        Newton steps (on data with separable rows the loss has no minimizer and
+        the attempt ends here).
+
+    Returns
+    -------
+    bool
+        True: proven, no row is separable.  False: not proven (some row may be).
+    """
+    H = contexts
+    m, d = H.shape
+    P = support / support.sum(axis=1, keepdims=True)
+    sep = NTPSeparability(np.zeros_like(support), support, "stationary point")
+    fin = partial_finite_component(H, P, sep, tol=1e-13, max_iter=max_iter)
+    Z = H @ fin.W.T
+    S = np.exp(Z - Z.max(axis=1, keepdims=True))
+    S /= S.sum(axis=1, keepdims=True)
+    Y = -(S - P).T / m  # (V, m)
+    E = Y @ H  # = -gradient
+    correction = -(E @ np.linalg.pinv(H.T @ H)) @ H.T
+    Y = Y + correction
+    slack = -Y.T[~support]
+    return bool(slack.min() > 1e3 * np.finfo(float).eps * np.abs(Y).max())
 
 
 def partial_ntp_svm_problem(contexts, separability):
