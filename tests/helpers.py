@@ -381,3 +381,14 @@ def key_query_setup(seed, n=6, T=8, d=10):
     Z = rng.standard_normal((n, d))
     Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
     return X, y, Z, v
+
+
+def random_supports(seed, m=6, V=8, density=0.3):
+    """A fresh random (m, V) bool support pattern: every context has at least one
+    in-support token and at least one out-of-support token."""
+    rng = np.random.default_rng(seed)
+    S = rng.random((m, V)) < density
+    S[np.arange(m), rng.integers(0, V, m)] = True
+    full = S.all(axis=1)
+    S[full, rng.integers(0, V, int(full.sum()))] = False
+    return S
