@@ -501,7 +501,9 @@ def logit_geometry(support, logits=None, *, word_embeddings=None, context_embedd
     Returns
     -------
     dict
-        ``"logit_alignment"``: cosine of the logits with ``L_mm``;
+        ``"logit_alignment"``: cosine of the logits with ``L_mm``, each
+        context's logits centered first (softmax ignores a constant per
+        context; ``L_mm`` and the proxy are centered);
         ``"proxy_alignment"``: with the centered support matrix
         (:func:`~skntp.svm.support_proxy`); ``"mm_proxy_alignment"`` and
         ``"proxy_distance"``: the proxy against ``L_mm`` (cosine, and the
@@ -557,9 +559,10 @@ def logit_geometry(support, logits=None, *, word_embeddings=None, context_embedd
     nP, nM = np.linalg.norm(P), np.linalg.norm(Lmm)
     words = W if given_emb else np.eye(V)
     contexts = H if given_emb else logits
+    centered = logits - logits.mean(axis=1, keepdims=True)  # softmax-invariant
     return {
-        "logit_alignment": alignment(logits.T, Lmm),
-        "proxy_alignment": alignment(logits.T, P),
+        "logit_alignment": alignment(centered.T, Lmm),
+        "proxy_alignment": alignment(centered.T, P),
         "mm_proxy_alignment": alignment(Lmm, P),
         "proxy_distance": float(np.linalg.norm(Lmm / nM - P / nP)),
         "word_gram_alignment": _gram_cosine(W, Wmm),
