@@ -122,3 +122,18 @@ def test_unseen_contexts_and_options():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         NTPEmbeddingClassifier(max_iter=3).fit(X, P)
+
+
+def test_a_program_too_large_leaves_no_direction(monkeypatch):
+    import skntp.embeddings as emb
+    from skntp.svm import ProgramTooLargeError
+
+    def too_large(*args, **kwargs):
+        raise ProgramTooLargeError("logit NTP-SVM: too large")
+
+    monkeypatch.setattr(emb, "solve_max_margin", too_large)
+    X, P, _ = _instance(6, m=4, V=5)
+    with pytest.warns(UserWarning, match="too large"):
+        clf = NTPEmbeddingClassifier(max_iter=3, random_state=0).fit(X, P)
+    assert clf.mm_direction_ is None and np.isnan(clf.mm_margin_)
+    assert np.allclose(clf.finite_component_, logit_finite_component(P))
