@@ -34,7 +34,7 @@ from ._base import (
 from .losses.decoder import aggregate_contexts, next_token_targets
 from .losses.embeddings import FactoredCrossEntropy
 from .metrics import _balanced_factors, _gram_cosine
-from .svm import logit_finite_component, ntp_logit_svm_problem, solve_max_margin, support_proxy
+from .svm import logit_finite_component, ntp_logit_svm, support_proxy
 
 __all__ = ["NTPEmbeddingClassifier"]
 
@@ -217,8 +217,8 @@ class NTPEmbeddingClassifier(ClassifierMixin, ImplicitBiasEstimator):
     def _explicit_limits(self, data):
         probs = data["probs"]
         res, _ = self._solve_limit(
-            "logit NTP-SVM", lambda cb: solve_max_margin(
-                ntp_logit_svm_problem(probs > 0), method=self.svm_method, callback=cb),
+            "logit NTP-SVM", lambda cb: ntp_logit_svm(probs > 0, method=self.svm_method,
+                                                      callback=cb),
             "mm_direction_ is None.")
         if res is None:  # too large for this machine's memory (warned)
             return Limits(None, logit_finite_component(probs), None, mm_margin_=float("nan"))

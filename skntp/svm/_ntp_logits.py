@@ -44,9 +44,10 @@ from dataclasses import replace
 import numpy as np
 import scipy.sparse as sp
 
-from ._ntp import ntp_svm_problem
-from ._problem import real_array
-from ._solve import solve_max_margin
+from ._certificate import certify
+from ._ntp import exchangeable_tokens, ntp_svm_problem
+from ._problem import BilinearScores, MaxMarginResult, real_array
+from ._solve import DEFAULT_TOL, solve_max_margin
 
 __all__ = ["check_support", "logit_finite_component", "ntp_logit_svm",
            "ntp_logit_svm_problem", "support_proxy"]
@@ -112,13 +113,27 @@ def ntp_logit_svm_problem(support):
                    infeasible_message="a support covers the whole vocabulary")
 
 
-def ntp_logit_svm(support, *, method="auto", tol=None, max_iter=100_000, verbose=0):
+def ntp_logit_svm(support, *, method="auto", tol=None, max_iter=100_000, verbose=0,
+                  merge_equal=True, callback=None):
     """Solve the logit-space NTP-SVM: ``L_mm = argmin ||L||_*`` under the margins.
 
     The diverging direction of the logits of NTP with unconstrained features
     (Zhao et al. 2024, the regularization-path theorem): margin 1 between every
     in-support and every out-of-support token of each context, equal logits
     within a support, minimal nuclear norm.
+
+    Contexts with equal supports, and tokens with equal support columns, are
+    merged first (``merge_equal``): the program is invariant under permuting
+    such contexts (tokens), so averaging over those permutations (the norm is
+    convex) gives a solution constant on each class, ``L = E_t^T K E_c`` with
+    ``E_t``, ``E_c`` the class indicators.  Since ``E^T D^{-1/2}`` has
+    orthonormal columns (``D`` the class sizes), ``||L||_* = ||D_t^{1/2} K
+    D_c^{1/2}||_*``: the program in ``K' = D_t^{1/2} K D_c^{1/2}`` has one row
+    per token class and one column per context class, with scores
+    ``K'[a, c] / sqrt(n_a n_c)``.  Its solution and multipliers are mapped
+    back (the multiplier table ``C[j, v] = C'[c(j), a(v)] / (n_c n_a)`` keeps
+    the bound ``r^T lam / ||Lambda||_2``), and the answer is certified again on
+    the full program.
 
     Parameters
     ----------
@@ -132,16 +147,47 @@ def ntp_logit_svm(support, *, method="auto", tol=None, max_iter=100_000, verbose
         The certificate's tolerance (``None``: 1e-8).
     max_iter : int, default=100_000
     verbose : int, default=0
+    merge_equal : bool, default=True
+        Solve the program over the classes of equal contexts and tokens.
+    callback : callable, optional
+        ``callback(n_iter, gap, violation)`` of :func:`~skntp.svm.solve_max_margin`.
 
     Returns
     -------
     MaxMarginResult
         ``primal`` is ``L_mm`` of shape ``(V, m)`` (tokens by contexts, margin
         1, not normalized); ``status``, ``gap`` (signed) and ``max_violation``
-        are the dispatcher's certificate, recomputed from the program.
+        are the certificate of the full program, recomputed from its rows.
     """
-    return solve_max_margin(ntp_logit_svm_problem(support), method=method, tol=tol,
-                            max_iter=max_iter, verbose=verbose)
+    s = check_support(support)
+    problem = ntp_logit_svm_problem(s)
+    kwargs = {"method": method, "tol": tol, "max_iter": max_iter, "verbose": verbose,
+              "callback": callback}
+    _, first, ctx_class, n_ctx = np.unique(s, axis=0, return_index=True,
+                                           return_inverse=True, return_counts=True)
+    ctx_class = np.asarray(ctx_class).ravel()
+    representative, tok_class, n_tok = exchangeable_tokens(s)
+    if not merge_equal or (n_ctx.size, n_tok.size) == s.shape:
+        return solve_max_margin(problem, **kwargs)
+    reduced = ntp_logit_svm_problem(s[first][:, representative])
+    q, r = 1.0 / np.sqrt(n_ctx), 1.0 / np.sqrt(n_tok)
+    reduced = replace(reduced, scores=BilinearScores(np.diag(q), None, n_outputs=r.size,
+                                                     output_scale=r))
+    res = solve_max_margin(reduced, **kwargs)
+    K = res.primal * r[:, None] * q[None, :]
+    primal = K[tok_class][:, ctx_class]
+    c = reduced.constraints
+    size = n_ctx.size * n_tok.size
+    table = (np.bincount(c.block * n_tok.size + c.pos, res.dual, minlength=size)
+             - np.bincount(c.block * n_tok.size + c.ref, res.dual, minlength=size))
+    table = (table.reshape(n_ctx.size, n_tok.size) / np.outer(n_ctx, n_tok))
+    table = table[ctx_class][:, tok_class]
+    full = problem.constraints
+    # equalities (z, anchor) carry C[j, z]; inequalities (anchor, v) carry -C[j, v]
+    dual = np.where(full.equality, table[full.block, full.pos], -table[full.block, full.ref])
+    out = MaxMarginResult(primal=primal, dual=dual, method=res.method, status=res.status,
+                          n_iter=res.n_iter)
+    return certify(problem, out, DEFAULT_TOL.get("nuclear", 1e-8) if tol is None else tol)
 
 
 def support_proxy(support):

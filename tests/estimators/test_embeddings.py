@@ -131,7 +131,7 @@ def test_a_program_too_large_leaves_no_direction(monkeypatch):
     def too_large(*args, **kwargs):
         raise ProgramTooLargeError("logit NTP-SVM: too large")
 
-    monkeypatch.setattr(emb, "solve_max_margin", too_large)
+    monkeypatch.setattr(emb, "ntp_logit_svm", too_large)
     X, P, _ = _instance(6, m=4, V=5)
     with pytest.warns(UserWarning, match="too large"):
         clf = NTPEmbeddingClassifier(max_iter=3, random_state=0).fit(X, P)

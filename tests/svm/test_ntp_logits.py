@@ -98,9 +98,45 @@ def test_one_hot_supports_give_the_simplex_etf():
 def test_equal_supports_give_equal_columns():
     S = random_supports(3, m=5, V=7)
     S = np.vstack([S, S[1], S[1], S[3]])  # contexts 5, 6 repeat 1; 7 repeats 3
-    L = ntp_logit_svm(S).primal
+    L = ntp_logit_svm(S, merge_equal=False).primal  # not forced by the reduction
     for j, k in [(1, 5), (1, 6), (3, 7)]:
         assert np.linalg.norm(L[:, j] - L[:, k]) <= 1e-6 * np.linalg.norm(L)
+
+
+def test_merging_equal_contexts_and_tokens_is_exact():
+    S = random_supports(3, m=5, V=6)
+    S = np.vstack([S, S[1], S[1], S[3]])
+    S = np.hstack([S, S[:, [2, 2]], np.zeros((S.shape[0], 2), bool)])  # tokens 6, 7 = 2
+    merged = ntp_logit_svm(S)
+    with warnings.catch_warnings():  # unmerged, Clarabel stops at a gap of 3e-8 here
+        warnings.simplefilter("ignore")
+        full = ntp_logit_svm(S, merge_equal=False)
+    assert merged.status == "optimal" and merged.primal.shape == (10, 8)
+    assert abs(merged.objective - full.objective) <= 1e-7 * full.objective
+    assert np.linalg.norm(merged.primal - full.primal) <= 2e-5 * np.linalg.norm(full.primal)
+    _, value = _lmm_by_definition(S)
+    assert abs(merged.objective - value) <= 1e-7 * value
+    # the mapped multipliers are a dual point of the full program, by hand
+    _, to_primal = ntp_logit_svm_problem(S).operators(get_backend("numpy"))
+    Lam = to_primal(merged.dual)
+    assert np.allclose(Lam.sum(axis=0), 0.0, atol=1e-10) and np.all(Lam[~S.T] <= 1e-12)
+    bound = np.sum(Lam[S.T]) / np.linalg.norm(Lam, 2)
+    assert 0 <= (merged.objective - bound) / merged.objective <= 1e-8
+
+
+def test_many_contexts_with_few_supports_are_solved_at_their_classes():
+    base = random_supports(5, m=8, V=10)
+    S = base[np.random.default_rng(0).integers(0, 8, 300)]
+    res = ntp_logit_svm(S)  # 300 contexts, at most 8 classes: a small program
+    assert res.status == "optimal" and res.primal.shape == (10, 300)
+    ref = ntp_logit_svm(np.unique(S, axis=0))
+    # contexts of one class share the column; the norm scales with the class sizes
+    _, inverse, counts = np.unique(S, axis=0, return_inverse=True, return_counts=True)
+    cols = res.primal[:, np.unique(np.asarray(inverse).ravel(), return_index=True)[1]]
+    assert np.allclose(res.primal, cols[:, np.asarray(inverse).ravel()], atol=1e-12)
+    sv = np.linalg.svd(cols * np.sqrt(counts), compute_uv=False).sum()
+    assert sv == pytest.approx(res.objective, rel=1e-10)
+    assert ref.objective < res.objective
 
 
 def test_the_proxy_is_feasible_and_bounds_the_optimum():
