@@ -65,8 +65,7 @@ def _estimators():
         KeyQuerySelector(activation="relu", max_iter=30, random_state=0),
         JointAttentionSVM(max_iter=100, random_state=0),
         NTPAttentionClassifier(max_iter=20),
-        # (the limits of the checks' 300 distinct contexts are a 300-column SDP: off)
-        NTPEmbeddingClassifier(max_iter=300, compute_limits=False, random_state=0),
+        NTPEmbeddingClassifier(max_iter=300, random_state=0),
     ]
     torch = [
         NTPDecoderClassifier(max_iter=20, random_state=0, backend="torch"),
