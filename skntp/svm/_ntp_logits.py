@@ -5,8 +5,8 @@ Prediction: From Language Sparsity Patterns to Model Representations" (2024).
 With trained word embeddings ``W`` (``V x d``) and one free embedding per
 distinct context ``H`` (``d x m``), the logits are ``L = W H`` (``V x m``:
 **one row per vocabulary token, one column per distinct context**, the
-orientation of ``L = W H``; the authors' code stores the transpose).  For ``d`` large enough the weight-decayed
-cross-entropy is a nuclear-norm-regularized program in ``L``
+orientation of ``L = W H``; the authors' code stores the transpose).  For ``d``
+large enough the weight-decayed cross-entropy is a nuclear-norm-regularized program in ``L``
 (``min_{WH = L} (||W||_F^2 + ||H||_F^2) / 2 = ||L||_*``), and as the weight
 decay vanishes its solution splits into
 
