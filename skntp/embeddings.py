@@ -68,7 +68,9 @@ class NTPEmbeddingClassifier(ClassifierMixin, ImplicitBiasEstimator):
     lr : float, default=0.1
     %(descent_parameters)s
     n_components : int or None, default=None
-        ``d``; ``None`` for ``min(m, V)`` (every rank representable).
+        ``d``; ``None`` for ``min(m, V)`` (every rank representable).  A
+        smaller ``d`` constrains the rank (the theory assumes ``d`` large
+        enough); ``solver="svm"`` then keeps the ``d`` leading balanced factors.
     weight_decay : float, default=0.0
     max_iter : int, default=1000
     tol : float, default=0.0
