@@ -9,6 +9,8 @@ limit that theory says gradient descent converges to:
 * :class:`KeyQuerySelector`: per-input queries, ``W`` or ``Q K^T`` trained, value heads
   (W-SVM, KQ-SVM).
 * :class:`NTPAttentionClassifier`: self-attention for NTP (Graph-SVM, ``W^cyc``).
+* :class:`NTPEmbeddingClassifier`: NTP with trained word and context embeddings
+  (NTP-UFM: the logit-space NTP-SVM ``L_mm``, nuclear norm).
 
 The explicit programs are in :mod:`skntp.svm`, the papers' data in
 :mod:`skntp.datasets`.
@@ -34,3 +36,7 @@ __all__ = [
     "NTPDecoderClassifier",
     "__version__",
 ]
+
+from .embeddings import NTPEmbeddingClassifier  # noqa: E402
+
+__all__ += ["NTPEmbeddingClassifier"]

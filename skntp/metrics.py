@@ -16,6 +16,7 @@ __all__ = [
     "VocabularyLogLossScorer",
     "alignment",
     "history_metrics",
+    "logit_geometry",
     "make_vocabulary_log_loss_scorer",
     "numerical_rank",
     "vocabulary_log_loss",
@@ -428,3 +429,144 @@ def make_vocabulary_log_loss_scorer(labels=None, *, eps=None):
     if eps is not None:
         _check_eps(eps)
     return VocabularyLogLossScorer(labels=labels, eps=eps)
+
+
+def _balanced_factors(L):
+    """``(U sqrt(s), sqrt(s) V^T)`` of the thin SVD ``L = U diag(s) V^T``, numerically
+    zero singular values (:data:`RANK_RTOL`) dropped."""
+    U, s, Vt = np.linalg.svd(L, full_matrices=False)
+    keep = s > RANK_RTOL * (s[0] if s.size else 0.0)
+    r = np.sqrt(s[keep])
+    return U[:, keep] * r, r[:, None] * Vt[keep]
+
+
+def _gram_cosine(A, B):
+    """Cosine of the Gram matrices ``A A^T`` and ``B B^T`` without forming them:
+    ``<A A^T, B B^T> = ||A^T B||_F^2``."""
+    num = np.linalg.norm(A.T @ B) ** 2
+    den = np.linalg.norm(A.T @ A) * np.linalg.norm(B.T @ B)
+    return float(num / den) if den > 0 else 0.0
+
+
+def _subspace_collapse(support, contexts, words):
+    """Within-group over total energy of the context embeddings of contexts that share
+    their support, each projected off the span of their in-support word differences."""
+    _, group, counts = np.unique(support, axis=0, return_inverse=True, return_counts=True)
+    group = np.asarray(group).ravel()
+    within = total = 0.0
+    for g in np.flatnonzero(counts > 1):  # one pass per support pattern, not per context
+        members = np.flatnonzero(group == g)
+        inside = np.flatnonzero(support[members[0]])
+        D = (words[inside[1:]] - words[inside[0]]).T  # (d, |S| - 1)
+        Hg = contexts[members].T  # (d, n_g)
+        if D.shape[1]:
+            Q, _ = np.linalg.qr(D)
+            Hg = Hg - Q @ (Q.T @ Hg)
+        within += float(np.sum((Hg - Hg.mean(axis=1, keepdims=True)) ** 2))
+        total += float(np.sum(Hg ** 2))
+    return within / total if total > 0 else float("nan")
+
+
+def logit_geometry(support, logits=None, *, word_embeddings=None, context_embeddings=None,
+                   L_mm=None, method="auto"):
+    """Any model's logits and embeddings against the NTP-UFM theory.
+
+    Zhao, Behnia, Vakilian, Thrampoulidis (2024): as the training of next-token
+    prediction with free embeddings goes on, the logits grow along ``L_mm``
+    (:func:`skntp.svm.ntp_logit_svm`), the word and context Gram matrices
+    along those of its balanced factors ``U S^{1/2}`` and ``S^{1/2} V^T``,
+    and contexts with the same support collapse once the in-support
+    directions are projected out ("subspace collapse").  Works on the logits
+    of any model evaluated on the ``m`` distinct contexts (a torch LSTM or
+    transformer included), or on its word and context embeddings.
+
+    Parameters
+    ----------
+    support : array-like or sparse matrix of shape (m, V)
+        The supports ``S_j`` (probabilities may be passed).
+    logits : array-like of shape (m, V), optional
+        One row per context (a model's output orientation).  Give either the
+        logits or both embeddings.
+    word_embeddings : array-like of shape (V, d), optional
+        ``W`` (an output/unembedding matrix, one row per token).
+    context_embeddings : array-like of shape (m, d), optional
+        The last hidden states ``h_j``, one row per context; the logits are then
+        ``context_embeddings @ word_embeddings.T``.
+    L_mm : array-like of shape (V, m), optional
+        The logit-space NTP-SVM solution (tokens by contexts, as
+        :func:`~skntp.svm.ntp_logit_svm` returns it); ``None``: solved here.
+    method : str, default="auto"
+        The method of :func:`~skntp.svm.ntp_logit_svm` when ``L_mm`` is None.
+
+    Returns
+    -------
+    dict
+        ``"logit_alignment"``: cosine of the logits with ``L_mm``, each
+        context's logits centered first (softmax ignores a constant per
+        context; ``L_mm`` and the proxy are centered);
+        ``"proxy_alignment"``: with the centered support matrix
+        (:func:`~skntp.svm.support_proxy`); ``"mm_proxy_alignment"`` and
+        ``"proxy_distance"``: the proxy against ``L_mm`` (cosine, and the
+        Frobenius distance of the two normalized matrices, the measure of the
+        authors' code); ``"word_gram_alignment"`` and
+        ``"context_gram_alignment"``: cosines of ``W W^T`` with
+        ``U S U^T`` and of the context Gram matrix ``(h_j^T h_k)`` with ``V S V^T``
+        (``L_mm = U S V^T``),
+        from the embeddings when given, else from the balanced factors of the
+        logits; ``"subspace_collapse"``: the share of the energy of the
+        context embeddings, projected off the span of the in-support word
+        differences ``w_z - w_z'``, that lies within the groups of contexts
+        with equal supports (0: collapsed; NaN if no two supports are equal;
+        with logits alone ``W`` is the identity); ``"logit_norm"``: ``||L||_F``.
+
+    Raises
+    ------
+    ValueError
+        Neither or both of the logits and the embeddings, only one embedding,
+        or shapes that disagree with ``support``.
+    """
+    from .svm._ntp_logits import check_support, ntp_logit_svm, support_proxy
+
+    S = check_support(support)
+    m, V = S.shape
+    given_emb = word_embeddings is not None or context_embeddings is not None
+    if (logits is None) == (not given_emb):
+        raise ValueError("give either logits or word_embeddings and context_embeddings.")
+    if given_emb:
+        if word_embeddings is None or context_embeddings is None:
+            raise ValueError("give both word_embeddings (V, d) and context_embeddings (m, d).")
+        W = np.asarray(to_numpy(word_embeddings), dtype=float)
+        H = np.asarray(to_numpy(context_embeddings), dtype=float)
+        if W.ndim != 2 or H.ndim != 2 or W.shape[0] != V or H.shape[0] != m or (
+                W.shape[1] != H.shape[1]):
+            raise ValueError(f"word_embeddings must be (V, d) = ({V}, d) and "
+                             f"context_embeddings (m, d) = ({m}, d), got {W.shape} and "
+                             f"{H.shape}.")
+        logits = H @ W.T
+    logits = np.asarray(to_numpy(logits), dtype=float)
+    if logits.shape != (m, V) or not np.all(np.isfinite(logits)):
+        raise ValueError(f"logits must be finite with shape (m, V) = ({m}, {V}), got "
+                         f"shape {logits.shape}.")
+    if not given_emb:
+        H, Wt = _balanced_factors(logits)  # logits = H Wt
+        W = Wt.T
+    Lmm = ntp_logit_svm(S, method=method).primal if L_mm is None else np.asarray(
+        to_numpy(L_mm), dtype=float)
+    if Lmm.shape != (V, m):
+        raise ValueError(f"L_mm must have shape (V, m) = ({V}, {m}), got {Lmm.shape}.")
+    P = support_proxy(S)
+    Wmm, Hmm = _balanced_factors(Lmm)
+    nP, nM = np.linalg.norm(P), np.linalg.norm(Lmm)
+    words = W if given_emb else np.eye(V)
+    contexts = H if given_emb else logits
+    centered = logits - logits.mean(axis=1, keepdims=True)  # softmax-invariant
+    return {
+        "logit_alignment": alignment(centered.T, Lmm),
+        "proxy_alignment": alignment(centered.T, P),
+        "mm_proxy_alignment": alignment(Lmm, P),
+        "proxy_distance": float(np.linalg.norm(Lmm / nM - P / nP)),
+        "word_gram_alignment": _gram_cosine(W, Wmm),
+        "context_gram_alignment": _gram_cosine(H, Hmm.T),
+        "subspace_collapse": _subspace_collapse(S, contexts, words),
+        "logit_norm": float(np.linalg.norm(logits)),
+    }

@@ -490,3 +490,14 @@ def regularized_ntp_fit(H, P, lam, W0=None, tol=1e-11, max_iter=300):
         w = w + t * step
         loss, grad, S = new
     return w.reshape(V, d)
+
+
+def random_supports(seed, m=6, V=8, density=0.3):
+    """A fresh random (m, V) bool support pattern: every context has at least one
+    in-support token and at least one out-of-support token."""
+    rng = np.random.default_rng(seed)
+    S = rng.random((m, V)) < density
+    S[np.arange(m), rng.integers(0, V, m)] = True
+    full = S.all(axis=1)
+    S[full, rng.integers(0, V, int(full.sum()))] = False
+    return S

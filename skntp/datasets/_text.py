@@ -181,7 +181,7 @@ def load_text_ntp(*, corpus="sklearn", context_size=2, n_words=80, embedding="ga
         embeddings=emb,
         files=files,
         DESCR=(
-            f"Next-token prediction on "
+            "Next-token prediction on "
             + ("the dataset descriptions shipped with scikit-learn" if corpus == "sklearn"
                else "Python's help topics (pydoc_data)")
             + f" ({len(files)} texts): {X.shape[0]} samples, {m} distinct contexts of at most "

@@ -8,7 +8,9 @@
 * :mod:`skntp.losses.key_query`: the key-query model of "Transformers as Support
   Vector Machines" (per-input queries, ``W`` or ``Q K^T``, value heads);
 * :mod:`skntp.losses.self_attention`: 1-layer self-attention for NTP
-  (Li et al. 2024, eq. (1)).
+  (Li et al. 2024, eq. (1));
+* :mod:`skntp.losses.embeddings`: the NTP cross-entropy of trained word and
+  context embeddings ``L = W H`` with weight decay (NTP-UFM, Zhao et al. 2024).
 
 Each objective is a callable ``params -> (loss, gradients)`` written once over
 the array namespace (NumPy or torch), with a ``work_size`` attribute (the

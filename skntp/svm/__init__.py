@@ -106,3 +106,16 @@ __all__ = [
     "svm_neighbors",
 ]
 
+from ._ntp_logits import (  # noqa: E402
+    logit_finite_component,
+    ntp_logit_svm,
+    ntp_logit_svm_problem,
+    support_proxy,
+)
+
+__all__ += [
+    "logit_finite_component",
+    "ntp_logit_svm",
+    "ntp_logit_svm_problem",
+    "support_proxy",
+]

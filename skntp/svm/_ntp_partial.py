@@ -61,7 +61,8 @@ from ._problem import (
 )
 
 __all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "no_row_is_separable",
-           "ntp_separability", "partial_finite_component", "partial_ntp_svm_problem", "separable_row_gaps"]
+           "ntp_separability", "partial_finite_component", "partial_ntp_svm_problem",
+           "separable_row_gaps"]
 
 #: The largest linear program (out-of-support rows after merging exchangeable
 #: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on

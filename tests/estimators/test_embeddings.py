@@ -1,0 +1,157 @@
+"""``NTPEmbeddingClassifier``: NTP with trained word and context embeddings (NTP-UFM,
+Zhao, Behnia, Vakilian, Thrampoulidis 2024), against the theory and by value."""
+
+import importlib.util
+import warnings
+
+import numpy as np
+import pytest
+from helpers import random_supports
+
+from skntp import NTPEmbeddingClassifier
+from skntp._backend import get_backend
+from skntp.losses.embeddings import FactoredCrossEntropy
+from skntp.svm import logit_finite_component, ntp_logit_svm, support_proxy
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def _instance(seed, m=7, V=9):
+    S = random_supports(seed, m=m, V=V)
+    P = np.where(S, np.random.default_rng(seed).random(S.shape) + 0.2, 0.0)
+    return np.arange(float(m))[:, None], P / P.sum(axis=1, keepdims=True), S
+
+
+def test_weight_decay_path_approaches_lmm():
+    # the regularization-path theorem: as lambda -> 0 the centered logits minus L_in
+    # align with L_mm; GD run to a small gradient at each lambda, on a fresh instance
+    X, P, _ = _instance(7)
+    aligns = []
+    for lam, it in ((1e-1, 1500), (1e-2, 3000), (1e-3, 6000)):
+        clf = NTPEmbeddingClassifier("gd", lr=1.0, weight_decay=lam, max_iter=it,
+                                     random_state=0, record_every=500).fit(X, P)
+        assert clf.history_["grad_norm"][-1] < 1e-3
+        aligns.append(clf.alignment_)
+    assert aligns[0] < aligns[1] < aligns[2] and aligns[2] > 0.98, aligns
+    h = clf.history_
+    assert h["word_gram_alignment"][-1] > 0.97 and h["context_gram_alignment"][-1] > 0.97
+    assert h["alignment"][-1] == pytest.approx(clf.alignment_)
+
+
+def test_limits_and_predictions_by_value():
+    X, P, S = _instance(3, m=5, V=6)
+    clf = NTPEmbeddingClassifier("svm").fit(X, P)
+    Lmm = ntp_logit_svm(S).primal
+    assert np.allclose(clf.mm_direction_, Lmm / np.linalg.norm(Lmm), atol=1e-7)
+    assert np.allclose(clf.finite_component_, logit_finite_component(P))
+    assert np.allclose(clf.support_proxy_, support_proxy(S))
+    assert clf.mm_margin_ == pytest.approx(1 / np.linalg.svd(Lmm, compute_uv=False).sum(),
+                                           rel=1e-7)
+    U, s, Vt = np.linalg.svd(Lmm)
+    G = (U[:, :5] * s) @ U[:, :5].T
+    assert np.allclose(clf.mm_word_gram_, G / np.linalg.norm(G), atol=1e-7)
+    # the explicit limit: W H = L_in + R L_mm/||L_mm||, every out-of-support logit
+    # 20 nats below its support
+    L = clf.word_embeddings_ @ clf.context_embeddings_.T
+    R = clf.svm_radius_
+    assert np.allclose(L - L.mean(axis=0), clf.finite_component_ + R * clf.mm_direction_,
+                       atol=1e-8 * R)
+    gaps = np.where(S.T, L, np.inf).min(axis=0) - np.where(S.T, -np.inf, L).max(axis=0)
+    assert gaps.min() == pytest.approx(20.0, abs=1e-6)
+    assert clf.alignment_ == pytest.approx(1.0)
+    proba = clf.predict_proba(X[::-1])
+    assert np.allclose(proba, P[::-1], atol=1e-7)
+    assert np.array_equal(clf.predict(X), np.argmax(P, axis=1))
+    assert clf.decision_function(X).shape == (5, 6)
+    assert clf.history_["excess_loss"][0] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_loss_and_gradients_by_hand():
+    rng = np.random.default_rng(0)
+    _, P, _ = _instance(2, m=4, V=5)
+    pi = np.array([0.1, 0.2, 0.3, 0.4])
+    W, H = rng.standard_normal((5, 3)), rng.standard_normal((3, 4))
+    f = FactoredCrossEntropy(get_backend("numpy"), pi, P, weight_decay=0.3)
+
+    def value(W, H):
+        L = (W @ H).T
+        logq = L - np.log(np.exp(L).sum(axis=1, keepdims=True))
+        return -np.sum(pi[:, None] * P * logq) + 0.15 * (np.sum(W**2) + np.sum(H**2))
+
+    loss, (gW, gH) = f((W, H))
+    assert loss == pytest.approx(value(W, H), rel=1e-12)
+    e = 1e-6
+    for A, g, which in ((W, gW, 0), (H, gH, 1)):
+        num = np.zeros_like(A)
+        for idx in np.ndindex(A.shape):
+            d = np.zeros_like(A)
+            d[idx] = e
+            args = [(W + d, H), (W - d, H)] if which == 0 else [(W, H + d), (W, H - d)]
+            num[idx] = (value(*args[0]) - value(*args[1])) / (2 * e)
+        assert np.allclose(g, num, atol=1e-7)
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")
+def test_torch_backend_matches_numpy():
+    X, P, _ = _instance(4, m=5, V=6)
+    kw = dict(solver="gd", lr=0.5, max_iter=40, random_state=0, weight_decay=1e-3)
+    a = NTPEmbeddingClassifier(**kw).fit(X, P)
+    b = NTPEmbeddingClassifier(backend="torch", **kw).fit(X, P)
+    assert np.allclose(a.coef_, b.coef_, atol=1e-9)
+    assert np.allclose(a.history_["alignment"], b.history_["alignment"], atol=1e-9)
+
+
+def test_unseen_contexts_and_options():
+    X, P, _ = _instance(5, m=4, V=5)
+    clf = NTPEmbeddingClassifier(max_iter=5, n_components=2, compute_limits=False,
+                                 random_state=0).fit(X, P)
+    assert clf.word_embeddings_.shape == (5, 2) and clf.context_embeddings_.shape == (4, 2)
+    assert clf.mm_direction_ is None and clf.mm_word_gram_ is None
+    assert "alignment" not in clf.history_
+    with pytest.raises(ValueError, match="not seen in fit"):
+        clf.predict(np.array([[0.0], [2.5]]))
+    assert np.array_equal(clf.predict(np.array([[-0.0]])), clf.predict(np.array([[0.0]])))
+    with pytest.raises(ValueError, match="samples but y has"):
+        NTPEmbeddingClassifier().fit(X, P[:3])
+    # solver="svm" with a fixed radius and too few components: truncated factors
+    low = NTPEmbeddingClassifier("svm", svm_radius=3.0, n_components=1).fit(X, P)
+    assert low.svm_radius_ == 3.0 and low.word_embeddings_.shape == (5, 1)
+    # hard labels: a single next token per context
+    hard = NTPEmbeddingClassifier("svm").fit(X, np.array([0, 1, 2, 1]))
+    assert np.array_equal(hard.predict(X), [0, 1, 2, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        NTPEmbeddingClassifier(max_iter=3).fit(X, P)
+
+
+def test_a_program_too_large_leaves_no_direction(monkeypatch):
+    import skntp.embeddings as emb
+    from skntp.svm import ProgramTooLargeError
+
+    def too_large(*args, **kwargs):
+        raise ProgramTooLargeError("logit NTP-SVM: too large")
+
+    monkeypatch.setattr(emb, "ntp_logit_svm", too_large)
+    X, P, _ = _instance(6, m=4, V=5)
+    with pytest.warns(UserWarning, match="too large"):
+        clf = NTPEmbeddingClassifier(max_iter=3, random_state=0).fit(X, P)
+    assert clf.mm_direction_ is None and np.isnan(clf.mm_margin_)
+    assert np.allclose(clf.finite_component_, logit_finite_component(P))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(5))
+def test_small_weight_decay_aligns_with_lmm_on_fresh_instances(seed):
+    # lambda = 1e-4, GD run to a gradient below 1e-4: the logits (centered, minus
+    # L_in) and both Gram matrices within 0.02 of L_mm's (measured 0.982 to 0.992)
+    rng = np.random.default_rng(500 + seed)
+    m, V = (int(k) for k in rng.integers(5, 11, size=2))
+    S = random_supports(500 + seed, m=m, V=V)
+    P = np.where(S, rng.random(S.shape) + 0.2, 0.0)
+    clf = NTPEmbeddingClassifier("gd", lr=1.0, weight_decay=1e-4, max_iter=40000,
+                                 random_state=seed, record_every=5000).fit(
+        np.arange(float(m))[:, None], P)
+    h = clf.history_
+    assert h["grad_norm"][-1] < 1e-4
+    assert clf.alignment_ > 0.98
+    assert h["word_gram_alignment"][-1] > 0.98 and h["context_gram_alignment"][-1] > 0.975
