@@ -43,9 +43,10 @@ row of ``N``) proves every row of ``N`` non-separable.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import scipy.optimize
@@ -63,6 +64,8 @@ from ._problem import (
 __all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "no_row_is_separable",
            "ntp_separability", "partial_finite_component", "partial_ntp_svm_problem",
            "separable_row_gaps"]
+
+_log = logging.getLogger("skntp.svm")
 
 #: The largest linear program (out-of-support rows after merging exchangeable
 #: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on
@@ -82,7 +85,7 @@ class NTPSeparability:
         The supports ``S_j``.
     method : str
         ``"rank"`` (linearly independent contexts: every row separable, Lemma 1 of
-        the NTP paper's Sec. 3), ``"stationary point"`` (no row separable,
+        the NTP paper's Sec. 3; or no row at all), ``"stationary point"`` (no row separable,
         :func:`no_row_is_separable`) or ``"highs"`` (the linear program).
     direction : ndarray of shape (V, d) or None
         The program's point of the recession cone, positive on every row of
@@ -137,7 +140,7 @@ def _dense_support(support):
     return support
 
 
-def ntp_separability(contexts, support, *, max_rows=MAX_LP_ROWS):
+def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     """Find the separable margin rows ``I`` of NTP data by one linear program.
 
     The program (in ``W`` of shape (V, d), one common in-support logit ``c_j``
@@ -168,6 +171,9 @@ def ntp_separability(contexts, support, *, max_rows=MAX_LP_ROWS):
         Distinct context embeddings ``h_j``.
     support : array-like or sparse matrix of shape (m, V)
         ``support[j, v]`` nonzero when ``v in S_j`` (probabilities may be passed).
+    method : {"auto", "highs"}, default="auto"
+        ``"auto"``: the rank, the stationary point, then the program;
+        ``"highs"``: the program alone.
     max_rows : int, default=20_000
         The largest program solved (out-of-support rows after the reduction).
         HiGHS takes seconds at this size on real text and grows much faster than
@@ -189,10 +195,21 @@ def ntp_separability(contexts, support, *, max_rows=MAX_LP_ROWS):
     support = _dense_support(support)
     m, V = support.shape
     d = contexts.shape[1]
-    if np.linalg.matrix_rank(contexts) == m:
+    if method not in ("auto", "highs"):
+        raise ValueError(f"method must be 'auto' or 'highs', got {method!r}.")
+    if not (~support).any():  # every context's support is the vocabulary: no row
         return NTPSeparability(~support, support, "rank")
-    if no_row_is_separable(contexts, support):
-        return NTPSeparability(np.zeros_like(support), support, "stationary point")
+    if method == "auto" and np.linalg.matrix_rank(contexts) == m:
+        return NTPSeparability(~support, support, "rank")
+    if method == "auto":
+        start = time.perf_counter()
+        proven = no_row_is_separable(contexts, support)
+        _log.info("separability of %d contexts x %d tokens (d=%d): %s in %.2f s", m, V, d,
+                  "no row separable, by a stationary point" if proven
+                  else "no stationary point, the linear program decides",
+                  time.perf_counter() - start)
+        if proven:
+            return NTPSeparability(np.zeros_like(support), support, "stationary point")
     representative, token_class, _ = exchangeable_tokens(support)
     reduced = support[:, representative]
     Vc = reduced.shape[1]
@@ -223,8 +240,11 @@ def ntp_separability(contexts, support, *, max_rows=MAX_LP_ROWS):
     A_ub = rows(j_out, v_out, n_w + m + np.arange(n_out))
     cost = np.concatenate([np.zeros(n_w + m), -np.ones(n_out)])
     bounds = np.array([(-np.inf, np.inf)] * (n_w + m) + [(0.0, 1.0)] * n_out)
+    start = time.perf_counter()
     res = scipy.optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(n_out), A_eq=A_eq,
                                  b_eq=np.zeros(j_in.size), bounds=bounds, method="highs")
+    _log.info("separability program (%d rows, %d variables): HiGHS %s in %.2f s", n_out,
+              A_ub.shape[1], res.message, time.perf_counter() - start)
     if res.status != 0:
         raise RuntimeError(f"HiGHS did not solve the separability program: {res.message}")
     s = res.x[n_w + m:]
@@ -274,7 +294,7 @@ def no_row_is_separable(contexts, support, *, max_iter=100):
     correction = -(E @ np.linalg.pinv(H.T @ H)) @ H.T
     Y = Y + correction
     slack = -Y.T[~support]
-    return bool(slack.min() > 1e3 * np.finfo(float).eps * np.abs(Y).max())
+    return bool(slack.size) and bool(slack.min() > 1e3 * np.finfo(float).eps * np.abs(Y).max())
 
 
 def partial_ntp_svm_problem(contexts, separability):
@@ -434,13 +454,16 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         G = (S - P) * pi[:, None]
         return loss, (G.T @ H).ravel()
 
-    def hessp(w, v):
+    def hess_at(w):
         _, S, _ = softmax(w.reshape(V, d))
-        Zd = H @ v.reshape(V, d).T
-        Gd = S * (Zd - np.sum(S * Zd, axis=1, keepdims=True)) * pi[:, None]
-        return (Gd.T @ H).ravel()
 
-    w, n_iter = newton_cg(fun, hessp, np.zeros(V * d), tol * scale, max_iter)
+        def product(v):
+            Zd = H @ v.reshape(V, d).T
+            Gd = S * (Zd - np.sum(S * Zd, axis=1, keepdims=True)) * pi[:, None]
+            return (Gd.T @ H).ravel()
+        return product
+
+    w, n_iter = newton_cg(fun, hess_at, np.zeros(V * d), tol * scale, max_iter)
     W = w.reshape(V, d)
     loss, grad = fun(w)
     _, S, _ = softmax(W)
@@ -451,12 +474,16 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
                            n_iter=n_iter, converged=bool(grad_norm <= tol))
 
 
-def newton_cg(fun, hessp, x, gtol, max_iter):
-    """Minimize a smooth convex ``fun`` by Newton steps (CG on ``hessp``) and backtracking.
+def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200):
+    """Minimize a smooth convex ``fun`` by Newton steps (CG on the Hessian) and backtracking.
 
-    ``fun(x) -> (value, gradient)``; stops when ``||gradient|| <= gtol`` or after
-    ``max_iter`` steps.  CG runs in the Krylov space of the gradient, so a Hessian
-    singular off the gradient's subspace (``F_I^perp`` here) does no harm.
+    ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``.  Stops
+    when ``||gradient|| <= gtol`` or after ``max_iter`` steps, with at most
+    ``cg_iter`` CG iterations per step (inexact Newton: CG's relative tolerance is
+    ``min(0.5, sqrt(||gradient||))``).  CG runs in the Krylov space of the
+    gradient, so a Hessian singular off the gradient's subspace (``F_I^perp``
+    here) does no harm.
+
     Returns ``(x, n_iter)``.
     """
     value, grad = fun(x)
@@ -464,10 +491,9 @@ def newton_cg(fun, hessp, x, gtol, max_iter):
         g = float(np.linalg.norm(grad))
         if g <= gtol:
             return x, k
-        op = scipy.sparse.linalg.LinearOperator((x.size, x.size), partial(hessp, x),
-                                                dtype=float)
+        op = scipy.sparse.linalg.LinearOperator((x.size, x.size), hess_at(x), dtype=float)
         step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=min(0.5, math.sqrt(g)),
-                                         maxiter=max(50, x.size))
+                                         maxiter=cg_iter)
         slope = float(grad @ step)
         if not slope < 0:  # CG lost descent (round-off): a gradient step
             step, slope = -grad, -g * g

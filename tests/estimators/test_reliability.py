@@ -121,8 +121,6 @@ DECODER_FIT_CASES = [
      ValueError, "Input sample_weight contains NaN"),
     ("sw-all-zero", {}, _X, _Y, {"sample_weight": np.zeros(len(_Y))}, ValueError,
      "Sample weights must contain at least one non-zero number"),
-    ("svm-not-separable", {"solver": "svm"}, _X_NONSEP, _Y_NONSEP, {}, NotSeparableError,
-     "NTP-SVM.*not NTP-separable"),
     ("param-solver", {"solver": "sgd"}, _X, _Y, {}, ValueError, "'solver' parameter"),
     ("param-lr-zero", {"lr": 0.0}, _X, _Y, {}, ValueError, "'lr' parameter"),
     ("param-lr-negative", {"lr": -1.0}, _X, _Y, {}, ValueError, "'lr' parameter"),

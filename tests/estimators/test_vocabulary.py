@@ -152,8 +152,8 @@ def test_failed_refit_on_bad_data_keeps_the_fit():
     X, y = make_ntp_data(200, 6, 10, 4, 2, random_state=0)
     est = NTPDecoderClassifier(solver="svm").fit(X, y)
     coef = est.coef_.copy()
-    with pytest.raises(ValueError):
-        est.fit([[1.0], [2.0], [3.0]], [0, 1, 0])  # one feature: no longer NTP-separable
+    with pytest.raises(ValueError, match="NaN"):
+        est.fit([[1.0], [np.nan], [3.0]], [0, 1, 0])
     assert est.n_features_in_ == 10 and est.svm_radius_ > 0
     np.testing.assert_array_equal(est.coef_, coef)
     est.predict(X[:3])

@@ -17,6 +17,7 @@ from skntp.svm import (
     NotSeparableError,
     ProgramTooLargeError,
     finite_component,
+    no_row_is_separable,
     ntp_separability,
     ntp_svm,
     partial_finite_component,
@@ -80,6 +81,23 @@ def test_random_supports_on_few_dimensions_have_no_separable_row():
     found = ntp_separability(H, S)
     np.testing.assert_array_equal(found.separable, separable_rows_by_lp(H, S))
     assert found.n_separable == 0 and found.fraction == 0.0
+    assert found.method == "stationary point"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_stationary_point_proof_never_claims_a_separable_row(seed):
+    rng = np.random.default_rng(seed)
+    if seed % 2:  # partly separable: no proof
+        H, P = partially_separable_instance(seed)
+        S = P > 0
+    else:  # random supports on few dimensions
+        m, d, V = int(rng.integers(10, 30)), int(rng.integers(2, 5)), int(rng.integers(3, 6))
+        H = rng.standard_normal((m, d))
+        S = rng.random((m, V)) < 0.3
+        S[np.arange(m), rng.integers(0, V, m)] = True
+    by_lp = separable_rows_by_lp(H, S)
+    assert no_row_is_separable(H, S) == (not by_lp.any())
+    assert ntp_separability(H, S).method == ("highs" if by_lp.any() else "stationary point")
 
 
 @pytest.mark.parametrize("seed", range(3))
