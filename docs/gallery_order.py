@@ -9,6 +9,7 @@ ORDER = [
     "plot_self_attention_figs.py",
     "plot_transformers_svm.py",
     "plot_your_own_text.py",
+    "plot_real_text_separability.py",
 ]
 
 

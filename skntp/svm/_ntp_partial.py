@@ -285,7 +285,7 @@ def no_row_is_separable(contexts, support, *, max_iter=100):
     m, d = H.shape
     P = support / support.sum(axis=1, keepdims=True)
     sep = NTPSeparability(np.zeros_like(support), support, "stationary point")
-    fin = partial_finite_component(H, P, sep, tol=1e-13, max_iter=max_iter)
+    fin = partial_finite_component(H, P, sep, tol=1e-13, max_iter=max_iter, cg_iter=200)
     Z = H @ fin.W.T
     S = np.exp(Z - Z.max(axis=1, keepdims=True))
     S /= S.sum(axis=1, keepdims=True)
@@ -400,7 +400,7 @@ class FiniteComponent:
 
 
 def partial_finite_component(contexts, next_token_probs, separability, context_weights=None,
-                             *, tol=1e-9, max_iter=200):
+                             *, tol=1e-9, max_iter=200, cg_iter=2000):
     """``W_fin = argmin_{W in F_I} CE_I(W)``: the finite part off the separable rows.
 
     ``CE_I(W) = sum_j pi_j [log sum_{a in S_j u N_j} exp(w_a^T h_j)
@@ -421,6 +421,8 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         Stop when the gradient norm, relative to ``max_j ||h_j||``, is below.
     max_iter : int, default=200
         Newton iterations.
+    cg_iter : int, default=2000
+        Conjugate-gradient iterations per Newton step, at most.
 
     Returns
     -------
@@ -463,7 +465,7 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
             return (Gd.T @ H).ravel()
         return product
 
-    w, n_iter = newton_cg(fun, hess_at, np.zeros(V * d), tol * scale, max_iter)
+    w, n_iter = newton_cg(fun, hess_at, np.zeros(V * d), tol * scale, max_iter, cg_iter)
     W = w.reshape(V, d)
     loss, grad = fun(w)
     _, S, _ = softmax(W)

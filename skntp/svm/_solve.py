@@ -27,8 +27,8 @@ __all__ = ["DEFAULT_TOL", "program_class", "solve_max_margin", "solve_min_norm"]
 
 
 def program_class(problem):
-    """The class of a program for ``method="auto"``: "decoder", "keys", "bilinear",
-    "nuclear", "lp", "spectral" or "lp-norm"."""
+    """The class of a program for ``method="auto"``: "decoder", "decoder-partial",
+    "keys", "bilinear", "nuclear", "lp", "spectral" or "lp-norm"."""
     if problem.norm in ("nuclear", "spectral"):
         return problem.norm
     if problem.norm in ("max", "l1"):
@@ -41,7 +41,7 @@ def program_class(problem):
     if isinstance(scores, KeyScores):
         return "keys"
     if isinstance(scores, BilinearScores) and scores.outputs is None:
-        return "decoder"
+        return "decoder-partial" if "separability" in problem.info else "decoder"
     return "bilinear"
 
 

@@ -27,7 +27,9 @@ from skntp.svm import (
     NotSeparableError,
     QueryKeyScores,
     _solve,
+    ntp_separability,
     ntp_svm_problem,
+    partial_ntp_svm_problem,
     solve_max_margin,
     solve_min_norm,
     solvers,
@@ -374,8 +376,8 @@ def test_auto_order_covers_every_class_and_tries_the_reference():
     from skntp.svm.solvers import AUTO_ORDER
     from skntp.svm.solvers.accelerated_dual import GatheredScores
 
-    assert set(AUTO_ORDER) == {"decoder", "keys", "bilinear", "nuclear", "lp", "spectral",
-                               "lp-norm"}
+    assert set(AUTO_ORDER) == {"decoder", "decoder-partial", "keys", "bilinear", "nuclear",
+                               "lp", "spectral", "lp-norm"}
     for names in AUTO_ORDER.values():
         assert "cvxpy" in names and set(names) <= set(solvers.METHODS)
     H = np.eye(3, 4)
@@ -384,6 +386,8 @@ def test_auto_order_covers_every_class_and_tries_the_reference():
     gathered = MaxMarginProblem(GatheredScores(ntp.scores, np.zeros((3, 2), np.int64)),
                                 ntp.constraints)
     assert program_class(gathered) == "decoder"
+    partial = partial_ntp_svm_problem(H, ntp_separability(H, np.eye(3, 5, dtype=bool)))
+    assert program_class(partial) == "decoder-partial"
     assert program_class(key_problem([[[1.0]]], [0], [0], [-1], [1.0], [False])) == "keys"
     graph = MaxMarginProblem(BilinearScores(np.eye(2), np.eye(2)), ntp.constraints)
     assert program_class(graph) == "bilinear"

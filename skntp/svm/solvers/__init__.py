@@ -93,6 +93,11 @@ METHODS = {
 #:   exact null-space NNLS when small, else the accelerated dual method;
 #: * ``"nuclear"`` (the key-query ATT-SVM of factored attention): the
 #:   primal-dual interior-point method on its semidefinite form;
+#: * ``"decoder-partial"`` (:func:`~skntp.svm.partial_ntp_svm_problem`, only built
+#:   when the separability program ran, so at most 20,000 rows): Clarabel first,
+#:   as on real text the program's equalities on the non-separable rows leave
+#:   the dual ill-conditioned: 1.0 s against 60 s for ``dcd`` and ``fast``
+#:   (117 contexts, 20 words, d = 28; ``benchmarks/ntp_separability.py``);
 #: * ``"lp"`` (``norm="max"`` or ``"l1"``): the structured interior-point method
 #:   for the max norm of linear-decoder scores, HiGHS for every other;
 #: * ``"spectral"``: the barrier method (Clarabel fails on these programs);
@@ -101,6 +106,7 @@ METHODS = {
 #:   is not certified.
 AUTO_ORDER = {
     "decoder": ("dcd", "fast", "cvxpy"),
+    "decoder-partial": ("cvxpy", "dcd", "fast"),
     "keys": ("dual-active-set", "nnls", "fast", "cvxpy"),
     "bilinear": ("graph-ldp", "fast", "cvxpy"),
     "nuclear": ("nuclear-ipm", "cvxpy"),
