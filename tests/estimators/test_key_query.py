@@ -233,15 +233,16 @@ def _check_eight_runs(rows):
 
 
 def test_relu_head_limit_is_finite_part_plus_direction():
-    # d = 4; d = 6 and 8 in the slow tier below (most runs are drawn again there until
-    # enough qualify)
+    # d = 4; 20 runs at d = 4 and 8 in the slow tier below (most runs are drawn again
+    # there until enough qualify)
     _check_eight_runs(_relu_runs(4, 8))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d", [4, 6, 8])
+@pytest.mark.parametrize("d", [4, 8])
 def test_relu_head_limit_over_many_runs(d):
-    # (at d = 10 about one run in forty qualifies: left to benchmarks)
+    # (d = 6 lies between the two and took two minutes of CI; at d = 10 about one run in
+    # forty qualifies: left to benchmarks)
     rows = _relu_runs(d, 20)
     _check_eight_runs(rows[:8])  # the runs of the default-tier test, at this d
     fin_dir, single = rows.T
