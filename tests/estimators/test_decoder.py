@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 from helpers import partially_separable_instance
 from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import log_loss
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import make_pipeline
@@ -435,3 +436,14 @@ def test_partial_limits_are_those_of_the_frobenius_norm_only():
     with pytest.warns(UserWarning, match="not NTP-separable"):
         sign = NTPDecoderClassifier(solver="signgd", lr=0.01, max_iter=50, vocabulary=V).fit(X, y)
     assert sign.mm_direction_ is None and 0 < sign.separable_fraction_ < 1
+
+
+def test_an_unconverged_finite_part_warns(monkeypatch):
+    from skntp import decoder
+    from skntp.svm import partial_finite_component
+
+    X, y, V = _partially_separable_samples(3)
+    monkeypatch.setattr(decoder, "partial_finite_component",
+                        lambda *a, **k: partial_finite_component(*a, **k, max_iter=1))
+    with pytest.warns(ConvergenceWarning, match="finite component of the non-separable rows"):
+        NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)

@@ -221,3 +221,31 @@ def test_bad_input_and_too_large_programs():
     # the full NTP-SVM says what the data are, and the diagnosis is the way on
     with pytest.raises(NotSeparableError):
         ntp_svm(H, P > 0, method="cvxpy")
+
+
+def test_the_diagnosis_refuses_what_it_cannot_hold_and_unknown_methods(monkeypatch):
+    from skntp.svm import _ntp_partial
+
+    H, P = partially_separable_instance(0)
+    with pytest.raises(ValueError, match="method must be 'auto' or 'highs'"):
+        ntp_separability(H, P, method="simplex")
+    monkeypatch.setattr(_ntp_partial, "MAX_MASK_ENTRIES", 10)
+    with pytest.raises(ProgramTooLargeError, match="m \\* V = 196 is above 10"):
+        ntp_separability(H, P)
+
+
+def test_full_supports_leave_no_row():
+    H = np.random.default_rng(0).standard_normal((6, 2))
+    sep = ntp_separability(H, np.ones((6, 3), bool))
+    assert sep.n_rows == 0 and sep.is_separable and sep.fraction == 1.0
+
+
+def test_highs_by_name_gives_the_rows_of_the_automatic_path():
+    H, P = partially_separable_instance(1)
+    np.testing.assert_array_equal(ntp_separability(H, P, method="highs").separable,
+                                  ntp_separability(H, P).separable)
+    rng = np.random.default_rng(0)
+    H = rng.standard_normal((20, 3))
+    S = np.eye(4, dtype=bool)[rng.integers(0, 4, 20)]
+    by_lp = ntp_separability(H, S, method="highs")
+    assert by_lp.method == "highs" and by_lp.n_separable == 0
