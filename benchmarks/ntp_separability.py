@@ -93,7 +93,8 @@ def main():
     parser.add_argument("--large", action="store_true")
     parser.add_argument("--svm-cap", type=float, default=120.0)
     args = parser.parse_args()
-    instances = [_text(30, 4), _text(60, 4), _planted(0, 4), _planted(1, 12), _text(300, 16)]
+    instances = [_text(30, 4), _text(60, 4), _text(20, 14), _planted(0, 4), _planted(1, 8),
+                 _text(300, 16)]
     if args.large:
         instances.append(_text(1000, 64))
     print(f"load average before: {os.getloadavg()}")
