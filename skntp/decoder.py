@@ -71,6 +71,7 @@ def _separability(contexts, probs):
     except ProgramTooLargeError:
         return None
 
+
 _DENSE_PROBS_MAX = 1_000_000
 
 

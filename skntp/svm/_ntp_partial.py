@@ -67,6 +67,11 @@ __all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "no_row_
 
 _log = logging.getLogger("skntp.svm")
 
+#: The largest ``m * V * d`` for which :func:`ntp_separability` tries the
+#: stationary-point proof: 5 s at m = 3,889, V = 298, d = 32 (3.7e7) on 2 cores
+#: (``benchmarks/ntp_separability.py``); at 1e9 it ran for minutes.
+MAX_PROOF_WORK = 200_000_000
+
 #: The largest linear program (out-of-support rows after merging exchangeable
 #: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on
 #: 2 cores at 8,000 rows of real text (``benchmarks/ntp_separability.py``).
@@ -153,8 +158,8 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     Two cheaper answers come first.  Linearly independent contexts: every row is
     separable (Lemma 1 of the NTP paper's Sec. 3).  No row separable, the common
     case of real text with ``d << m``: the loss has a minimizer, and the
-    gradient's table there proves it (:func:`no_row_is_separable`).  Otherwise
-    the program decides.
+    gradient's table there proves it (:func:`no_row_is_separable`, tried when
+    ``m * V * d`` is at most 2e8).  Otherwise the program decides.
 
     Its feasible ``W`` are the recession cone ``K`` of the loss (2) (see the
     module docstring), scaled.  As ``K`` is a cone, a ``W`` in it makes every
@@ -201,7 +206,7 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
         return NTPSeparability(~support, support, "rank")
     if method == "auto" and np.linalg.matrix_rank(contexts) == m:
         return NTPSeparability(~support, support, "rank")
-    if method == "auto":
+    if method == "auto" and m * V * d <= MAX_PROOF_WORK:
         start = time.perf_counter()
         proven = no_row_is_separable(contexts, support)
         _log.info("separability of %d contexts x %d tokens (d=%d): %s in %.2f s", m, V, d,
