@@ -12,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text("utf-8"),
                       flags=re.S)
-#: snippets that take more than a few seconds (10 000 GD steps; the text example)
-SLOW = {0, 3}
+#: snippets that take more than a few seconds (10 000 GD steps; the text examples)
+SLOW = {0, 3, 4}
 
 
 def _run(code, cwd):
