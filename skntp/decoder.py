@@ -61,14 +61,15 @@ __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
 def _separability(contexts, probs):
     """The separable rows by :func:`~skntp.svm.ntp_separability`; ``None`` when the
-    contexts are linearly independent (every row is separable) or the program is too
-    large (the NTP-SVM then decides, as without the diagnosis)."""
+    contexts are linearly independent (every row is separable), or when the program is
+    too large or HiGHS fails on it (the NTP-SVM then decides, as without the diagnosis;
+    the log of ``skntp.svm`` says which)."""
     m, d = contexts.shape
     if m <= d and np.linalg.matrix_rank(contexts) == m:
         return None
     try:
         return ntp_separability(contexts, probs)
-    except ProgramTooLargeError:
+    except (ProgramTooLargeError, RuntimeError):  # too large, or HiGHS failed: unknown
         return None
 
 

@@ -94,7 +94,8 @@ class NTPSeparability:
         :func:`no_row_is_separable`) or ``"highs"`` (the linear program).
     direction : ndarray of shape (V, d) or None
         The program's point of the recession cone, positive on every row of
-        ``I`` (``None`` for ``"rank"``).
+        ``I`` (for the contexts divided by their largest entry; ``None`` unless
+        the program ran).
     """
 
     separable: np.ndarray
@@ -200,6 +201,9 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     support = _dense_support(support)
     m, V = support.shape
     d = contexts.shape[1]
+    # the rows' signs do not depend on the units of the contexts: solve in unit scale
+    top = float(np.max(np.abs(contexts), initial=0.0))
+    contexts = contexts / top if top > 0 else contexts
     if method not in ("auto", "highs"):
         raise ValueError(f"method must be 'auto' or 'highs', got {method!r}.")
     if not (~support).any():  # every context's support is the vocabulary: no row

@@ -249,3 +249,20 @@ def test_highs_by_name_gives_the_rows_of_the_automatic_path():
     S = np.eye(4, dtype=bool)[rng.integers(0, 4, 20)]
     by_lp = ntp_separability(H, S, method="highs")
     assert by_lp.method == "highs" and by_lp.n_separable == 0
+
+
+@pytest.mark.parametrize("scale", [1e-150, 1e150])
+def test_the_separable_rows_do_not_depend_on_the_units(scale):
+    H, P = partially_separable_instance(2)
+    np.testing.assert_array_equal(ntp_separability(H * scale, P).separable,
+                                  ntp_separability(H, P).separable)
+    rng = np.random.default_rng(0)
+    H = rng.standard_normal((40, 4))
+    S = np.eye(5, dtype=bool)[rng.integers(0, 5, 40)]
+    assert ntp_separability(H * scale, S).method == "stationary point"
+
+
+def test_zero_contexts_separate_nothing():
+    S = np.eye(5, 4, dtype=bool) | np.eye(5, 4, -4, dtype=bool)
+    sep = ntp_separability(np.zeros((5, 3)), S)
+    assert sep.method == "stationary point" and sep.n_separable == 0
