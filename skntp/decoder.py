@@ -313,9 +313,10 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         finite, residual = solve_min_norm(equations)
         compatible = bool(residual <= 1e-8)
         separability = _separability(contexts, probs)
-        if (separability is not None and not separability.is_separable
-                and self._limit_norm() == "fro"):
-            return _partial_limits(self, data, separability, compatible)
+        if separability is not None and not separability.is_separable:
+            if self._limit_norm() == "fro":
+                return _partial_limits(self, data, separability, compatible)
+            return _limits_without_direction(self, equations, finite, separability, compatible)
         directions, results, failure = self._limits_in_norms(
             "NTP-SVM",
             # (astype copies: a comparison would sort probs' indices in place)
@@ -494,3 +495,19 @@ def _partial_limits(est, data, separability, compatible):
                   svm_result_=res, limit_directions_={"fro": direction},
                   separable_rows_=separability.separable,
                   separable_fraction_=separability.fraction, loss_infimum_=fin.loss)
+
+
+def _limits_without_direction(est, equations, finite, separability, compatible):
+    """Data not NTP-separable, in a limit norm other than Frobenius: the limits of the
+    separable rows are not derived there, so there is no direction (and no infeasible
+    NTP-SVM solve to learn that)."""
+    warnings.warn(
+        f"the data are not NTP-separable ({separability.fraction:.1%} of the margin rows "
+        f"separate); the limits of the separable rows are derived for the Frobenius norm "
+        f"only, not for limit_norm_={est._limit_norm()!r}: mm_direction_ is None.",
+        UserWarning, stacklevel=user_stacklevel())
+    return Limits(None, finite, SubspaceProjector.from_problem(equations),
+                  is_ntp_compatible_=compatible, is_ntp_separable_=False, mm_margin_=0.0,
+                  svm_result_=None, limit_directions_={est._limit_norm(): None, "fro": None},
+                  separable_rows_=separability.separable,
+                  separable_fraction_=separability.fraction, loss_infimum_=float("nan"))

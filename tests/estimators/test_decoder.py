@@ -433,9 +433,11 @@ def test_partially_separable_data_get_both_limits():
 
 def test_partial_limits_are_those_of_the_frobenius_norm_only():
     X, y, V = _partially_separable_samples(3)
-    with pytest.warns(UserWarning, match="not NTP-separable"):
+    with pytest.warns(UserWarning, match="derived for the Frobenius norm only, not for "
+                                         "limit_norm_='max'"):
         sign = NTPDecoderClassifier(solver="signgd", lr=0.01, max_iter=50, vocabulary=V).fit(X, y)
     assert sign.mm_direction_ is None and 0 < sign.separable_fraction_ < 1
+    assert sign.svm_result_ is None and sign.limit_directions_ == {"max": None, "fro": None}
 
 
 def test_an_unconverged_finite_part_warns(monkeypatch):
