@@ -368,7 +368,7 @@ def separable_row_gaps(contexts, support, separable, *decoders):
 
     Returns
     -------
-    list of ndarray of shape (|I|,)
+    list of ndarray of shape (n_separable,)
         In the order of ``np.nonzero(separable)``: ``min_{z in S_j} w_z^T h_j -
         w_v^T h_j`` for each row ``(j, v)`` (``svm_radius="auto"`` saturates these).
     """
