@@ -80,7 +80,8 @@ class NTPEmbeddingClassifier(ClassifierMixin, ImplicitBiasEstimator):
         ``R`` of ``solver="svm"`` ("auto": every out-of-support logit 20 nats
         below the support).
     path_radii : None
-        Unused (kept for the shared parameter validation).
+        Must be None: this estimator has no regularization-path solver (the
+        parameter exists for the package's shared validation).
     compute_limits : bool, default=True
     svm_method : str, default="auto"
     record_every : int, default=10
@@ -146,6 +147,8 @@ class NTPEmbeddingClassifier(ClassifierMixin, ImplicitBiasEstimator):
         "solver": [StrOptions({"gd", "ngd", "adam", "svm"})],
         "n_components": [None, Interval(Integral, 1, None, closed="left")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "path_radii": [None],  # no regularization path here: any value is refused
+        "descent_norm": [StrOptions({"fro"})],  # no steepest descent in another norm
     }
 
     def __init__(self, solver="ngd", *, lr=0.1, power_t=0.0, eps=1e-8, descent_norm="fro",
