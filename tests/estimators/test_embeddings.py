@@ -155,3 +155,9 @@ def test_small_weight_decay_aligns_with_lmm_on_fresh_instances(seed):
     assert h["grad_norm"][-1] < 1e-4
     assert clf.alignment_ > 0.98
     assert h["word_gram_alignment"][-1] > 0.98 and h["context_gram_alignment"][-1] > 0.975
+
+
+@pytest.mark.parametrize("params", [{"path_radii": [1.0, 2.0]}, {"descent_norm": "max"}])
+def test_parameters_it_cannot_use_are_refused(params):
+    with pytest.raises(ValueError, match="parameter of NTPEmbeddingClassifier must be"):
+        NTPEmbeddingClassifier(**params).fit(np.arange(4.0)[:, None], [0, 1, 0, 1])
