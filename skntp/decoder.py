@@ -9,10 +9,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import column_or_1d
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
-    _check_sample_weight,
     check_is_fitted,
     check_random_state,
     validate_data,
@@ -36,7 +34,7 @@ from ._warnings import user_stacklevel
 from .losses.decoder import (
     CrossEntropy,
     aggregate_contexts,
-    next_token_targets,
+    next_token_data,
     ntp_cross_entropy,
     ntp_logit_gaps,
 )
@@ -290,22 +288,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
 
     # ------------------------------------------------------------- the model
     def _prepare(self, X, y, sample_weight):
-        X = validate_data(self, X, reset=True, dtype=np.float64, ensure_min_samples=1)
-        n = X.shape[0]
-        y = y if sp.issparse(y) else np.asarray(y)
-        if not sp.issparse(y) and not (y.ndim == 2 and y.shape[1] > 1):
-            y = column_or_1d(y, warn=True)
-        if y.shape[0] != n:
-            raise ValueError(f"X has {n} samples but y has {y.shape[0]}.")
-        classes, Y = next_token_targets(y, n, self.vocabulary)
-        sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64,
-                                             ensure_non_negative=True)
-        contexts, weights, probs, _ = aggregate_contexts(X, Y, sample_weight)
-        m, V = probs.shape
-        row = np.repeat(np.arange(m), np.diff(probs.indptr))
-        entropy = float(-np.sum(weights[row] * probs.data * np.log(probs.data)))
-        return {"classes": classes, "contexts": contexts, "weights": weights,
-                "probs": probs, "entropy": entropy}
+        return next_token_data(self, X, y, sample_weight)
 
     def _explicit_limits(self, data):
         contexts, probs = data["contexts"], data["probs"]

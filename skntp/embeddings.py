@@ -9,12 +9,9 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import ClassifierMixin, _fit_context
-from sklearn.utils import column_or_1d
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
-    _check_sample_weight,
     check_is_fitted,
     check_random_state,
     validate_data,
@@ -31,7 +28,7 @@ from ._base import (
     saturation_radius,
     unit,
 )
-from .losses.decoder import aggregate_contexts, next_token_targets
+from .losses.decoder import next_token_data
 from .losses.embeddings import FactoredCrossEntropy
 from .metrics import _balanced_factors, _gram_cosine
 from .svm import logit_finite_component, ntp_logit_svm, support_proxy
@@ -200,24 +197,11 @@ class NTPEmbeddingClassifier(ClassifierMixin, ImplicitBiasEstimator):
         return "nuclear"  # min over W H = L of (||W||^2 + ||H||^2) / 2 is ||L||_*
 
     def _prepare(self, X, y, sample_weight):
-        X = validate_data(self, X, reset=True, dtype=np.float64, ensure_min_samples=1) + 0.0
-        y = y if sp.issparse(y) else np.asarray(y)
-        if not sp.issparse(y) and not (y.ndim == 2 and y.shape[1] > 1):
-            y = column_or_1d(y, warn=True)
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]}.")
-        classes, Y = next_token_targets(y, X.shape[0], self.vocabulary)
-        sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64,
-                                             ensure_non_negative=True)
-        contexts, weights, probs, _ = aggregate_contexts(X, Y, sample_weight)
-        probs = probs.toarray()
-        inside = probs > 0
-        entropy = float(-np.sum(weights[:, None] * np.where(
-            inside, probs * np.log(np.where(inside, probs, 1.0)), 0.0)))
-        m, V = probs.shape
-        d = min(m, V) if self.n_components is None else int(self.n_components)
-        return {"classes": classes, "contexts": contexts, "weights": weights,
-                "probs": probs, "entropy": entropy, "d": d}
+        data = next_token_data(self, X, y, sample_weight)
+        data["probs"] = data["probs"].toarray()
+        m, V = data["probs"].shape
+        data["d"] = min(m, V) if self.n_components is None else int(self.n_components)
+        return data
 
     def _explicit_limits(self, data):
         probs = data["probs"]

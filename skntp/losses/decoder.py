@@ -12,12 +12,14 @@ from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils import column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_sample_weight, validate_data
 
 from .._backend import exp_, get_backend, row_chunks, scatter_add
 
-__all__ = ["CrossEntropy", "aggregate_contexts", "next_token_targets", "ntp_cross_entropy",
-           "ntp_logit_gaps", "vocabulary_array"]
+__all__ = ["CrossEntropy", "aggregate_contexts", "next_token_data", "next_token_targets",
+           "ntp_cross_entropy", "ntp_logit_gaps", "vocabulary_array"]
 
 
 def aggregate_contexts(X, Y, sample_weight=None):
@@ -288,3 +290,35 @@ def ntp_logit_gaps(contexts, next_token_probs, *decoders):
             gaps[start:stop] = (np.where(support, L, np.inf).min(axis=1)
                                 - np.where(support, -np.inf, L).max(axis=1))
     return out
+
+
+def next_token_data(estimator, X, y, sample_weight=None):
+    """Validate ``(X, y, sample_weight)`` of an NTP estimator and aggregate its contexts.
+
+    Shared by the decoder and the embeddings estimators: ``X`` checked (and
+    ``n_features_in_`` set) by :func:`~sklearn.utils.validation.validate_data`, ``y``
+    as next tokens or soft labels over ``estimator.vocabulary``, the distinct
+    contexts aggregated (:func:`aggregate_contexts`).
+
+    Returns
+    -------
+    dict
+        ``classes``, ``contexts`` (m, d), ``weights`` (m,), ``probs`` (sparse
+        (m, V)) and ``entropy``, the entropy lower bound of the loss (eq. (2)).
+    """
+    # (+ 0.0: a -0.0 entry is the same context as 0.0)
+    X = validate_data(estimator, X, reset=True, dtype=np.float64, ensure_min_samples=1) + 0.0
+    n = X.shape[0]
+    y = y if sp.issparse(y) else np.asarray(y)
+    if not sp.issparse(y) and not (y.ndim == 2 and y.shape[1] > 1):
+        y = column_or_1d(y, warn=True)
+    if y.shape[0] != n:
+        raise ValueError(f"X has {n} samples but y has {y.shape[0]}.")
+    classes, Y = next_token_targets(y, n, estimator.vocabulary)
+    sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64,
+                                         ensure_non_negative=True)
+    contexts, weights, probs, _ = aggregate_contexts(X, Y, sample_weight)
+    row = np.repeat(np.arange(probs.shape[0]), np.diff(probs.indptr))
+    entropy = float(-np.sum(weights[row] * probs.data * np.log(probs.data)))
+    return {"classes": classes, "contexts": contexts, "weights": weights, "probs": probs,
+            "entropy": entropy}
