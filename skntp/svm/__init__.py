@@ -46,6 +46,7 @@ from ._ntp_partial import (
     partial_finite_component,
     partial_ntp_svm_problem,
     separable_row_gaps,
+    spanning_proof,
 )
 from ._problem import (
     BilinearScores,
@@ -73,6 +74,7 @@ __all__ = [
     "partial_finite_component",
     "partial_ntp_svm_problem",
     "separable_row_gaps",
+    "spanning_proof",
     "NotSeparableError",
     "ProgramTooLargeError",
     "QueryKeyScores",

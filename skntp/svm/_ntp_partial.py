@@ -63,7 +63,7 @@ from ._problem import (
 
 __all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "no_row_is_separable",
            "ntp_separability", "partial_finite_component", "partial_ntp_svm_problem",
-           "separable_row_gaps"]
+           "separable_row_gaps", "spanning_proof"]
 
 _log = logging.getLogger("skntp.svm")
 
@@ -90,7 +90,8 @@ class NTPSeparability:
         The supports ``S_j``.
     method : str
         ``"rank"`` (linearly independent contexts: every row separable, Lemma 1 of
-        the NTP paper's Sec. 3; or no row at all), ``"stationary point"`` (no row separable,
+        the NTP paper's Sec. 3; or no row at all), ``"positive spanning"`` (no row
+        separable, :func:`spanning_proof`), ``"stationary point"`` (no row separable,
         :func:`no_row_is_separable`) or ``"highs"`` (the linear program).
     direction : ndarray of shape (V, d) or None
         The program's point of the recession cone, positive on every row of
@@ -156,11 +157,13 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
                                 w_v^T h_j <= c_j - s_{jv}  (v not in S_j)
                                 0 <= s_{jv} <= 1
 
-    Two cheaper answers come first.  Linearly independent contexts: every row is
+    Cheaper answers come first.  Linearly independent contexts: every row is
     separable (Lemma 1 of the NTP paper's Sec. 3).  No row separable, the common
-    case of real text with ``d << m``: the loss has a minimizer, and the
-    gradient's table there proves it (:func:`no_row_is_separable`, tried when
-    ``m * V * d`` is at most 2e8).  Otherwise the program decides.
+    case of real text with ``d << m``: the contexts of the frequent tokens
+    positively span ``R^d`` (:func:`spanning_proof`, a few non-negative least
+    squares of ``d`` rows), or the loss has a minimizer and the gradient's table
+    there proves it (:func:`no_row_is_separable`, tried when ``m * V * d`` is at
+    most 2e8).  Otherwise the program decides.
 
     Its feasible ``W`` are the recession cone ``K`` of the loss (2) (see the
     module docstring), scaled.  As ``K`` is a cone, a ``W`` in it makes every
@@ -178,7 +181,8 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     support : array-like or sparse matrix of shape (m, V)
         ``support[j, v]`` nonzero when ``v in S_j`` (probabilities may be passed).
     method : {"auto", "highs"}, default="auto"
-        ``"auto"``: the rank, the stationary point, then the program;
+        ``"auto"``: the rank, the spanning contexts, the stationary point, then
+        the program;
         ``"highs"``: the program alone.
     max_rows : int, default=20_000
         The largest program solved (out-of-support rows after the reduction).
@@ -208,8 +212,16 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
         raise ValueError(f"method must be 'auto' or 'highs', got {method!r}.")
     if not (~support).any():  # every context's support is the vocabulary: no row
         return NTPSeparability(~support, support, "rank")
-    if method == "auto" and np.linalg.matrix_rank(contexts) == m:
+    if method == "auto" and m <= d and np.linalg.matrix_rank(contexts) == m:
         return NTPSeparability(~support, support, "rank")
+    if method == "auto":
+        start = time.perf_counter()
+        proven = spanning_proof(contexts, support)
+        _log.info("separability of %d contexts x %d tokens (d=%d): %s in %.2f s", m, V, d,
+                  "no row separable, by spanning contexts" if proven else
+                  "the contexts' cones do not prove it", time.perf_counter() - start)
+        if proven:
+            return NTPSeparability(np.zeros_like(support), support, "positive spanning")
     if method == "auto" and m * V * d <= MAX_PROOF_WORK:
         start = time.perf_counter()
         proven = no_row_is_separable(contexts, support)
@@ -261,6 +273,94 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     separable_reduced[j_out, v_out] = s > 0.5
     direction = res.x[:n_w].reshape(Vc, d)[token_class]
     return NTPSeparability(separable_reduced[:, token_class], support, "highs", direction)
+
+
+def positively_spans(points):
+    """Prove that the cone of ``points`` is all of ``R^d``, or fail.
+
+    ``cone(C) = R^d`` exactly when ``C`` has rank ``d`` and some weights
+    ``lam > 0`` give ``C^T lam = 0`` (Gordan's alternative).  Non-negative least
+    squares finds ``lam = 1 + mu``, ``mu >= 0``, with ``C^T lam`` at round-off;
+    the minimum-norm correction of that residual, ``||r|| / sigma_min(C)``, must
+    then stay below 1/2, which keeps every weight positive (the residual's
+    rounding bound is added to ``r``).
+
+    Parameters
+    ----------
+    points : ndarray of shape (n, d)
+
+    Returns
+    -------
+    bool
+        True: proven, ``cone(points) = R^d``.  False: not proven.
+    """
+    n, d = points.shape
+    if n <= d:
+        return False
+    eps = np.finfo(float).eps
+    gram = np.linalg.eigvalsh(points.T @ points)
+    # sigma_min from the Gram matrix, less its rounding
+    sigma_min = math.sqrt(max(gram[0] - 1e3 * n * eps * gram[-1], 0.0))
+    if not sigma_min > 0:
+        return False
+    A = points.T
+    mu, _ = scipy.optimize.nnls(A, -A.sum(axis=1), maxiter=10 * n)
+    lam = 1.0 + mu
+    residual = float(np.linalg.norm(A @ lam))
+    rounding = 1e3 * n * eps * float(lam @ np.abs(points).max(axis=1))
+    return bool((residual + math.sqrt(d) * rounding) / sigma_min < 0.5)
+
+
+def spanning_proof(contexts, support, *, max_tests=24):
+    """Prove that no margin row is separable by contexts that positively span ``R^d``.
+
+    On the recession cone ``K`` (module docstring), a token ``a`` of ``S_j`` has
+    the largest logit at ``h_j``, so ``(w_a - w_b)^T h_j >= 0`` for every token
+    ``b`` and every ``h_j`` in ``C_a = {h_j : a in S_j}``.  Tokens already known
+    to share their row of every ``D in K`` (a class ``T``, contexts
+    ``C_T = union of C_a``) act as one.  Hence:
+
+    * if ``cone(C_T) = R^d``, then ``w_b = w_T`` for every ``b``: every row of
+      ``D`` is the same, every margin row is zero on ``K``, and none is
+      separable;
+    * if ``cone(C_T u -C_b) = R^d``, then ``w_b = w_T`` (``u = w_T - w_b`` is
+      ``>= 0`` on ``C_T`` and ``<= 0`` on ``C_b``), and ``b`` joins the class.
+
+    The class starts at the most frequent token of the supports and takes the
+    next ones in order of frequency, each test one :func:`positively_spans`.
+    Real text with ``d << m`` is proven in a few tests (the contexts of two
+    frequent words already span); no linear program over the ``m V`` rows is
+    needed.
+
+    Parameters
+    ----------
+    contexts : ndarray of shape (m, d)
+    support : ndarray of shape (m, V), bool
+    max_tests : int, default=24
+        The number of cone tests before giving up.
+
+    Returns
+    -------
+    bool
+        True: proven, no row is separable.  False: not proven (some row may be).
+    """
+    H = contexts
+    order = np.argsort(-support.sum(axis=0), kind="stable")
+    in_class = support[:, order[0]].copy()
+    tests = 1
+    if positively_spans(H[in_class]):
+        return True
+    for b in order[1:]:
+        if tests >= max_tests:
+            return False
+        if not np.any(support[:, b] & ~in_class):  # nothing to add to the class
+            continue
+        tests += 2
+        if positively_spans(np.vstack([H[in_class], -H[support[:, b]]])):
+            in_class |= support[:, b]
+            if positively_spans(H[in_class]):
+                return True
+    return False
 
 
 def no_row_is_separable(contexts, support, *, max_iter=100):

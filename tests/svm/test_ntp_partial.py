@@ -23,7 +23,9 @@ from skntp.svm import (
     partial_finite_component,
     partial_ntp_svm_problem,
     solve_max_margin,
+    spanning_proof,
 )
+from skntp.svm._ntp_partial import positively_spans
 
 
 def _partial_svm_by_hand(H, S, separable):
@@ -81,7 +83,8 @@ def test_random_supports_on_few_dimensions_have_no_separable_row():
     found = ntp_separability(H, S)
     np.testing.assert_array_equal(found.separable, separable_rows_by_lp(H, S))
     assert found.n_separable == 0 and found.fraction == 0.0
-    assert found.method == "stationary point"
+    assert found.method == "positive spanning"
+    assert no_row_is_separable(H, S)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -97,7 +100,59 @@ def test_the_stationary_point_proof_never_claims_a_separable_row(seed):
         S[np.arange(m), rng.integers(0, V, m)] = True
     by_lp = separable_rows_by_lp(H, S)
     assert no_row_is_separable(H, S) == (not by_lp.any())
-    assert ntp_separability(H, S).method == ("highs" if by_lp.any() else "stationary point")
+    assert spanning_proof(H, S) == (not by_lp.any())
+    assert ntp_separability(H, S).method == ("highs" if by_lp.any() else "positive spanning")
+
+
+def _on_circle(degrees):
+    angles = np.radians(degrees)
+    return np.column_stack([np.cos(angles), np.sin(angles)])
+
+
+def test_the_spanning_proof_merges_tokens_whose_contexts_interleave():
+    # token 0 after contexts at 30 and 150 degrees, token 1 at 90 and 270, token 2
+    # never next: w_0 - w_1 is >= 0 at 30, 150 and <= 0 at 90, 270, hence zero
+    H = _on_circle([30, 150, 90, 270])
+    S = np.zeros((4, 3), bool)
+    S[[0, 1], 0] = S[[2, 3], 1] = True
+    assert not positively_spans(H[S[:, 0]]) and not positively_spans(H[S[:, 1]])
+    assert spanning_proof(H, S)
+    assert not separable_rows_by_lp(H, S).any()
+    assert ntp_separability(H, S).method == "positive spanning"
+
+
+def test_the_spanning_proof_does_not_merge_separated_tokens():
+    # token 0 after the upper half-plane, token 1 after the lower: w_0 - w_1 = e_2
+    # separates every row, although both sets together span the plane
+    H = _on_circle([20, 90, 160, 200, 270, 340])
+    S = np.zeros((6, 2), bool)
+    S[:3, 0] = S[3:, 1] = True
+    assert positively_spans(np.vstack([H[S[:, 0]], H[S[:, 1]]]))
+    assert not spanning_proof(H, S)
+    assert separable_rows_by_lp(H, S)[~S].all()
+    assert ntp_separability(H, S).is_separable
+
+
+def _spans_by_lp(C):
+    """``cone(C) = R^d``: rank ``d`` and some ``lam >= 1`` with ``C^T lam = 0``, in cvxpy."""
+    lam = cp.Variable(len(C))
+    prob = cp.Problem(cp.Minimize(0), [C.T @ lam == 0, lam >= 1])
+    prob.solve(solver=cp.HIGHS)
+    return prob.status == cp.OPTIMAL and np.linalg.matrix_rank(C) == C.shape[1]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_positive_spanning_is_that_of_its_linear_program(seed):
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(2, 30)), int(rng.integers(1, 6))
+    C = rng.standard_normal((n, d))
+    if seed % 2:  # into an open halfspace, or a closed one with points on its boundary
+        C[:, 0] = np.abs(C[:, 0]) + 0.1
+        if seed % 4 == 3:
+            C[: n // 2, 0] = 0.0
+    if seed == 6:  # rank deficient but balanced
+        C = np.vstack([C, -C])[:, :1] @ np.ones((1, 3))
+    assert positively_spans(C) == _spans_by_lp(C)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -259,7 +314,8 @@ def test_the_separable_rows_do_not_depend_on_the_units(scale):
     rng = np.random.default_rng(0)
     H = rng.standard_normal((40, 4))
     S = np.eye(5, dtype=bool)[rng.integers(0, 5, 40)]
-    assert ntp_separability(H * scale, S).method == "stationary point"
+    assert ntp_separability(H * scale, S).method == "positive spanning"
+    assert positively_spans(H * scale) and not positively_spans(np.abs(H) * scale)
 
 
 def test_zero_contexts_separate_nothing():
