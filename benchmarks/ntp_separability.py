@@ -2,17 +2,19 @@
 
 Real text (Python's help topics, ``load_text_ntp(corpus="python",
 embedding="words")``, ``d << m``) and planted partly separable data.  For each
-instance: the time of :func:`skntp.svm.ntp_separability` (which tries the
-stationary-point proof, then the LP), of ``W^mm_I`` and of ``W_fin``; and, in the
-same run, the references: the LP alone (HiGHS) where its size allows, and the
-NTP-SVM solve (``ntp_svm``), the only answer the package had before, until it
-declares the data not separable (capped by ``--svm-cap`` seconds).  Usage::
+instance: the time of :func:`skntp.svm.ntp_separability` (the rank, the spanning
+contexts, the stationary point, then the LP), of ``W^mm_I`` and of ``W_fin`` (in a
+subprocess capped by ``--fin-cap`` seconds); and, in the same run, the references:
+the LP alone (HiGHS) where its size allows, and the NTP-SVM solve (``ntp_svm``), the
+only answer the package had before, until it declares the data not separable (capped
+by ``--svm-cap`` seconds).  Usage::
 
-    python benchmarks/ntp_separability.py [--large] [--svm-cap 120]
+    python benchmarks/ntp_separability.py [--large] [--svm-cap 120] [--fin-cap 900]
 
-``--large`` adds the real text at m = 8,401 (d = 128), which both the proof's and the
-LP's size limits refuse (the row says so).  Prints one row per
-instance and the machine's load.
+The default set ends with the issue's example (1,000 sentences, every word a token,
+d = 128: 3,918 distinct contexts).  ``--large`` adds the real text at m = 8,401
+(d = 128) and at m = 18,535 (four-word contexts, d = 128).  Prints one row per instance
+and the machine's load.
 """
 
 from __future__ import annotations
@@ -38,12 +40,27 @@ from skntp.svm import (
 )
 
 
-def _text(n_words, n_features):
+def _distinct(X, y):
+    _, Y = next_token_targets(y, len(y), None)
+    H, pi, P, _ = aggregate_contexts(X, Y, np.ones(len(y)))
+    return H, pi, P.toarray()
+
+
+def _text(n_words, n_features, context_size=2):
     b = load_text_ntp(corpus="python", n_words=n_words, embedding="words",
-                      n_features=n_features)
-    _, Y = next_token_targets(b.target, len(b.target), None)
-    H, pi, P, _ = aggregate_contexts(b.data, Y, np.ones(len(b.target)))
-    return f"python text, {n_words} words, d={H.shape[1]}", H, pi, P.toarray()
+                      n_features=n_features, context_size=context_size)
+    return (f"python text, {n_words} words, {context_size}-word contexts, "
+            f"d={context_size * n_features}", *_distinct(b.data, b.target))
+
+
+def _issue_example():
+    """The example of the issue: the first 1,000 sentences of Python's help topics,
+    every word a token, a random 64-dimensional vector per word, the last two words
+    concatenated (7,404 prefixes, d = 128)."""
+    b = load_text_ntp(corpus="python", n_sentences=1000, n_words=10**6, embedding="words",
+                      n_features=64)
+    return f"python text, 1,000 sentences, {len(b.target)} prefixes, d=128", *_distinct(
+        b.data, b.target)
 
 
 def _planted(seed, groups):
@@ -78,27 +95,34 @@ def _svm_until_refused(H, S, queue):
         queue.put(("not separable", time.perf_counter() - t))
 
 
-def _reference_svm(H, S, cap):
+def _in_subprocess(target, args, cap):
+    """``target(*args, queue)`` in a subprocess, stopped after ``cap`` seconds (None then)."""
     queue = multiprocessing.Queue()
-    proc = multiprocessing.Process(target=_svm_until_refused, args=(H, S, queue))
+    proc = multiprocessing.Process(target=target, args=(*args, queue))
     proc.start()
     proc.join(cap)
     if proc.is_alive():
         proc.terminate()
-        return f"no answer in {cap:.0f} s"
-    verdict, seconds = queue.get()
-    return f"{verdict} after {seconds:.1f} s"
+        return None
+    return queue.get()
+
+
+def _finite(H, P, sep, pi, queue):
+    t = time.perf_counter()
+    fin = partial_finite_component(H, P, sep, pi)
+    queue.put((time.perf_counter() - t, fin.converged, fin.n_iter))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--large", action="store_true")
     parser.add_argument("--svm-cap", type=float, default=120.0)
+    parser.add_argument("--fin-cap", type=float, default=900.0)
     args = parser.parse_args()
     instances = [_text(30, 4), _text(60, 4), _text(20, 14), _planted(0, 4), _planted(1, 8),
-                 _text(300, 16)]
+                 _text(300, 16), _issue_example()]
     if args.large:
-        instances.append(_text(1000, 64))
+        instances += [_text(1000, 64), _text(2000, 32, context_size=4)]
     print(f"load average before: {os.getloadavg()}")
     header = ("instance", "m", "V", "d", "method", "fraction", "diagnosis s",
               "W^mm_I s", "W_fin s", "LP alone s", "NTP-SVM alone")
@@ -108,7 +132,7 @@ def main():
         t = time.perf_counter()
         try:
             sep = ntp_separability(H, S)
-        except ProgramTooLargeError as exc:  # --large: beyond both limits
+        except ProgramTooLargeError as exc:
             print(" | ".join([name, str(H.shape[0]), str(S.shape[1]), str(H.shape[1]),
                               f"refused after {time.perf_counter() - t:.2f} s: {exc}"]))
             continue
@@ -118,21 +142,28 @@ def main():
                and not sep.is_separable else None)
         t_mm = time.perf_counter() - t
         assert res is None or res.status == "optimal"
-        t = time.perf_counter()
-        fin = partial_finite_component(H, P, sep, pi)
-        t_fin = time.perf_counter() - t
-        assert fin.converged
+        fin = _in_subprocess(_finite, (H, P, sep, pi), args.fin_cap)
+        if fin is None:
+            t_fin = f"not done in {args.fin_cap:.0f} s"
+        else:
+            assert fin[1], "W_fin did not converge"
+            t_fin = f"{fin[0]:.2f} ({fin[2]} Newton steps)"
         lp = "-"
-        if sep.method == "stationary point" and S.size - S.sum() <= 20_000:
+        if sep.method in ("positive spanning", "stationary point") and (
+                S.size - S.sum() <= 20_000):
             t = time.perf_counter()
             assert ntp_separability(H, S, method="highs").n_separable == 0
             lp = f"{time.perf_counter() - t:.2f}"
         elif sep.method == "highs":
             lp = f"{t_diag:.2f} (is the diagnosis)"
-        ref = _reference_svm(H, S, args.svm_cap)
+        elif sep.method != "rank":
+            lp = f"({S.size - S.sum():,} rows: refused)"
+        svm = _in_subprocess(_svm_until_refused, (H, S), args.svm_cap)
+        ref = (f"no answer in {args.svm_cap:.0f} s" if svm is None
+               else f"{svm[0]} after {svm[1]:.1f} s")
         print(" | ".join([name, str(H.shape[0]), str(S.shape[1]), str(H.shape[1]), sep.method,
-                          f"{sep.fraction:.3f}", f"{t_diag:.2f}", f"{t_mm:.2f}",
-                          f"{t_fin:.2f}", lp, ref]), flush=True)
+                          f"{sep.fraction:.3f}", f"{t_diag:.2f}", f"{t_mm:.2f}", t_fin, lp,
+                          ref]), flush=True)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -30,6 +30,7 @@ from ._base import (
     saturation_radius,
     unit,
 )
+from ._progress import close_progress, make_limit_progress
 from ._warnings import user_stacklevel
 from .losses.decoder import (
     CrossEntropy,
@@ -466,7 +467,12 @@ def _partial_limits(est, data, separability, compatible):
                                         **backend_kwargs(est)),
             "There is no max-margin direction: mm_direction_ is None.")
         direction = None if res is None else unit(res.primal)[0]
-    fin = partial_finite_component(contexts, probs, separability, data["weights"])
+    progress = make_limit_progress(est.verbose, desc="limit W_fin (gap: relative gradient)")
+    try:
+        fin = partial_finite_component(contexts, probs, separability, data["weights"],
+                                       callback=progress)
+    finally:
+        close_progress(progress)
     if not fin.converged:
         warnings.warn(
             f"the finite component of the non-separable rows did not converge (relative "

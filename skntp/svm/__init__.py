@@ -36,6 +36,7 @@ from ._ntp import (
     ntp_svm,
     ntp_svm_problem,
     solve_ntp_svm,
+    spanning_proof,
 )
 from ._ntp_partial import (
     FiniteComponent,
@@ -46,7 +47,6 @@ from ._ntp_partial import (
     partial_finite_component,
     partial_ntp_svm_problem,
     separable_row_gaps,
-    spanning_proof,
 )
 from ._problem import (
     BilinearScores,

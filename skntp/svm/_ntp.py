@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import scipy.optimize
 import scipy.sparse as sp
 
 from ._problem import (
@@ -10,13 +13,14 @@ from ._problem import (
     Constraints,
     MaxMarginProblem,
     MaxMarginResult,
+    NotSeparableError,
     check_program_size,
     real_array,
 )
 from ._solve import solve_max_margin, solve_min_norm
 
 __all__ = ["exchangeable_tokens", "finite_component", "ntp_svm", "ntp_svm_problem",
-           "log_odds_problem", "solve_ntp_svm"]
+           "log_odds_problem", "positively_spans", "solve_ntp_svm", "spanning_proof"]
 
 
 def _check_contexts(contexts, support, name="support"):
@@ -183,6 +187,104 @@ def _identical_columns_sparse(csc):
     return np.asarray(first, dtype=np.int64), inverse
 
 
+def positively_spans(points):
+    """Prove that the cone of ``points`` is all of ``R^d``, or fail.
+
+    ``cone(C) = R^d`` exactly when ``C`` has rank ``d`` and some weights
+    ``lam > 0`` give ``C^T lam = 0`` (Gordan's alternative).  Non-negative least
+    squares finds ``lam = 1 + mu``, ``mu >= 0``, with ``C^T lam`` at round-off;
+    the minimum-norm correction of that residual, ``||r|| / sigma_min(C)``, must
+    then stay below 1/2, which keeps every weight positive (the residual's
+    rounding bound is added to ``r``).
+
+    Parameters
+    ----------
+    points : ndarray of shape (n, d)
+
+    Returns
+    -------
+    bool
+        True: proven, ``cone(points) = R^d``.  False: not proven.
+    """
+    n, d = points.shape
+    if n <= d:
+        return False
+    eps = np.finfo(float).eps
+    gram = np.linalg.eigvalsh(points.T @ points)
+    # sigma_min from the Gram matrix, less its rounding
+    sigma_min = math.sqrt(max(gram[0] - 1e3 * n * eps * gram[-1], 0.0))
+    if not sigma_min > 0:
+        return False
+    A = points.T
+    mu, _ = scipy.optimize.nnls(A, -A.sum(axis=1), maxiter=10 * n)
+    lam = 1.0 + mu
+    residual = float(np.linalg.norm(A @ lam))
+    rounding = 1e3 * n * eps * float(lam @ np.abs(points).max(axis=1))
+    return bool((residual + math.sqrt(d) * rounding) / sigma_min < 0.5)
+
+
+def spanning_proof(contexts, support, *, max_tests=24):
+    """Prove that no margin row is separable by contexts that positively span ``R^d``.
+
+    On the recession cone ``K`` of the loss (2) (the directions ``D`` whose logits
+    ``D h_j`` are equal on ``S_j`` and at least as large as every other; see
+    :mod:`skntp.svm._ntp_partial`), a token ``a`` of ``S_j`` has
+    the largest logit at ``h_j``, so ``(w_a - w_b)^T h_j >= 0`` for every token
+    ``b`` and every ``h_j`` in ``C_a = {h_j : a in S_j}``.  Tokens already known
+    to share their row of every ``D in K`` (a class ``T``, contexts
+    ``C_T = union of C_a``) act as one.  Hence:
+
+    * if ``cone(C_T) = R^d``, then ``w_b = w_T`` for every ``b``: every row of
+      ``D`` is the same, every margin row is zero on ``K``, and none is
+      separable;
+    * if ``cone(C_T u -C_b) = R^d``, then ``w_b = w_T`` (``u = w_T - w_b`` is
+      ``>= 0`` on ``C_T`` and ``<= 0`` on ``C_b``), and ``b`` joins the class.
+
+    The class starts at the most frequent token of the supports and takes the
+    next ones in order of frequency, each test one :func:`positively_spans`.
+    Real text with ``d << m`` is proven in a few tests (the contexts of two
+    frequent words already span); no linear program over the ``m V`` rows is
+    needed.
+
+    Parameters
+    ----------
+    contexts : ndarray of shape (m, d)
+    support : ndarray or sparse matrix of shape (m, V), bool
+    max_tests : int, default=24
+        The number of cone tests before giving up.
+
+    Returns
+    -------
+    bool
+        True: proven, no row is separable.  False: not proven (some row may be).
+    """
+    H = contexts
+    support = sp.csc_matrix(support, dtype=bool)
+    support.eliminate_zeros()
+
+    def contexts_of(b):
+        return support.indices[support.indptr[b]:support.indptr[b + 1]]
+
+    order = np.argsort(-np.diff(support.indptr), kind="stable")
+    in_class = np.zeros(H.shape[0], dtype=bool)
+    in_class[contexts_of(order[0])] = True
+    tests = 1
+    if positively_spans(H[in_class]):
+        return True
+    for b in order[1:]:
+        if tests >= max_tests:
+            return False
+        rows = contexts_of(b)
+        if in_class[rows].all():  # nothing to add to the class
+            continue
+        tests += 2
+        if positively_spans(np.vstack([H[in_class], -H[rows]])):
+            in_class[rows] = True
+            if positively_spans(H[in_class]):
+                return True
+    return False
+
+
 def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, norm="fro",
                   **kwargs):
     """Solve the NTP-SVM through the max-margin core, merging exchangeable tokens.
@@ -218,8 +320,24 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
         The full program (``V`` positions).
     result : MaxMarginResult
         Its solution: ``primal`` of shape (V, d), ``dual`` per constraint.
+
+    Raises
+    ------
+    NotSeparableError
+        Before any solve when :func:`spanning_proof` shows that no margin row is
+        separable (``m > d`` only); otherwise when the method finds the program
+        infeasible.
     """
     problem = ntp_svm_problem(contexts, support, norm=norm)
+    contexts = problem.scores.queries
+    if contexts.shape[0] > contexts.shape[1] and spanning_proof(
+            contexts / max(float(np.abs(contexts).max()), np.finfo(float).tiny), support):
+        raise NotSeparableError(
+            f"{problem.name} is infeasible: {problem.infeasible_message}. No margin row is "
+            "separable: the contexts of the frequent tokens positively span R^d "
+            "(skntp.svm.spanning_proof). skntp.svm.ntp_separability and "
+            "NTPDecoderClassifier give the limits of such data (W_fin, the minimizer of "
+            "the loss).")
     if norm != "fro":
         return problem, solve_max_margin(problem, method=method, **kwargs)
     support = (sp.csr_matrix(support, dtype=bool) if sp.issparse(support)
@@ -228,7 +346,6 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
         representative, token_class, counts = exchangeable_tokens(support)
     if not merge_exchangeable or counts.size == support.shape[1]:
         return problem, solve_max_margin(problem, method=method, **kwargs)
-    contexts = problem.scores.queries
     reduced = ntp_svm_problem(contexts, support[:, representative])
     scale = 1.0 / np.sqrt(counts)
     reduced.scores = BilinearScores(contexts, None, n_outputs=counts.size, output_scale=scale)
@@ -285,12 +402,8 @@ def ntp_svm(contexts, support, *, method="auto", tol=None, max_iter=100_000,
     NotSeparableError
         If the data are not NTP-separable.
     """
-    if norm != "fro":
-        result = solve_max_margin(ntp_svm_problem(contexts, support, norm=norm), method=method,
-                                  tol=tol, max_iter=max_iter, **backend)
-        return (result.primal, result) if return_result else result.primal
-    _, result = solve_ntp_svm(contexts, support, method=method, tol=tol, max_iter=max_iter,
-                              **backend)
+    _, result = solve_ntp_svm(contexts, support, method=method, norm=norm, tol=tol,
+                              max_iter=max_iter, **backend)
     return (result.primal, result) if return_result else result.primal
 
 

@@ -53,7 +53,7 @@ import scipy.optimize
 import scipy.sparse as sp
 import scipy.sparse.linalg
 
-from ._ntp import _anchors, _check_contexts, exchangeable_tokens
+from ._ntp import _anchors, _check_contexts, exchangeable_tokens, spanning_proof
 from ._problem import (
     BilinearScores,
     Constraints,
@@ -63,7 +63,7 @@ from ._problem import (
 
 __all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "no_row_is_separable",
            "ntp_separability", "partial_finite_component", "partial_ntp_svm_problem",
-           "separable_row_gaps", "spanning_proof"]
+           "separable_row_gaps"]
 
 _log = logging.getLogger("skntp.svm")
 
@@ -91,7 +91,7 @@ class NTPSeparability:
     method : str
         ``"rank"`` (linearly independent contexts: every row separable, Lemma 1 of
         the NTP paper's Sec. 3; or no row at all), ``"positive spanning"`` (no row
-        separable, :func:`spanning_proof`), ``"stationary point"`` (no row separable,
+        separable, :func:`~skntp.svm.spanning_proof`), ``"stationary point"`` (no row separable,
         :func:`no_row_is_separable`) or ``"highs"`` (the linear program).
     direction : ndarray of shape (V, d) or None
         The program's point of the recession cone, positive on every row of
@@ -275,94 +275,6 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     return NTPSeparability(separable_reduced[:, token_class], support, "highs", direction)
 
 
-def positively_spans(points):
-    """Prove that the cone of ``points`` is all of ``R^d``, or fail.
-
-    ``cone(C) = R^d`` exactly when ``C`` has rank ``d`` and some weights
-    ``lam > 0`` give ``C^T lam = 0`` (Gordan's alternative).  Non-negative least
-    squares finds ``lam = 1 + mu``, ``mu >= 0``, with ``C^T lam`` at round-off;
-    the minimum-norm correction of that residual, ``||r|| / sigma_min(C)``, must
-    then stay below 1/2, which keeps every weight positive (the residual's
-    rounding bound is added to ``r``).
-
-    Parameters
-    ----------
-    points : ndarray of shape (n, d)
-
-    Returns
-    -------
-    bool
-        True: proven, ``cone(points) = R^d``.  False: not proven.
-    """
-    n, d = points.shape
-    if n <= d:
-        return False
-    eps = np.finfo(float).eps
-    gram = np.linalg.eigvalsh(points.T @ points)
-    # sigma_min from the Gram matrix, less its rounding
-    sigma_min = math.sqrt(max(gram[0] - 1e3 * n * eps * gram[-1], 0.0))
-    if not sigma_min > 0:
-        return False
-    A = points.T
-    mu, _ = scipy.optimize.nnls(A, -A.sum(axis=1), maxiter=10 * n)
-    lam = 1.0 + mu
-    residual = float(np.linalg.norm(A @ lam))
-    rounding = 1e3 * n * eps * float(lam @ np.abs(points).max(axis=1))
-    return bool((residual + math.sqrt(d) * rounding) / sigma_min < 0.5)
-
-
-def spanning_proof(contexts, support, *, max_tests=24):
-    """Prove that no margin row is separable by contexts that positively span ``R^d``.
-
-    On the recession cone ``K`` (module docstring), a token ``a`` of ``S_j`` has
-    the largest logit at ``h_j``, so ``(w_a - w_b)^T h_j >= 0`` for every token
-    ``b`` and every ``h_j`` in ``C_a = {h_j : a in S_j}``.  Tokens already known
-    to share their row of every ``D in K`` (a class ``T``, contexts
-    ``C_T = union of C_a``) act as one.  Hence:
-
-    * if ``cone(C_T) = R^d``, then ``w_b = w_T`` for every ``b``: every row of
-      ``D`` is the same, every margin row is zero on ``K``, and none is
-      separable;
-    * if ``cone(C_T u -C_b) = R^d``, then ``w_b = w_T`` (``u = w_T - w_b`` is
-      ``>= 0`` on ``C_T`` and ``<= 0`` on ``C_b``), and ``b`` joins the class.
-
-    The class starts at the most frequent token of the supports and takes the
-    next ones in order of frequency, each test one :func:`positively_spans`.
-    Real text with ``d << m`` is proven in a few tests (the contexts of two
-    frequent words already span); no linear program over the ``m V`` rows is
-    needed.
-
-    Parameters
-    ----------
-    contexts : ndarray of shape (m, d)
-    support : ndarray of shape (m, V), bool
-    max_tests : int, default=24
-        The number of cone tests before giving up.
-
-    Returns
-    -------
-    bool
-        True: proven, no row is separable.  False: not proven (some row may be).
-    """
-    H = contexts
-    order = np.argsort(-support.sum(axis=0), kind="stable")
-    in_class = support[:, order[0]].copy()
-    tests = 1
-    if positively_spans(H[in_class]):
-        return True
-    for b in order[1:]:
-        if tests >= max_tests:
-            return False
-        if not np.any(support[:, b] & ~in_class):  # nothing to add to the class
-            continue
-        tests += 2
-        if positively_spans(np.vstack([H[in_class], -H[support[:, b]]])):
-            in_class |= support[:, b]
-            if positively_spans(H[in_class]):
-                return True
-    return False
-
-
 def no_row_is_separable(contexts, support, *, max_iter=100):
     """Prove that no margin row is separable, by a stationary point of the loss, or fail.
 
@@ -509,7 +421,7 @@ class FiniteComponent:
 
 
 def partial_finite_component(contexts, next_token_probs, separability, context_weights=None,
-                             *, tol=1e-9, max_iter=200, cg_iter=2000):
+                             *, tol=1e-9, max_iter=200, cg_iter=2000, callback=None):
     """``W_fin = argmin_{W in F_I} CE_I(W)``: the finite part off the separable rows.
 
     ``CE_I(W) = sum_j pi_j [log sum_{a in S_j u N_j} exp(w_a^T h_j)
@@ -532,6 +444,9 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         Newton iterations.
     cg_iter : int, default=2000
         Conjugate-gradient iterations per Newton step, at most.
+    callback : callable, optional
+        ``callback(n_iter, grad_norm, 0.0)`` after every Newton step, with the
+        relative gradient norm (the progress of :func:`~skntp.make_limit_progress`).
 
     Returns
     -------
@@ -574,7 +489,10 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
             return (Gd.T @ H).ravel()
         return product
 
-    w, n_iter = newton_cg(fun, hess_at, np.zeros(V * d), tol * scale, max_iter, cg_iter)
+    report = None if callback is None else (
+        lambda k, g: callback(k, g / scale, 0.0))
+    w, n_iter = newton_cg(fun, hess_at, np.zeros(V * d), tol * scale, max_iter, cg_iter,
+                          report)
     W = w.reshape(V, d)
     loss, grad = fun(w)
     _, S, _ = softmax(W)
@@ -585,7 +503,7 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
                            n_iter=n_iter, converged=bool(grad_norm <= tol))
 
 
-def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200):
+def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None):
     """Minimize a smooth convex ``fun`` by Newton steps (CG on the Hessian) and backtracking.
 
     ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``.  Stops
@@ -593,13 +511,16 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200):
     ``cg_iter`` CG iterations per step (inexact Newton: CG's relative tolerance is
     ``min(0.5, sqrt(||gradient||))``).  CG runs in the Krylov space of the
     gradient, so a Hessian singular off the gradient's subspace (``F_I^perp``
-    here) does no harm.
+    here) does no harm.  ``report(k, ||gradient||)``, if given, is called before
+    each step.
 
     Returns ``(x, n_iter)``.
     """
     value, grad = fun(x)
     for k in range(max_iter):
         g = float(np.linalg.norm(grad))
+        if report is not None:
+            report(k, g)
         if g <= gtol:
             return x, k
         op = scipy.sparse.linalg.LinearOperator((x.size, x.size), hess_at(x), dtype=float)

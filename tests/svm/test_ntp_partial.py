@@ -25,7 +25,7 @@ from skntp.svm import (
     solve_max_margin,
     spanning_proof,
 )
-from skntp.svm._ntp_partial import positively_spans
+from skntp.svm._ntp import positively_spans
 
 
 def _partial_svm_by_hand(H, S, separable):
@@ -322,3 +322,18 @@ def test_zero_contexts_separate_nothing():
     S = np.eye(5, 4, dtype=bool) | np.eye(5, 4, -4, dtype=bool)
     sep = ntp_separability(np.zeros((5, 3)), S)
     assert sep.method == "stationary point" and sep.n_separable == 0
+
+
+def test_ntp_svm_refuses_real_text_with_no_separable_row_before_any_solve():
+    from skntp.datasets import load_text_ntp
+    from skntp.decoder import aggregate_contexts
+    from skntp.losses.decoder import next_token_targets
+
+    b = load_text_ntp(corpus="python", n_words=60, embedding="words", n_features=4)
+    _, Y = next_token_targets(b.target, len(b.target), None)
+    H, _, P, _ = aggregate_contexts(b.data, Y, np.ones(len(b.target)))
+    assert spanning_proof(H, P > 0) and spanning_proof(H, (P > 0).toarray())
+    for norm in ("fro", "max"):
+        with pytest.raises(NotSeparableError, match="positively span") as info:
+            ntp_svm(H, P > 0, norm=norm, max_iter=1)  # one iteration could not tell
+        assert "ntp_separability" in str(info.value)

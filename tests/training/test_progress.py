@@ -126,3 +126,17 @@ def test_regularization_path_draws_no_dangling_descent_bar(capsys):
                          verbose=1).fit(X, y)
     err = capsys.readouterr().err
     assert "limit NTP-SVM: it=" in err and "regpath" not in err
+
+
+def test_the_finite_component_of_data_that_are_not_separable_shows_progress(capsys):
+    from skntp import NTPDecoderClassifier
+    from skntp.datasets import load_text_ntp
+
+    X, y = load_text_ntp(corpus="python", n_words=30, embedding="words", n_features=4,
+                         return_X_y=True)
+    est = NTPDecoderClassifier(solver="svm", verbose=1).fit(X, y)
+    err = capsys.readouterr().err
+    assert not est.is_ntp_separable_ and est.separable_fraction_ == 0.0
+    assert "limit W_fin (gap: relative gradient): it=" in err
+    NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert capsys.readouterr().err == ""
