@@ -403,10 +403,6 @@ def _solve_pnorm_barrier(problem, tol, max_iter, be, verbose, callback=None):
 
 def solve_spectral(problem, tol, max_iter, be, verbose, callback=None):
     """The method ``"spectral-barrier"``: ``min ||W||_2`` (``norm="spectral"``)."""
-    return _solve_spectral_barrier(problem, tol, max_iter, be, verbose, callback)
-
-
-def _solve_spectral_barrier(problem, tol, max_iter, be, verbose, callback=None):
     if problem.norm != "spectral":  # (a spectral program has a matrix parameter)
         return None
     prep = _prepare(problem)
