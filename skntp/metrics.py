@@ -9,6 +9,7 @@ import scipy.linalg
 from scipy.sparse.linalg import lsqr
 
 from ._backend import to_numpy
+from .svm._ntp_logits import check_support, ntp_logit_svm, support_proxy
 from .svm._problem import constraint_operator
 
 __all__ = [
@@ -525,8 +526,6 @@ def logit_geometry(support, logits=None, *, word_embeddings=None, context_embedd
         Neither or both of the logits and the embeddings, only one embedding,
         or shapes that disagree with ``support``.
     """
-    from .svm._ntp_logits import check_support, ntp_logit_svm, support_proxy
-
     S = check_support(support)
     m, V = S.shape
     given_emb = word_embeddings is not None or context_embeddings is not None

@@ -5,7 +5,9 @@
   (code lines of the class body: no docstrings, comments or blank lines), and
   every estimator stays within 200 code lines over the base;
 * its method table is the registry (``skntp.svm.solvers.METHODS``): every method,
-  its module, its norms and the program classes whose ``auto`` order tries it.
+  its module, its norms and the program classes whose ``auto`` order tries it;
+* fewer than ten imports sit inside functions, besides those of the optional
+  dependencies, numba and Python's help topics (the page says so).
 """
 
 import ast
@@ -109,3 +111,40 @@ def test_the_method_table_is_the_registry():
     assert rows == want, (
         "update the method table of docs/user_guide/architecture.rst to:\n"
         + "\n".join('   "``{}``", "``{}``", "{}", "{}"'.format(*w) for w in want))
+
+
+#: The modules imported inside functions on purpose: the optional dependencies,
+#: numba (compiled on first use) and Python's help topics (one corpus).
+LAZY_IMPORTS = ("torch", "sklearn.externals.array_api_compat", "matplotlib", "tqdm", "dask",
+                "numba", "pydoc_data")
+MAX_OTHER_INNER_IMPORTS = 9
+
+
+def inner_imports():
+    """``(path:line, module)`` of every import inside a function of the package that
+    is not of :data:`LAZY_IMPORTS`."""
+    found = []
+    for path in sorted((ROOT / "skntp").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = ["." * node.level + (node.module or "")]
+                else:
+                    continue
+                for name in names:
+                    if not any(name == lazy or name.startswith(lazy + ".")
+                               for lazy in LAZY_IMPORTS):
+                        found.append((f"{path.relative_to(ROOT)}:{node.lineno}", name))
+    return sorted(set(found))
+
+
+def test_few_imports_inside_functions():
+    found = inner_imports()
+    assert len(found) <= MAX_OTHER_INNER_IMPORTS, (
+        "imports inside functions (hoist them to the module's top):\n"
+        + "\n".join(f"{where} {name}" for where, name in found))

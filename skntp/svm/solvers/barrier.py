@@ -1,5 +1,13 @@
 """The spectral-norm and lp-norm max-margin programs, by barrier (path-following) methods.
 
+Why not a library: for the spectral norm Clarabel fails.  On the spectral
+NTP-SVM with m = 30, d = 12, V = 8 it fails after 0.42 s, where the spectral
+barrier certifies a gap of 3.8e-7 in 1.15 s (``benchmarks/README.md``, table
+"Norms, quiet").  For lp norms the library is faster: Clarabel takes 0.40 s and
+0.42 s at p = 1.5 and 3 against 1.14 s and 0.94 s here (same table), so
+``method="auto"`` tries Clarabel first and the lp barrier answers only where
+Clarabel's answer is not certified.
+
 Steepest descent in a norm converges in direction to the max-margin solution in
 that norm: spectral descent / Muon to the spectral norm ``||W||_2`` of a matrix
 parameter, lp steepest (mirror) descent to the entrywise lp norm.  Under the
@@ -42,14 +50,6 @@ the dual's feasible set ``||A^T y||_* <= 1`` (the dual norm: lq with
 ``tol``.  The Newton systems are dense in the parameter's entries: the methods
 take parameters of at most :data:`MAX_VARIABLES` entries and decline larger
 ones (``method="auto"`` then uses cvxpy).
-
-Why not a library: for the spectral norm Clarabel fails.  On the spectral
-NTP-SVM with m = 30, d = 12, V = 8 it fails after 0.42 s, where the spectral
-barrier certifies a gap of 3.8e-7 in 1.15 s (``benchmarks/README.md``, table
-"Norms, quiet").  For lp norms the library is faster: Clarabel takes 0.40 s and
-0.42 s at p = 1.5 and 3 against 1.14 s and 0.94 s here (same table), so
-``method="auto"`` tries Clarabel first and the lp barrier answers only where
-Clarabel's answer is not certified.
 """
 
 from __future__ import annotations
@@ -403,10 +403,6 @@ def _solve_pnorm_barrier(problem, tol, max_iter, be, verbose, callback=None):
 
 def solve_spectral(problem, tol, max_iter, be, verbose, callback=None):
     """The method ``"spectral-barrier"``: ``min ||W||_2`` (``norm="spectral"``)."""
-    return _solve_spectral_barrier(problem, tol, max_iter, be, verbose, callback)
-
-
-def _solve_spectral_barrier(problem, tol, max_iter, be, verbose, callback=None):
     if problem.norm != "spectral":  # (a spectral program has a matrix parameter)
         return None
     prep = _prepare(problem)

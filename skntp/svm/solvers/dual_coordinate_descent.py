@@ -1,5 +1,14 @@
 r"""The sequential dual method for the NTP-SVM: block coordinate ascent, compiled.
 
+Why not a library: liblinear's Crammer-Singer solver (``LinearSVC``) has soft
+margins and no equalities, so it serves only the one-hot NTP-SVM, and only
+approximately (large ``C``).  On one-hot supports this method takes 8.71 s at
+m = 10 000, d = 256, V = 100, where
+``LinearSVC(multi_class="crammer_singer", C=1e6, tol=1e-8)`` does not finish in
+120 s, and 1.42 s against 9.69 s at m = 2000, d = 64, V = 32
+(``benchmarks/README.md``, table "One-hot against LinearSVC").  On tied supports
+it is 8-18x faster than ``"fast"`` where both finish (table "Scaling").
+
 The NTP-SVM (Thrampoulidis 2024, Sec. 4, constraints (4a)-(4b)) is an
 anchored program (see :mod:`skntp.svm.solvers.accelerated_dual`) whose score map is the
 linear decoder, ``S[j, v] = s_v w_v^T h_j`` (``s_v = 1`` unless exchangeable
@@ -59,15 +68,6 @@ direction of their growth is tested as a Farkas ray (the lower bound
 ``||w*|| >= r^T lam / ||A^T lam||`` of any dual-feasible ``lam``) and
 :class:`NotSeparableError` is raised once it proves a normalized margin below
 :data:`skntp.svm.solvers.accelerated_dual.INFEASIBLE_MARGIN`.
-
-Why not a library: liblinear's Crammer-Singer solver (``LinearSVC``) has soft
-margins and no equalities, so it serves only the one-hot NTP-SVM, and only
-approximately (large ``C``).  On one-hot supports this method takes 8.71 s at
-m = 10 000, d = 256, V = 100, where
-``LinearSVC(multi_class="crammer_singer", C=1e6, tol=1e-8)`` does not finish in
-120 s, and 1.42 s against 9.69 s at m = 2000, d = 64, V = 32
-(``benchmarks/README.md``, table "One-hot against LinearSVC").  On tied supports
-it is 8-18x faster than ``"fast"`` where both finish (table "Scaling").
 """
 
 from __future__ import annotations

@@ -1,5 +1,12 @@
 """The max-norm program of a linear decoder, by a structured interior-point method.
 
+Why not a library: HiGHS and Clarabel factor the program as a sparse one and
+pay for the fill-in of its dense rows.  On the max-norm NTP-SVM with d = 128,
+V = 50 this method takes 4.65 s at m = 200 against 106.10 s for Clarabel (gap
+3.4e-4), and 21.06 s at m = 1000, where Clarabel fails after 241.05 s
+(``benchmarks/README.md``, table "Norms, quiet").  HiGHS, in another run, takes
+60.8 s at m = 200.
+
 Sign descent and Adam without epsilon-dominance converge in direction to the
 entrywise max-norm max-margin solution (Fan, Schmidt, Thrampoulidis 2025); on
 next-token data that is the NTP-SVM (Thrampoulidis 2024, eq. (4a)-(4b)) in
@@ -37,13 +44,6 @@ the Crammer-Singer multiclass SVM; other programs are declined.  Every answer
 is certified as the HiGHS path's is: ``W`` scaled to exact feasibility of the
 inequalities and the relative duality gap of the multipliers
 (:func:`~skntp.svm._norms.norm_gap`).
-
-Why not a library: HiGHS and Clarabel factor the program as a sparse one and
-pay for the fill-in of its dense rows.  On the max-norm NTP-SVM with d = 128,
-V = 50 this method takes 4.65 s at m = 200 against 106.10 s for Clarabel (gap
-3.4e-4), and 21.06 s at m = 1000, where Clarabel fails after 241.05 s
-(``benchmarks/README.md``, table "Norms, quiet").  HiGHS, in another run, takes
-60.8 s at m = 200.
 """
 
 from __future__ import annotations

@@ -1,5 +1,12 @@
 """The nuclear-norm max-margin program, by a primal-dual interior-point method.
 
+Why not a library: a generic SDP solver forms the Schur complement in
+``O(m N^4)``.  On the nuclear ATT-SVM with n = 50, T = 10, d = 32 the whole call
+takes 0.136 s (median of 5 seeds) against 9.01 s for cvxpy with Clarabel written
+as in the authors' code, 9.47 s for ``method="cvxpy"``, and 1.15 s for SCS, whose
+optimal values are off by up to 8.1e-6 (``benchmarks/README.md``, table
+"Nuclear speed").
+
 Gradient descent on the factors ``W = Q K^T`` of attention converges in
 direction to the solution of
 
@@ -32,13 +39,6 @@ form, against ``O(m N^4)`` for a generic SDP solver; one iteration costs one
 Every iterate is certified as the fast methods are: ``W`` is scaled to exact
 feasibility, the multipliers ``y`` into the dual's feasible set, and the
 relative gap of the two values is reported (:func:`~skntp.svm._norms.norm_gap`).
-
-Why not a library: a generic SDP solver forms the Schur complement in
-``O(m N^4)``.  On the nuclear ATT-SVM with n = 50, T = 10, d = 32 the whole call
-takes 0.136 s (median of 5 seeds) against 9.01 s for cvxpy with Clarabel written
-as in the authors' code, 9.47 s for ``method="cvxpy"``, and 1.15 s for SCS, whose
-optimal values are off by up to 8.1e-6 (``benchmarks/README.md``, table
-"Nuclear speed").
 """
 
 from __future__ import annotations
