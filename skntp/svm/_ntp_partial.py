@@ -53,6 +53,7 @@ import scipy.optimize
 import scipy.sparse as sp
 import scipy.sparse.linalg
 
+from ._newton import newton_cg
 from ._ntp import _anchors, _check_contexts, exchangeable_tokens, spanning_proof
 from ._problem import (
     BilinearScores,
@@ -501,41 +502,3 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
     return FiniteComponent(W=W, loss=loss, grad_norm=grad_norm,
                            min_prob=float(S[rest].min()) if rest.any() else math.inf,
                            n_iter=n_iter, converged=bool(grad_norm <= tol))
-
-
-def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None):
-    """Minimize a smooth convex ``fun`` by Newton steps (CG on the Hessian) and backtracking.
-
-    ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``.  Stops
-    when ``||gradient|| <= gtol`` or after ``max_iter`` steps, with at most
-    ``cg_iter`` CG iterations per step (inexact Newton: CG's relative tolerance is
-    ``min(0.5, sqrt(||gradient||))``).  CG runs in the Krylov space of the
-    gradient, so a Hessian singular off the gradient's subspace (``F_I^perp``
-    here) does no harm.  ``report(k, ||gradient||)``, if given, is called before
-    each step.
-
-    Returns ``(x, n_iter)``.
-    """
-    value, grad = fun(x)
-    for k in range(max_iter):
-        g = float(np.linalg.norm(grad))
-        if report is not None:
-            report(k, g)
-        if g <= gtol:
-            return x, k
-        op = scipy.sparse.linalg.LinearOperator((x.size, x.size), hess_at(x), dtype=float)
-        step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=min(0.5, math.sqrt(g)),
-                                         maxiter=cg_iter)
-        slope = float(grad @ step)
-        if not slope < 0:  # CG lost descent (round-off): a gradient step
-            step, slope = -grad, -g * g
-        t = 1.0
-        while True:
-            new_value, new_grad = fun(x + t * step)
-            if new_value <= value + 1e-4 * t * slope or t < 1e-12:
-                break
-            t *= 0.5
-        if t < 1e-12:  # no decrease left at this precision
-            return x, k
-        x, value, grad = x + t * step, new_value, new_grad
-    return x, max_iter

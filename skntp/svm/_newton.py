@@ -1,0 +1,58 @@
+"""Newton-CG for the smooth convex losses whose minimizers are the finite components.
+
+``W_fin`` of data that are not NTP-separable (:func:`skntp.svm.partial_finite_component`)
+and the stationary-point proof (:func:`skntp.svm.no_row_is_separable`) minimize the
+NTP cross-entropy (2) restricted to a subspace, where the minimizer is finite but the
+Hessian is singular off that subspace.  Why not a library: :func:`scipy.optimize.minimize`
+with ``method="Newton-CG"`` stops on a relative step size rather than on the gradient
+norm the certificate needs, and its ``"trust-krylov"`` took as many Hessian products
+on the 3,918-context real text (``benchmarks/ntp_separability.py``); the loop below
+is twenty lines over :func:`scipy.sparse.linalg.cg`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.sparse.linalg
+
+__all__ = ["newton_cg"]
+
+
+def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None):
+    """Minimize a smooth convex ``fun`` by Newton steps (CG on the Hessian) and backtracking.
+
+    ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``.  Stops
+    when ``||gradient|| <= gtol`` or after ``max_iter`` steps, with at most
+    ``cg_iter`` CG iterations per step (inexact Newton: CG's relative tolerance is
+    ``min(0.5, sqrt(||gradient||))``).  CG runs in the Krylov space of the
+    gradient, so a Hessian singular off the gradient's subspace (``F_I^perp``
+    here) does no harm.  ``report(k, ||gradient||)``, if given, is called before
+    each step.
+
+    Returns ``(x, n_iter)``.
+    """
+    value, grad = fun(x)
+    for k in range(max_iter):
+        g = float(np.linalg.norm(grad))
+        if report is not None:
+            report(k, g)
+        if g <= gtol:
+            return x, k
+        op = scipy.sparse.linalg.LinearOperator((x.size, x.size), hess_at(x), dtype=float)
+        step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=min(0.5, math.sqrt(g)),
+                                         maxiter=cg_iter)
+        slope = float(grad @ step)
+        if not slope < 0:  # CG lost descent (round-off): a gradient step
+            step, slope = -grad, -g * g
+        t = 1.0
+        while True:
+            new_value, new_grad = fun(x + t * step)
+            if new_value <= value + 1e-4 * t * slope or t < 1e-12:
+                break
+            t *= 0.5
+        if t < 1e-12:  # no decrease left at this precision
+            return x, k
+        x, value, grad = x + t * step, new_value, new_grad
+    return x, max_iter
