@@ -178,8 +178,24 @@ def _block_norms(xp, grads, batched):
             for g in grads]
 
 
+_F64 = np.finfo(np.float64)
+# the smallest sum of squares whose square root is accurate (see _scaled_norms)
+_F64_FINE = float(_F64.smallest_normal) / float(_F64.eps) ** 2
+
+
 def _norm(xp, a):
-    """The Frobenius norm of one array, as a float (see :func:`_scaled_norms`)."""
+    """The Frobenius norm of one array, as a float (see :func:`_scaled_norms`).
+
+    A float64 NumPy array takes the same plain ``sqrt(sum a^2)`` branch without the
+    namespace's wrappers (the hot path of every descent iteration); others, and sums
+    outside that branch's range, go through :func:`_scaled_norms`.
+    """
+    if isinstance(a, np.ndarray) and a.dtype == np.float64:
+        flat = a.reshape(1, -1)
+        with np.errstate(over="ignore", under="ignore"):
+            squares = np.sum(flat * flat, axis=1, keepdims=True)
+        if _F64_FINE < squares[0, 0] <= _F64.max:
+            return float(np.sqrt(squares)[0, 0])
     return float(_scaled_norms(xp, a, 2.0, False)[0, 0])
 
 
@@ -494,6 +510,8 @@ def minimize(
 def _finite(a):
     if isinstance(a, (int, float)):
         return math.isfinite(a)
+    if isinstance(a, np.ndarray):
+        return bool(np.isfinite(a).all())
     return bool(np.all(np.isfinite(to_numpy(a))))
 
 
@@ -523,10 +541,11 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
              if solver == "adam" else None)
     stop_reason, k = "max_iter", 0
     for k in range(1, max_iter + 1):
-        total = np.asarray(total_norm(gn))
+        total = total_norm(gn)  # a float, or per trial a NumPy vector
         active = total > tol
-        if not active.any():  # all zero first: tol=0 must not hide a saturation
-            stop_reason, k = ("zero-gradient" if np.all(total == 0.0) else "tol"), k - 1
+        if not (active.any() if batched else active):  # all zero first: tol=0 must not
+            stop_reason, k = (  # hide a saturation
+                "zero-gradient" if np.all(total == 0.0) else "tol"), k - 1
             break
         lr_k = lr / k**power_t if power_t else lr
         if solver != "ngd":
@@ -538,7 +557,7 @@ def _descend(objective, params0, *, xp, solver, lr, max_iter, tol, metrics, reco
         # overflow is caught below and reported once, as one ConvergenceWarning
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             new = _step(xp, solver, params, grads, lr_k, norms, state, k, options, batched)
-        if not active.all():  # trials that reached tol stay where they are
+        if batched and not active.all():  # trials that reached tol stay where they are
             new = tuple(xp.where(_per_trial(xp, active, p) > 0, q, p)
                         for q, p in zip(new, params))
         if project is not None:

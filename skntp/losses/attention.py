@@ -209,7 +209,11 @@ def _log_loss_terms(xp, loss, u):
 _SATURATED_LOG_ATTENTION = -300.0
 
 
-def _saturation_shift(xp, K, p, mask):
+#: a non-top attention above this (log above -230) is far from saturated
+_UNSATURATED_ATTENTION = 1e-100
+
+
+def _saturation_shift(xp, K, p, mask, s=None):
     """``(s_scaled, sigma)``: the attention of the non-top tokens times ``e^{-sigma}``.
 
     ``sigma = max_{i, t != top_i} log S(K_i p)_t + 300`` when that maximum is
@@ -218,7 +222,16 @@ def _saturation_shift(xp, K, p, mask):
     get 0 (their term of the gradient is written with the others', see
     :func:`attention_loss_grad`).  Only one top token per input is scaled;
     with ties at the top the attention is not saturated and ``sigma = 0``.
+    ``s``, the attention ``S(K_i p)`` if already computed, answers the common
+    case without the log-attention: an input with two top tokens, or with a
+    second one above :data:`_UNSATURATED_ATTENTION`, is not saturated.
     """
+    if s is not None:
+        top = s >= xp.max(s, axis=-1, keepdims=True)
+        second = xp.max(xp.where(top, xp.zeros_like(s), s))
+        if float(second) > _UNSATURATED_ATTENTION or not bool(
+                xp.all(xp.sum(xp.astype(top, s.dtype), axis=-1) == 1)):
+            return None, 0.0
     log_s = log_softmax(xp, attention_logits(xp, K, p, mask), axis=-1)
     top = log_s >= xp.max(log_s, axis=-1, keepdims=True)
     rest = xp.where(top, xp.full_like(log_s, -float("inf")), log_s)
@@ -284,7 +297,7 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         raise ValueError("the head's gradient 'v' is only given for the linear head "
                          "(value=None, activation='identity').")
     s, dh, df, f, k_ref = (forward or _anchored_forward)(xp, X, K, v, p, mask)
-    s_scaled, sigma = (_saturation_shift(xp, K, p, mask) if saturation_scale
+    s_scaled, sigma = (_saturation_shift(xp, K, p, mask, s) if saturation_scale
                        else (None, 0.0))
     u = y * f
     w = xp.ones_like(y) if sample_weight is None else sample_weight * xp.ones_like(y)
