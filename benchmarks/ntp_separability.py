@@ -5,16 +5,18 @@ embedding="words")``, ``d << m``) and planted partly separable data.  For each
 instance: the time of :func:`skntp.svm.ntp_separability` (the rank, the spanning
 contexts, the stationary point, then the LP), of ``W^mm_I`` and of ``W_fin`` (in a
 subprocess capped by ``--fin-cap`` seconds); and, in the same run, the references:
-the LP alone (HiGHS) where its size allows, and the NTP-SVM solve (``ntp_svm``), the
-only answer the package had before, until it declares the data not separable (capped
-by ``--svm-cap`` seconds).  Usage::
+the LP alone (HiGHS) where its size allows, and ``ntp_svm`` until it declares the data
+not separable (capped by ``--svm-cap`` seconds; it refuses at once where the spanning
+contexts prove that no row separates).  Usage::
 
     python benchmarks/ntp_separability.py [--large] [--svm-cap 120] [--fin-cap 900]
+    python benchmarks/ntp_separability.py --newton
 
 The default set ends with the issue's example (1,000 sentences, every word a token,
 d = 128: 3,918 distinct contexts).  ``--large`` adds the real text at m = 8,401
 (d = 128) and at m = 18,535 (four-word contexts, d = 128).  Prints one row per instance
-and the machine's load.
+and the machine's load.  ``--newton`` times ``W_fin`` by the package's Newton-CG
+against scipy's trust-krylov on the 300-word text instead.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import time
 
 import numpy as np
+import scipy.optimize
 
 from skntp.datasets import load_text_ntp
 from skntp.decoder import aggregate_contexts
@@ -32,6 +35,7 @@ from skntp.losses.decoder import next_token_targets
 from skntp.svm import (
     NotSeparableError,
     ProgramTooLargeError,
+    _ntp_partial,
     ntp_separability,
     ntp_svm,
     partial_finite_component,
@@ -113,19 +117,58 @@ def _finite(H, P, sep, pi, queue):
     queue.put((time.perf_counter() - t, fin.converged, fin.n_iter))
 
 
+def _newton_against_scipy():
+    """``W_fin`` by the package's Newton-CG and by scipy's trust-krylov (same loss,
+    gradient and Hessian products, gradient-norm stop) on the 300-word text."""
+    name, H, pi, P = _text(300, 16)
+    sep = ntp_separability(H, P > 0)
+    t = time.perf_counter()
+    ours = partial_finite_component(H, P, sep, pi)
+    t_ours = time.perf_counter() - t
+    calls = {}
+
+    def trust_krylov(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None):
+        def hessp(x, p):
+            if calls.get("x") is None or not np.array_equal(calls["x"], x):
+                calls["x"], calls["product"] = x.copy(), hess_at(x)
+            return calls["product"](p)
+        res = scipy.optimize.minimize(fun, x, jac=True, hessp=hessp, method="trust-krylov",
+                                      options={"gtol": gtol, "maxiter": max_iter})
+        return res.x, res.nit
+
+    original = _ntp_partial.newton_cg
+    _ntp_partial.newton_cg = trust_krylov
+    try:
+        t = time.perf_counter()
+        theirs = partial_finite_component(H, P, sep, pi)
+        t_theirs = time.perf_counter() - t
+    finally:
+        _ntp_partial.newton_cg = original
+    print(f"W_fin on {name} (m={H.shape[0]}, V={P.shape[1]}), load {os.getloadavg()}")
+    for label, fin, seconds in (("newton_cg", ours, t_ours),
+                                ("scipy trust-krylov", theirs, t_theirs)):
+        print(f"  {label}: {seconds:.1f} s, {fin.n_iter} iterations, relative gradient "
+              f"{fin.grad_norm:.1e}, converged {fin.converged}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--large", action="store_true")
+    parser.add_argument("--newton", action="store_true",
+                        help="only W_fin by Newton-CG against scipy's trust-krylov")
     parser.add_argument("--svm-cap", type=float, default=120.0)
     parser.add_argument("--fin-cap", type=float, default=900.0)
     args = parser.parse_args()
+    if args.newton:
+        _newton_against_scipy()
+        return
     instances = [_text(30, 4), _text(60, 4), _text(20, 14), _planted(0, 4), _planted(1, 8),
                  _text(300, 16), _issue_example()]
     if args.large:
         instances += [_text(1000, 64), _text(2000, 32, context_size=4)]
     print(f"load average before: {os.getloadavg()}")
     header = ("instance", "m", "V", "d", "method", "fraction", "diagnosis s",
-              "W^mm_I s", "W_fin s", "LP alone s", "NTP-SVM alone")
+              "W^mm_I s", "W_fin s", "LP alone s", "ntp_svm")
     print(" | ".join(header))
     for name, H, pi, P in instances:
         S = P > 0
