@@ -476,8 +476,11 @@ def _partial_limits(est, data, separability, compatible):
     if not fin.converged:
         warnings.warn(
             f"the finite component of the non-separable rows did not converge (relative "
-            f"gradient norm {fin.grad_norm:.3g} after {fin.n_iter} Newton steps); "
-            "finite_component_ is its last iterate.", ConvergenceWarning,
+            f"gradient norm {fin.grad_norm:.3g} after {fin.n_iter} Newton steps): the loss "
+            "is nearly flat along rows that are close to separable. finite_component_ is "
+            "the last iterate and loss_infimum_ the loss there (an upper bound); "
+            "skntp.svm.partial_finite_component(..., max_products=None) runs on to "
+            "convergence.", ConvergenceWarning,
             stacklevel=user_stacklevel())
     return Limits(direction, fin.W, SubspaceProjector.from_problem(finite_side_problem(problem)),
                   is_ntp_compatible_=compatible, is_ntp_separable_=False, mm_margin_=0.0,

@@ -23,12 +23,14 @@ import scipy.sparse.linalg
 __all__ = ["newton_cg"]
 
 
-def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None):
+def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
+              max_products=None):
     """Minimize a smooth convex ``fun`` by Newton steps (CG on the Hessian) and backtracking.
 
     ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``.  Stops
-    when ``||gradient|| <= gtol`` or after ``max_iter`` steps, with at most
-    ``cg_iter`` CG iterations per step (inexact Newton: CG's relative tolerance is
+    when ``||gradient|| <= gtol``, after ``max_iter`` steps, or once
+    ``max_products`` Hessian products are spent, with at most ``cg_iter`` CG
+    iterations per step (inexact Newton: CG's relative tolerance is
     ``min(0.5, sqrt(||gradient||))``).  CG runs in the Krylov space of the
     gradient, so a Hessian singular off the gradient's subspace (``F_I^perp``
     here) does no harm.  ``report(k, ||gradient||)``, if given, is called before
@@ -36,16 +38,25 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None):
 
     Returns ``(x, n_iter)``.
     """
+    budget = math.inf if max_products is None else int(max_products)
     value, grad = fun(x)
     for k in range(max_iter):
         g = float(np.linalg.norm(grad))
         if report is not None:
             report(k, g)
-        if g <= gtol:
+        if g <= gtol or budget < 1:
             return x, k
-        op = scipy.sparse.linalg.LinearOperator((x.size, x.size), hess_at(x), dtype=float)
+        product = hess_at(x)
+        used = [0]
+
+        def counted(v, product=product, used=used):
+            used[0] += 1
+            return product(v)
+
+        op = scipy.sparse.linalg.LinearOperator((x.size, x.size), counted, dtype=float)
         step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=min(0.5, math.sqrt(g)),
-                                         maxiter=cg_iter)
+                                         maxiter=int(min(cg_iter, budget)))
+        budget -= used[0]
         slope = float(grad @ step)
         if not slope < 0:  # CG lost descent (round-off): a gradient step
             step, slope = -grad, -g * g

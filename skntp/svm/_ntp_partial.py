@@ -422,7 +422,8 @@ class FiniteComponent:
 
 
 def partial_finite_component(contexts, next_token_probs, separability, context_weights=None,
-                             *, tol=1e-9, max_iter=200, cg_iter=2000, callback=None):
+                             *, tol=1e-9, max_iter=200, cg_iter=2000, max_products="auto",
+                             callback=None):
     """``W_fin = argmin_{W in F_I} CE_I(W)``: the finite part off the separable rows.
 
     ``CE_I(W) = sum_j pi_j [log sum_{a in S_j u N_j} exp(w_a^T h_j)
@@ -445,6 +446,14 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         Newton iterations.
     cg_iter : int, default=2000
         Conjugate-gradient iterations per Newton step, at most.
+    max_products : int, "auto" or None, default="auto"
+        Hessian-vector products in all, at most (each costs about two products
+        of size ``m x d x V``).  Data with rows close to separable have a loss
+        that is nearly flat along some directions and a minimizer far out;
+        there Newton's CG needs thousands of products per step, and the budget
+        ends the work with ``converged=False``.  ``"auto"``:
+        ``min(5000, 5e11 / (m V d))`` (about a minute of products on 2 cores);
+        ``None``: no budget.
     callback : callable, optional
         ``callback(n_iter, grad_norm, 0.0)`` after every Newton step, with the
         relative gradient norm (the progress of :func:`~skntp.make_limit_progress`).
@@ -492,8 +501,10 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
 
     report = None if callback is None else (
         lambda k, g: callback(k, g / scale, 0.0))
+    if max_products == "auto":
+        max_products = int(min(5000, 5e11 / max(m * V * d, 1)))
     w, n_iter = newton_cg(fun, hess_at, np.zeros(V * d), tol * scale, max_iter, cg_iter,
-                          report)
+                          report, max_products)
     W = w.reshape(V, d)
     loss, grad = fun(w)
     _, S, _ = softmax(W)

@@ -12,6 +12,7 @@ from helpers import (
     regularized_ntp_fit,
     separable_rows_by_lp,
 )
+from sklearn.exceptions import ConvergenceWarning
 
 from skntp.svm import (
     NotSeparableError,
@@ -337,3 +338,25 @@ def test_ntp_svm_refuses_real_text_with_no_separable_row_before_any_solve():
         with pytest.raises(NotSeparableError, match="positively span") as info:
             ntp_svm(H, P > 0, norm=norm, max_iter=1)  # one iteration could not tell
         assert "ntp_separability" in str(info.value)
+
+
+def test_the_finite_component_stops_at_its_budget_and_says_so(monkeypatch):
+    from skntp import NTPDecoderClassifier
+    from skntp.svm import _ntp_partial
+
+    H, P = partially_separable_instance(3)
+    sep = ntp_separability(H, P)
+    full = partial_finite_component(H, P, sep, max_products=None)
+    short = partial_finite_component(H, P, sep, max_products=3)
+    assert full.converged and not short.converged and short.grad_norm > full.grad_norm
+    assert short.loss > full.loss
+    # the estimator warns at the user's line, with the last iterate as W_fin
+    original = _ntp_partial.partial_finite_component
+    monkeypatch.setattr("skntp.decoder.partial_finite_component",
+                        lambda *a, **k: original(*a, **{**k, "max_products": 3}))
+    X = np.repeat(H, 3, axis=0)
+    y = np.concatenate([np.random.default_rng(0).choice(P.shape[1], 3, p=p) for p in P])
+    with pytest.warns(ConvergenceWarning, match="upper bound") as record:
+        est = NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert record[0].filename == __file__
+    assert not est.is_ntp_separable_ and est.loss_infimum_ > 0

@@ -387,10 +387,6 @@ def _prepare(problem):
 
 def solve_pnorm(problem, tol, max_iter, be, verbose, callback=None):
     """The method ``"pnorm-barrier"``: ``min ||w||_p`` (``norm=("lp", p)``)."""
-    return _solve_pnorm_barrier(problem, tol, max_iter, be, verbose, callback)
-
-
-def _solve_pnorm_barrier(problem, tol, max_iter, be, verbose, callback=None):
     if norm_kind(problem.norm) != "lp":
         return None
     prep = _prepare(problem)

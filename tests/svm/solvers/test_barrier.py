@@ -361,8 +361,7 @@ def _scripted(monkeypatch, gaps, viols=None):
 def _method(problem, tol=1e-8, max_iter=100_000, callback=None):
     """The barrier method itself, with its own figures (``solve_max_margin`` replaces
     them by the certificate it recomputes from the program)."""
-    return barrier._solve_pnorm_barrier(problem, tol, max_iter, get_backend("numpy"), 0,
-                                        callback)
+    return barrier.solve_pnorm(problem, tol, max_iter, get_backend("numpy"), 0, callback)
 
 
 def _scripted_run(problem, **kwargs):
