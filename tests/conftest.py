@@ -69,6 +69,10 @@ def pytest_addoption(parser):
 
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--runslow"):
+        # the slow tests first, so that pytest-xdist's workers do not end with one of
+        # them running alone while the other has nothing left (a stable sort: every
+        # worker must collect the same order)
+        items.sort(key=lambda item: "slow" not in item.keywords)
         return
     skip = pytest.mark.skip(reason="slow: pass --runslow to run")
     for item in items:
