@@ -9,7 +9,8 @@ the LP alone (HiGHS) where its size allows, and ``ntp_svm`` until it declares th
 not separable (capped by ``--svm-cap`` seconds; it refuses at once where the spanning
 contexts prove that no row separates).  Usage::
 
-    python benchmarks/ntp_separability.py [--large] [--svm-cap 120] [--fin-cap 900]
+    python benchmarks/ntp_separability.py [--large | --only-large] [--svm-cap 120]
+        [--fin-cap 900]
     python benchmarks/ntp_separability.py --newton
 
 The default set ends with the issue's example (1,000 sentences, every word a token,
@@ -153,7 +154,8 @@ def _newton_against_scipy():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--large", action="store_true")
+    parser.add_argument("--large", action="store_true", help="add the two large texts")
+    parser.add_argument("--only-large", action="store_true", help="the two large texts alone")
     parser.add_argument("--newton", action="store_true",
                         help="only W_fin by Newton-CG against scipy's trust-krylov")
     parser.add_argument("--svm-cap", type=float, default=120.0)
@@ -162,9 +164,10 @@ def main():
     if args.newton:
         _newton_against_scipy()
         return
-    instances = [_text(30, 4), _text(60, 4), _text(20, 14), _planted(0, 4), _planted(1, 8),
-                 _text(300, 16), _issue_example()]
-    if args.large:
+    instances = [] if args.only_large else [
+        _text(30, 4), _text(60, 4), _text(20, 14), _planted(0, 4), _planted(1, 8),
+        _text(300, 16), _issue_example()]
+    if args.large or args.only_large:
         instances += [_text(1000, 64), _text(2000, 32, context_size=4)]
     print(f"load average before: {os.getloadavg()}")
     header = ("instance", "m", "V", "d", "method", "fraction", "diagnosis s",
