@@ -5,19 +5,21 @@ random supports (each token in ``S_j`` with probability ``--density``, at
 least one in and one out):
 
 * ``skntp``: the whole call ``ntp_logit_svm(S)`` (build, ``method="auto"``,
-  the certificate recomputed by the dispatcher): its time, status and
-  certified signed gap;
+  which takes ``"scs"``: cvxpy + SCS to ``eps = 1e-10`` on the package's
+  anchored rows, the certificate recomputed by the dispatcher): its time,
+  status and certified signed gap;
 * ``cvxpy+SCS`` and ``cvxpy+Clarabel``: the program written compactly for
   cvxpy by hand (``L`` of shape ``(V, m)``, one in-support level ``c_j`` per
   context: ``L[z, j] = c_j`` on ``S_j``, ``L[v, j] <= c_j - 1`` off it,
-  ``min normNuc(L)``), with the relative difference of its optimal value
-  from the certified one;
+  ``min normNuc(L)``), at the solvers' default tolerances, with the
+  relative difference of its optimal value from the certified one;
 * the closed-form proxy (centered support matrix): its time and its
   distance to ``L_mm`` (Frobenius distance of the normalized matrices, and
   the ratio of nuclear norms).
 
 A solver is skipped at the sizes after one where it took longer than
-``--time-limit`` seconds.
+``--time-limit`` seconds.  The machine's load (``os.getloadavg()``) is printed
+before every size: on a shared machine it changes within a run.
 
 Usage::
 
@@ -76,6 +78,7 @@ def main():
     slow = set()
     for n in args.sizes:
         S = random_supports(np.random.default_rng(args.seed + n), n, n, args.density)
+        print(f"m = V = {n}: load {tuple(round(x, 2) for x in os.getloadavg())}", flush=True)
         value = None
         if "skntp" not in slow:
             t = time.perf_counter()
@@ -85,7 +88,7 @@ def main():
             dt = time.perf_counter() - t
             value, L_mm = res.objective, res.primal
             print(f"{n:>6} {'skntp (auto)':>15} {dt:>9.2f} {res.status:>12} {res.gap:>10.2e} "
-                  f"{'':>16}")
+                  f"{'':>16}", flush=True)
             if dt > args.time_limit:
                 slow.add("skntp")
         for name, solver in (("cvxpy+SCS", cp.SCS), ("cvxpy+Clarabel", cp.CLARABEL)):
@@ -97,7 +100,7 @@ def main():
             dt = time.perf_counter() - t
             diff = (f"{abs(val - value) / value:>16.2e}" if value is not None and val is not None
                     else f"{'':>16}")
-            print(f"{n:>6} {name:>15} {dt:>9.2f} {status:>12} {'':>10} {diff}")
+            print(f"{n:>6} {name:>15} {dt:>9.2f} {status:>12} {'':>10} {diff}", flush=True)
             if dt > args.time_limit:
                 slow.add(name)
         t = time.perf_counter()

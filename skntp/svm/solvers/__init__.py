@@ -96,8 +96,8 @@ METHODS = {
 #:   NTP-SVM of NTP-UFM): the primal-dual interior-point method on its
 #:   semidefinite form (it declines programs with equalities or other scores);
 #:   then SCS, to a hundredth of ``tol``: on the logit NTP-SVM at m = V = 60 it
-#:   is certified in about 1 s where Clarabel takes 150 s
-#:   (``benchmarks/ntp_logits.py``);
+#:   is certified in 2.3 s where Clarabel takes 467 s in the same run
+#:   (``benchmarks/README.md``, table "Logit NTP-SVM");
 #: * ``"decoder-partial"`` (:func:`~skntp.svm.partial_ntp_svm_problem`, only built
 #:   when the separability program ran, so at most 20,000 rows): Clarabel first,
 #:   as on real text the program's equalities on the non-separable rows leave

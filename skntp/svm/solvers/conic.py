@@ -13,8 +13,9 @@ with, and the last method ``auto`` tries.
 cone variable per iteration, where Clarabel factors a system in the constraints)
 to ``eps_abs = eps_rel = min(1e-10, tol / 100)``; the certificate of the
 dispatcher decides whether the answer is optimal.  On the logit-space NTP-SVM of
-NTP-UFM (:func:`~skntp.svm.ntp_logit_svm`, m = V = 60) it is certified in about
-1 s where Clarabel takes 150 s (``benchmarks/README.md``, table "Logit NTP-SVM").
+NTP-UFM (:func:`~skntp.svm.ntp_logit_svm`, m = V = 60) it is certified in 2.3 s
+where Clarabel takes 467 s in the same run (``benchmarks/README.md``, table "Logit
+NTP-SVM").
 """
 
 from __future__ import annotations
