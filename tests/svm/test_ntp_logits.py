@@ -90,6 +90,10 @@ def test_scs_is_certified_and_matches_the_program_of_the_paper(seed, merge_equal
     ties, margin = _margins(S, res.primal)
     assert ties <= 1e-8 * value and margin >= 1 - 1e-8
     assert ntp_logit_svm(S, merge_equal=merge_equal).method == "scs"
+    # the registry's "scs" on the anchored rows of the same program
+    rows = solve_max_margin(ntp_logit_svm_problem(S), method="scs")
+    assert rows.method == "scs" and rows.status == "optimal"
+    assert abs(rows.objective - value) <= 1e-6 * value
 
 
 def test_lmm_depends_on_the_supports_only_and_takes_sparse_input():
