@@ -24,10 +24,13 @@ decay vanishes its solution splits into
 
 The program is the NTP-SVM of :func:`~skntp.svm.ntp_svm_problem` with the
 identity as context embeddings (``h_j = e_j``, so ``W = L``) in the nuclear
-norm; it is solved and certified by :func:`~skntp.svm.solve_max_margin` like
-every other program.  Its dual (the certificate's lower bound) reads
-``max <S, Lambda>`` over ``||Lambda||_2 <= 1``, ``1^T Lambda = 0`` and
-``Lambda_vj <= 0`` for ``v not in S_j`` (``S`` the ``V x m`` support matrix).
+norm; its answer is certified on those rows by the dispatcher's certificate
+(:func:`~skntp.svm._certificate.certify`) like every other program's, whether it
+comes from the compact form solved by SCS (cvxpy; a library method, no home-made
+solver) or from :func:`~skntp.svm.solve_max_margin` on the rows.  Its dual (the
+certificate's lower bound) reads ``max <S, Lambda>`` over ``||Lambda||_2 <= 1``,
+``1^T Lambda = 0`` and ``Lambda_vj <= 0`` for ``v not in S_j`` (``S`` the
+``V x m`` support matrix).
 
 The closed-form proxy of the authors' code (``SVM_thm_sol`` in
 ``YizeZhao/Next_Token_yz``, ``utils.py``) is the centered support matrix
