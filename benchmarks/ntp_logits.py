@@ -4,10 +4,10 @@ Every figure is measured in this run, each beside its reference, on the same
 random supports (each token in ``S_j`` with probability ``--density``, at
 least one in and one out):
 
-* ``skntp``: the whole call ``ntp_logit_svm(S)`` (build, ``method="auto"``,
-  which takes ``"scs"``: cvxpy + SCS to ``eps = 1e-10`` on the package's
-  anchored rows, the certificate recomputed by the dispatcher): its time,
-  status and certified signed gap;
+* ``skntp``: the whole call ``ntp_logit_svm(S)`` (``method="auto"``: the
+  compact form by SCS to ``eps = 1e-10``, certified on the package's anchored
+  rows by the dispatcher's certificate): its time, status and certified
+  signed gap;
 * ``cvxpy+SCS`` and ``cvxpy+Clarabel``: the program written compactly for
   cvxpy by hand (``L`` of shape ``(V, m)``, one in-support level ``c_j`` per
   context: ``L[z, j] = c_j`` on ``S_j``, ``L[v, j] <= c_j - 1`` off it,
