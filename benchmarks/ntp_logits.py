@@ -25,6 +25,7 @@ Usage::
 
     python benchmarks/ntp_logits.py [--sizes 20 40 60 100] [--density 0.3]
                                     [--time-limit 120] [--seed 0]
+                                    [--max-size SCS CLARABEL]
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def main():
     parser.add_argument("--density", type=float, default=0.3)
     parser.add_argument("--time-limit", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-size", type=int, nargs=2, metavar=("SCS", "CLARABEL"),
+                        default=[10**9, 10**9],
+                        help="largest m = V at which the compact cvxpy program is solved "
+                             "by SCS and by Clarabel (above: skipped)")
     args = parser.parse_args()
 
     import cvxpy as cp
@@ -91,8 +96,9 @@ def main():
                   f"{'':>16}", flush=True)
             if dt > args.time_limit:
                 slow.add("skntp")
-        for name, solver in (("cvxpy+SCS", cp.SCS), ("cvxpy+Clarabel", cp.CLARABEL)):
-            if name in slow:
+        for name, solver, limit in (("cvxpy+SCS", cp.SCS, args.max_size[0]),
+                                    ("cvxpy+Clarabel", cp.CLARABEL, args.max_size[1])):
+            if name in slow or n > limit:
                 print(f"{n:>6} {name:>15} {'skipped':>9}")
                 continue
             t = time.perf_counter()
