@@ -4,25 +4,28 @@ Every figure is measured in this run, each beside its reference, on the same
 random supports (each token in ``S_j`` with probability ``--density``, at
 least one in and one out):
 
-* ``skntp``: the whole call ``ntp_logit_svm(S)`` (build, ``method="auto"``,
-  the certificate recomputed by the dispatcher): its time, status and
-  certified signed gap;
+* ``skntp``: the whole call ``ntp_logit_svm(S)`` (``method="auto"``: the
+  compact form by SCS to ``eps = 1e-10``, certified on the package's anchored
+  rows by the dispatcher's certificate): its time, status and certified
+  signed gap;
 * ``cvxpy+SCS`` and ``cvxpy+Clarabel``: the program written compactly for
   cvxpy by hand (``L`` of shape ``(V, m)``, one in-support level ``c_j`` per
   context: ``L[z, j] = c_j`` on ``S_j``, ``L[v, j] <= c_j - 1`` off it,
-  ``min normNuc(L)``), with the relative difference of its optimal value
-  from the certified one;
+  ``min normNuc(L)``), at the solvers' default tolerances, with the
+  relative difference of its optimal value from the certified one;
 * the closed-form proxy (centered support matrix): its time and its
   distance to ``L_mm`` (Frobenius distance of the normalized matrices, and
   the ratio of nuclear norms).
 
 A solver is skipped at the sizes after one where it took longer than
-``--time-limit`` seconds.
+``--time-limit`` seconds.  The machine's load (``os.getloadavg()``) is printed
+before every size: on a shared machine it changes within a run.
 
 Usage::
 
     python benchmarks/ntp_logits.py [--sizes 20 40 60 100] [--density 0.3]
                                     [--time-limit 120] [--seed 0]
+                                    [--max-size SCS CLARABEL]
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ def main():
     parser.add_argument("--density", type=float, default=0.3)
     parser.add_argument("--time-limit", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-size", type=int, nargs=2, metavar=("SCS", "CLARABEL"),
+                        default=[10**9, 10**9],
+                        help="largest m = V at which the compact cvxpy program is solved "
+                             "by SCS and by Clarabel (above: skipped)")
     args = parser.parse_args()
 
     import cvxpy as cp
@@ -76,6 +83,7 @@ def main():
     slow = set()
     for n in args.sizes:
         S = random_supports(np.random.default_rng(args.seed + n), n, n, args.density)
+        print(f"m = V = {n}: load {tuple(round(x, 2) for x in os.getloadavg())}", flush=True)
         value = None
         if "skntp" not in slow:
             t = time.perf_counter()
@@ -85,11 +93,12 @@ def main():
             dt = time.perf_counter() - t
             value, L_mm = res.objective, res.primal
             print(f"{n:>6} {'skntp (auto)':>15} {dt:>9.2f} {res.status:>12} {res.gap:>10.2e} "
-                  f"{'':>16}")
+                  f"{'':>16}", flush=True)
             if dt > args.time_limit:
                 slow.add("skntp")
-        for name, solver in (("cvxpy+SCS", cp.SCS), ("cvxpy+Clarabel", cp.CLARABEL)):
-            if name in slow:
+        for name, solver, limit in (("cvxpy+SCS", cp.SCS, args.max_size[0]),
+                                    ("cvxpy+Clarabel", cp.CLARABEL, args.max_size[1])):
+            if name in slow or n > limit:
                 print(f"{n:>6} {name:>15} {'skipped':>9}")
                 continue
             t = time.perf_counter()
@@ -97,7 +106,7 @@ def main():
             dt = time.perf_counter() - t
             diff = (f"{abs(val - value) / value:>16.2e}" if value is not None and val is not None
                     else f"{'':>16}")
-            print(f"{n:>6} {name:>15} {dt:>9.2f} {status:>12} {'':>10} {diff}")
+            print(f"{n:>6} {name:>15} {dt:>9.2f} {status:>12} {'':>10} {diff}", flush=True)
             if dt > args.time_limit:
                 slow.add(name)
         t = time.perf_counter()

@@ -10,6 +10,7 @@ ORDER = [
     "plot_transformers_svm.py",
     "plot_your_own_text.py",
     "plot_real_text_separability.py",
+    "plot_embeddings_real_text.py",
 ]
 
 

@@ -24,10 +24,13 @@ decay vanishes its solution splits into
 
 The program is the NTP-SVM of :func:`~skntp.svm.ntp_svm_problem` with the
 identity as context embeddings (``h_j = e_j``, so ``W = L``) in the nuclear
-norm; it is solved and certified by :func:`~skntp.svm.solve_max_margin` like
-every other program.  Its dual (the certificate's lower bound) reads
-``max <S, Lambda>`` over ``||Lambda||_2 <= 1``, ``1^T Lambda = 0`` and
-``Lambda_vj <= 0`` for ``v not in S_j`` (``S`` the ``V x m`` support matrix).
+norm; its answer is certified on those rows by the dispatcher's certificate
+(:func:`~skntp.svm._certificate.certify`) like every other program's, whether it
+comes from the compact form solved by SCS (cvxpy; a library method, no home-made
+solver) or from :func:`~skntp.svm.solve_max_margin` on the rows.  Its dual (the
+certificate's lower bound) reads ``max <S, Lambda>`` over ``||Lambda||_2 <= 1``,
+``1^T Lambda = 0`` and ``Lambda_vj <= 0`` for ``v not in S_j`` (``S`` the
+``V x m`` support matrix).
 
 The closed-form proxy of the authors' code (``SVM_thm_sol`` in
 ``YizeZhao/Next_Token_yz``, ``utils.py``) is the centered support matrix
@@ -142,7 +145,13 @@ def ntp_logit_svm(support, *, method="auto", tol=None, max_iter=100_000, verbose
         passed; only their support counts).
     method : str, default="auto"
         A method of :func:`~skntp.svm.solve_max_margin` that minimizes the
-        nuclear norm.
+        nuclear norm.  ``"auto"`` and ``"scs"`` first solve the compact form
+        (one variable per token class and context class, one in-support level
+        per context class) by SCS to ``min(1e-10, tol / 100)`` and certify it on
+        the full program; ``"auto"`` goes on to :func:`~skntp.svm.solve_max_margin`
+        when that answer is not certified.  On random supports at m = V = 60 the
+        compact form took 1.2 s, the anchored rows by SCS 2.3 s and Clarabel
+        150 to 470 s (``benchmarks/README.md``, table "Logit NTP-SVM").
     tol : float, default=None
         The certificate's tolerance (``None``: 1e-8).
     max_iter : int, default=100_000
@@ -167,6 +176,18 @@ def ntp_logit_svm(support, *, method="auto", tol=None, max_iter=100_000, verbose
                                            return_inverse=True, return_counts=True)
     ctx_class = np.asarray(ctx_class).ravel()
     representative, tok_class, n_tok = exchangeable_tokens(s)
+    if not merge_equal:
+        ctx_class, n_ctx = np.arange(s.shape[0]), np.ones(s.shape[0], dtype=np.int64)
+        representative, tok_class = np.arange(s.shape[1]), np.arange(s.shape[1])
+        n_tok, first = np.ones(s.shape[1], dtype=np.int64), np.arange(s.shape[0])
+    if method in ("auto", "scs"):
+        ctol = DEFAULT_TOL.get("nuclear", 1e-8) if tol is None else tol
+        res = _compact_scs(problem, s, first, representative, ctx_class, tok_class, n_ctx,
+                           n_tok, ctol, max_iter, verbose)
+        if res is not None and (res.status == "optimal" or method == "scs"):
+            if callback is not None:
+                callback(res.n_iter, res.gap, res.max_violation)
+            return res
     if not merge_equal or (n_ctx.size, n_tok.size) == s.shape:
         return solve_max_margin(problem, **kwargs)
     reduced = ntp_logit_svm_problem(s[first][:, representative])
@@ -238,3 +259,68 @@ def logit_finite_component(next_token_probs):
     logp = np.where(s, np.log(np.where(s, p, 1.0)), 0.0)
     mean = logp.sum(axis=1, keepdims=True) / s.sum(axis=1, keepdims=True)
     return np.where(s, logp - mean, 0.0).T
+
+
+def _compact_scs(problem, s, first, representative, ctx_class, tok_class, n_ctx, n_tok, tol,
+                 max_iter, verbose):
+    """The program in its compact form, solved by SCS, certified on ``problem``.
+
+    One variable per token class and context class, ``K`` (``a x c``), one
+    in-support level ``l_c`` per context class: ``K[a, c] = l_c`` on the
+    supports, ``K[a, c] <= l_c - 1`` off them, ``min ||D_t^{1/2} K D_c^{1/2}||_*``
+    (the merged program of :func:`ntp_logit_svm`, whose ``K' = D_t^{1/2} K
+    D_c^{1/2}``).  The answer is made exactly feasible (each context's level the
+    mean of its in-support logits, the others clipped below it, each column
+    centered), and the
+    multipliers ``M`` of the two constraint blocks give the dual matrix
+    ``Lambda = M / (n_a n_c)`` expanded to the classes, clipped to ``<= 0`` off
+    the supports and re-centered on them (``1^T Lambda = 0``); the dispatcher's
+    certificate (:func:`~skntp.svm._certificate.certify`) then decides.  ``None``
+    if SCS fails.  Cheaper than the anchored rows of ``problem``: cvxpy writes
+    two elementwise blocks instead of ``m (V - 1)`` sparse rows.
+    """
+    import warnings
+
+    import cvxpy as cp
+
+    inside = s[first][:, representative].T  # (token classes, context classes)
+    a, c = inside.shape
+    K, level = cp.Variable((a, c)), cp.Variable(c)
+    shifted = K - np.ones((a, 1)) @ cp.reshape(level, (1, c), order="C")
+    ins = inside.astype(float)
+    cons = [cp.multiply(ins, shifted) == 0, cp.multiply(1 - ins, shifted + 1) <= 0]
+    weights = np.sqrt(np.outer(n_tok, n_ctx))
+    scaled = K if np.all(weights == 1) else cp.multiply(weights, K)
+    prob = cp.Problem(cp.Minimize(cp.normNuc(scaled)), cons)
+    eps = min(1e-10, 0.01 * tol)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prob.solve(solver=cp.SCS, eps_abs=eps, eps_rel=eps, max_iters=int(max_iter),
+                       verbose=bool(verbose))
+    except cp.error.SolverError:  # pragma: no cover - solver crash
+        return None
+    if prob.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or K.value is None:
+        return None
+    S_full = s.T
+    L = np.asarray(K.value)[tok_class][:, ctx_class]
+    lev = np.where(S_full, L, 0.0).sum(axis=0) / S_full.sum(axis=0)
+    L = np.where(S_full, lev[None, :], np.minimum(L, lev[None, :] - 1.0))
+    L = L - L.mean(axis=0)  # feasible still, and ||(I - 1 1^T / V) L||_* <= ||L||_*
+    M = np.where(inside, cons[0].dual_value, 0.0) + np.where(inside, 0.0, cons[1].dual_value)
+    M = (M / np.outer(n_tok, n_ctx))[tok_class][:, ctx_class]
+    best = None
+    for sign in (1.0, -1.0):
+        Lam = np.where(S_full, sign * M, np.minimum(sign * M, 0.0))
+        Lam = Lam - np.where(S_full, Lam.sum(axis=0) / S_full.sum(axis=0), 0.0)
+        value = float(np.sum(Lam[S_full]))
+        if best is None or value > best[0]:
+            best = (value, Lam)
+    table = best[1].T
+    full = problem.constraints
+    # equalities (z, anchor) carry C[j, z]; inequalities (anchor, v) carry -C[j, v]
+    dual = np.where(full.equality, table[full.block, full.pos], -table[full.block, full.ref])
+    stats = prob.solver_stats
+    out = MaxMarginResult(primal=L, dual=dual, method="scs", status="max_iter",
+                          n_iter=int(stats.num_iters or 0) if stats is not None else 0)
+    return certify(problem, out, tol)

@@ -161,3 +161,50 @@ def test_small_weight_decay_aligns_with_lmm_on_fresh_instances(seed):
 def test_parameters_it_cannot_use_are_refused(params):
     with pytest.raises(ValueError, match="parameter of NTPEmbeddingClassifier must be"):
         NTPEmbeddingClassifier(**params).fit(np.arange(4.0)[:, None], [0, 1, 0, 1])
+
+
+def _decayed_ufm_logits(P, pi, lam):
+    """The minimizer of the weight-decayed UFM loss, in logit space, by Clarabel.
+
+    For ``d >= rank`` the minimizers of ``CE(W H) + (lam/2)(||W||^2 + ||H||^2)`` are
+    the balanced factors of those of ``CE(L) + lam ||L||_*`` (``min_{W H = L}`` of the
+    decay is ``||L||_*``), a convex program written here from the equations.
+    """
+    import cvxpy as cp
+
+    m, V = P.shape
+    L = cp.Variable((V, m))
+    ce = sum(pi[j] * (cp.log_sum_exp(L[:, j]) - P[j] @ L[:, j]) for j in range(m))
+    prob = cp.Problem(cp.Minimize(ce + lam * cp.normNuc(L)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prob.solve(solver=cp.CLARABEL)
+    assert prob.status == "optimal"
+    return L.value
+
+
+@pytest.mark.slow
+def test_weight_decay_path_reaches_lmm_on_20_fresh_patterns():
+    # Issue #36, goal (B), by the training the theorem covers: Zhao et al. 2024's
+    # regularization path.  The exact minimizers of the weight-decayed UFM loss at
+    # lam = 1e-6 (convex form, Clarabel), centered, minus L_in, have cosine >= 0.99
+    # with L_mm on 20 fresh random patterns, m, V in [5, 20] (measured 2026-11-27:
+    # min 0.9912, median 0.9942; without removing L_in: min 0.9900).  Long NGD does
+    # not get there: lr 0.1, 20 000 steps, no decay, min 0.953, median 0.971 (1 of
+    # 20 >= 0.99), because with soft labels its unit steps are spent on the
+    # in-support residual and ||(W, H)|| stalls at 11 to 23, while the cosine's
+    # error falls only like 1 / R^2 with the radius R along L_mm.
+    cosines = []
+    for seed in range(20):
+        rng = np.random.default_rng(3600 + seed)
+        m, V = (int(k) for k in rng.integers(5, 21, size=2))
+        S = random_supports(3600 + seed, m=m, V=V)
+        P = np.where(S, rng.random(S.shape) + 0.2, 0.0)
+        P /= P.sum(axis=1, keepdims=True)
+        res = ntp_logit_svm(S)
+        assert res.status == "optimal"
+        D = res.primal / np.linalg.norm(res.primal)
+        L = _decayed_ufm_logits(P, np.full(m, 1.0 / m), 1e-6)
+        A = L - L.mean(axis=0) - logit_finite_component(P)
+        cosines.append(float(np.sum(A * D) / np.linalg.norm(A)))
+    assert min(cosines) >= 0.99, (min(cosines), np.median(cosines))

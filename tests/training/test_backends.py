@@ -273,6 +273,7 @@ ACCEPTS = {
     "cvxpy": {"ntp", "att", "head", "graph", "nuclear", "lp", "ntp-max", "spectral",
               "pnorm"},
     "nuclear-ipm": {"nuclear"},
+    "scs": {"nuclear"},
     "spectral-barrier": {"spectral"},
     "pnorm-barrier": {"pnorm"},
     "highs": {"lp", "ntp-max"},
