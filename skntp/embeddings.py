@@ -17,7 +17,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ._backend import log_softmax, to_numpy
+from ._backend import get_backend, log_softmax, to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
     TRAINING_CONSTRAINTS,
@@ -337,7 +337,6 @@ class NTPEmbeddingClassifier(ClassifierMixin, ImplicitBiasEstimator):
 
 
 def _numpy():
-    from ._backend import get_backend
 
     return get_backend("numpy")
 
