@@ -337,6 +337,5 @@ class NTPEmbeddingClassifier(ClassifierMixin, ImplicitBiasEstimator):
 
 
 def _numpy():
-
     return get_backend("numpy")
 

@@ -80,7 +80,8 @@ def _solve(problem, tol, max_iter, verbose, solver):
         else:
             _solve_clarabel(prob, tol, verbose)
     except cp.error.SolverError as exc:  # pragma: no cover - solver crash
-        raise RuntimeError(f"{problem.name}: {solver} failed: {exc}") from exc
+        name = {"scs": "SCS", "clarabel": "Clarabel"}[solver]
+        raise RuntimeError(f"{problem.name}: {name} failed: {exc}") from exc
     status = prob.status
     if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
         raise NotSeparableError(
