@@ -41,6 +41,7 @@ from ..graphs import (
 )
 from ..losses.self_attention import SelfAttentionRisk
 from ..metrics import SubspaceProjector
+from ._newton import newton_polish
 from ._problem import BilinearScores, Constraints, MaxMarginProblem
 from ._solve import solve_max_margin
 
@@ -238,32 +239,7 @@ def cyclic_correction(embeddings, X, y, sccs, *, gamma=None, loss="log", keep=No
     res = sp_minimize(fun, np.zeros(basis.shape[1]), jac=True, method="L-BFGS-B",
                       options={"maxiter": max_iter, "gtol": tol, "ftol": 0.0,
                                "maxcor": 50})
-    theta = res.x
-    # A few Newton steps polish the solution (exact gradient, finite-difference
-    # Hessian in the r-dimensional basis) when L-BFGS stopped on precision.
-    for _ in range(3):
-        f0, g0 = fun(theta)
-        if np.linalg.norm(g0) <= tol:
-            break
-        r = theta.size
-        h = 1e-6
-        H = np.empty((r, r))
-        for j in range(r):
-            e = np.zeros(r)
-            e[j] = h
-            H[:, j] = (fun(theta + e)[1] - fun(theta - e)[1]) / (2 * h)
-        H = 0.5 * (H + H.T)
-        try:
-            step = np.linalg.lstsq(H, g0, rcond=1e-12)[0]
-        except np.linalg.LinAlgError:  # pragma: no cover
-            break
-        t = 1.0
-        while t > 1e-4 and fun(theta - t * step)[0] > f0 + 1e-14 * abs(f0):
-            t *= 0.5
-        cand = theta - t * step
-        if np.linalg.norm(fun(cand)[1]) >= np.linalg.norm(g0):
-            break
-        theta = cand
+    theta = newton_polish(fun, res.x, tol)  # when L-BFGS stopped on precision
     val, grad = fun(theta)
     gn = float(np.linalg.norm(grad))
     info.update(grad_norm=gn, n_iter=int(res.nit), loss=val)
