@@ -216,7 +216,10 @@ def positively_spans(points):
     if not sigma_min > 0:
         return False
     A = points.T
-    mu, _ = scipy.optimize.nnls(A, -A.sum(axis=1), maxiter=10 * n)
+    try:
+        mu, _ = scipy.optimize.nnls(A, -A.sum(axis=1), maxiter=10 * n)
+    except RuntimeError:  # its iteration limit: not proven
+        return False
     lam = 1.0 + mu
     residual = float(np.linalg.norm(A @ lam))
     rounding = 1e3 * n * eps * float(lam @ np.abs(points).max(axis=1))

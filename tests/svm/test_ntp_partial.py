@@ -360,3 +360,15 @@ def test_the_finite_component_stops_at_its_budget_and_says_so(monkeypatch):
         est = NTPDecoderClassifier(solver="svm").fit(X, y)
     assert record[0].filename == __file__
     assert not est.is_ntp_separable_ and est.loss_infimum_ > 0
+
+
+def test_a_cone_test_that_runs_out_of_iterations_proves_nothing(monkeypatch):
+    import scipy.optimize
+
+    def give_up(*args, **kwargs):
+        raise RuntimeError("Maximum number of iterations reached.")
+
+    C = np.vstack([np.eye(3), -np.eye(3)])
+    assert positively_spans(C)
+    monkeypatch.setattr(scipy.optimize, "nnls", give_up)
+    assert not positively_spans(C)
