@@ -51,7 +51,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.optimize
 import scipy.sparse as sp
-import scipy.sparse.linalg
 
 from ._newton import newton_cg
 from ._ntp import _anchors, _check_contexts, exchangeable_tokens, spanning_proof
@@ -457,7 +456,7 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         d = 64, with a load of 5);
         ``None``: no budget.
     callback : callable, optional
-        ``callback(n_iter, grad_norm, 0.0)`` after every Newton step, with the
+        ``callback(n_iter, grad_norm, 0.0)`` at every Newton step, with the
         relative gradient norm (the progress of :func:`~skntp.make_limit_progress`).
 
     Returns
