@@ -10,9 +10,10 @@ Newton steps in a small basis (:func:`newton_polish`).
 Why not a library: :func:`scipy.optimize.minimize` with ``method="Newton-CG"`` stops
 on the step size, not on the gradient norm the certificate needs; with
 ``method="trust-krylov"`` (a gradient-norm stop, the same Hessian products) it did not
-converge in 200 iterations (113 s, relative gradient 9.6e-8) where this loop took 8
-Newton steps (20.8 s, 8.8e-10), on the real text of 3,889 contexts, V = 298, d = 32
-(``python benchmarks/ntp_separability.py --newton``, load 6.3).
+converge in 200 iterations (20.4 s, relative gradient 9.6e-8) where this loop took 8
+Newton steps (4.5 s, 8.8e-10), on the real text of 3,889 contexts, V = 298, d = 32
+(``python benchmarks/ntp_separability.py --newton``, commit a760267, load 1.2;
+``benchmarks/README.md``).
 """
 
 from __future__ import annotations
