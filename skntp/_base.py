@@ -17,8 +17,8 @@ flow is the same for every model, and it is written here once:
    the objective, start and metrics (model), run by :meth:`_train`;
 4. ``_trained_limits(data, limits, params)``: the limits of what the parameters
    select (model; e.g. the max-margin directions of the tokens the trained
-   attention selects), solved here and returned in the limits, never in
-   ``_fitted``; the default keeps ``limits``;
+   attention selects), solved here through ``_solve_limit(..., required=False)``
+   and returned in the limits, never in ``_fitted``; the default keeps ``limits``;
 5. ``_fitted(data, limits, params, result)``: the fitted attributes (model),
    from the data and the limits only (no program is solved there).
 
@@ -445,8 +445,12 @@ class ImplicitBiasEstimator(BaseEstimator):
 
         training.metrics = with_weights
 
-    def _solve_limit(self, program, solve, consequence):
+    def _solve_limit(self, program, solve, consequence, *, required=None,
+                     failures=(NotSeparableError, ProgramTooLargeError), quiet=()):
         """``solve(callback)`` with a progress bar; infeasible or too large: warn.
+
+        Every limit program of every estimator is solved through this method,
+        so the policy on a failed solve is written once.
 
         Parameters
         ----------
@@ -457,24 +461,35 @@ class ImplicitBiasEstimator(BaseEstimator):
             :func:`skntp.svm.solve_max_margin`.
         consequence : str
             What a failure means for the fit (appended to the warning).
+        required : bool, optional
+            Whether the fit needs the solution, so that a failure raises;
+            default: ``solver="svm"``.  The limits of what training selected
+            (the ``_trained_limits`` step) are a diagnosis, never required.
+        failures : tuple of exception types
+            The exceptions that mean "no solution".
+        quiet : tuple of exception types
+            Failures that are an answer the fitted attributes already report
+            (e.g. trained attention selected tokens that no key-query matrix
+            separates: its ``selection_`` says so): no warning.
 
         Returns
         -------
         result : object or None
-            ``None`` when the program is infeasible or too large (an error for
-            ``solver="svm"``, which needs it).
+            ``None`` when the program has no solution here (an error when
+            ``required``).
         failure : Exception or None
-            The :class:`~skntp.svm.NotSeparableError` or
-            :class:`~skntp.svm.ProgramTooLargeError` behind a ``None`` result.
+            The exception behind a ``None`` result.
         """
+        required = self.solver == "svm" if required is None else required
         progress = make_limit_progress(self.verbose, desc=f"limit {program}")
         try:
             return solve(progress), None
-        except (NotSeparableError, ProgramTooLargeError) as exc:
-            if self.solver == "svm":
+        except failures as exc:
+            if required:
                 raise type(exc)(f"solver='svm' needs the {program} solution: {exc}") from exc
-            warnings.warn(f"{str(exc).rstrip('.')}. {consequence}", UserWarning,
-                          stacklevel=user_stacklevel())
+            if not isinstance(exc, quiet):
+                warnings.warn(f"{str(exc).rstrip('.')}. {consequence}", UserWarning,
+                              stacklevel=user_stacklevel())
             return None, exc
         finally:
             close_progress(progress)

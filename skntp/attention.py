@@ -50,7 +50,6 @@ from ._base import (
     unit,
 )
 from ._optim import SCALE_FREE
-from ._progress import close_progress, make_limit_progress
 from ._sequences import (
     binary_labels,
     check_attention_input,
@@ -69,6 +68,7 @@ from .losses.attention import (
 from .metrics import alignment
 from .svm import (
     NotSeparableError,
+    ProgramTooLargeError,
     att_svm,
     att_svm_prime,
     head_svm,
@@ -198,50 +198,37 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
     rows = np.arange(X.shape[0])
     out["selected_tokens_"] = np.asarray(selected, dtype=np.int64)
     tokens = X[rows, selected]
-    progress = None
-    if head is None or relaxed is None or att is None:
-        progress = make_limit_progress(estimator.verbose,
-                                       desc="limit head SVM, (relaxed) ATT-SVM")
-    kw = {"method": estimator.svm_method, "callback": progress, "norm": norm}
-    try:
+    kw = {"method": estimator.svm_method, "norm": norm}
+    if head is None:
+        head, _ = estimator._solve_limit(
+            "head SVM", lambda cb: head_svm(tokens, Y, callback=cb, **kw),
+            "The selected tokens (largest attention) admit no head max-margin direction: "
+            "head_mm_direction_, mm_direction_ and att_svm_direction_ are None.",
+            required=False)
         if head is None:
-            try:
-                head = head_svm(tokens, Y, **kw)
-            except NotSeparableError as exc:
-                warnings.warn(
-                    f"{str(exc).rstrip('.')}. The selected tokens (largest attention) admit "
-                    "no head max-margin direction: head_mm_direction_, mm_direction_ and "
-                    "att_svm_direction_ are None.", UserWarning, stacklevel=user_stacklevel())
-                return out
-        out["head_mm_direction_"] = unit(head)[0]
-        # v != 0: the head SVM's constraints y_i v^T x_i >= 1 (n >= 1)
-        out["head_mm_margin_"] = 1.0 / norm_value(head, norm)
-        out["label_gaps"] = np.array([out["head_mm_margin_"]])
-        if support is None:
-            support = support_vectors(tokens, Y, head)
-        out["support_"] = np.flatnonzero(support)
-        out["support_vectors_"] = tokens[support]
-        problems = []
-        if att is None:
-            try:
-                att = relaxed_att_svm(K, selected, mask=mask, **kw)
-            except NotSeparableError as exc:
-                problems.append(str(exc))
-        if att is not None and att.any():  # zero: no constraint (one token per input)
-            out["att_svm_direction_"] = unit(att)[0]
-        if relaxed is None:
-            if att is not None and support.all():
-                relaxed = att
-            else:
-                try:
-                    relaxed = relaxed_att_svm(K, selected, support, mask=mask, **kw)
-                except NotSeparableError as exc:
-                    problems.append(str(exc))
-        if problems:
-            warnings.warn(" ".join(problems) + " The corresponding direction is None.",
-                          UserWarning, stacklevel=user_stacklevel())
-    finally:
-        close_progress(progress)
+            return out
+    out["head_mm_direction_"] = unit(head)[0]
+    # v != 0: the head SVM's constraints y_i v^T x_i >= 1 (n >= 1)
+    out["head_mm_margin_"] = 1.0 / norm_value(head, norm)
+    out["label_gaps"] = np.array([out["head_mm_margin_"]])
+    if support is None:
+        support = support_vectors(tokens, Y, head)
+    out["support_"] = np.flatnonzero(support)
+    out["support_vectors_"] = tokens[support]
+    if att is None:
+        att, _ = estimator._solve_limit(
+            "ATT-SVM of the selected tokens",
+            lambda cb: relaxed_att_svm(K, selected, mask=mask, callback=cb, **kw),
+            "att_svm_direction_ is None.", required=False)
+    if att is not None and att.any():  # zero: no constraint (one token per input)
+        out["att_svm_direction_"] = unit(att)[0]
+    if relaxed is None and att is not None and support.all():
+        relaxed = att
+    elif relaxed is None:
+        relaxed, _ = estimator._solve_limit(
+            "relaxed ATT-SVM of the support vectors",
+            lambda cb: relaxed_att_svm(K, selected, support, mask=mask, callback=cb, **kw),
+            "mm_direction_ is None.", required=False)
     if relaxed is not None and relaxed.any():
         p = unit(relaxed)[0]
         out["mm_direction_"], out["mm_margin_"] = p, 1.0 / norm_value(relaxed, norm)
@@ -393,14 +380,9 @@ class _TokenSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
                         f"in the {norm_name(own)} norm is only computed without ties "
                         "(ATT-SVM' of App. D is enumerated in the Frobenius norm).")
                 return self._gmm_in_norm(data, np.argmax(data["scores"], axis=1), own, cb)
-        try:
-            p, _ = self._solve_limit("ATT-SVM (GMM)", program, "gmm_direction_ is None.")
-        except ValueError as exc:  # too many tied choices to enumerate
-            if self.solver == "svm" or isinstance(exc, NotSeparableError):
-                raise
-            warnings.warn(f"{exc} gmm_direction_ is None.", UserWarning,
-                          stacklevel=user_stacklevel())
-            p = None
+        # (ValueError: too many tied choices to enumerate, or ties in another norm)
+        p, _ = self._solve_limit("ATT-SVM (GMM)", program, "gmm_direction_ is None.",
+                                 failures=(ValueError, ProgramTooLargeError))
         direction, norm = (None, 0.0) if p is None else unit(p)
         if p is not None and norm == 0:
             if self.solver == "svm":
@@ -829,8 +811,11 @@ class AttentionSelector(_TokenSelector):
         directions = {"fro": direction}
         own = self._limit_norm()
         if own != "fro":
-            mm = None if direction is None else att_svm(
-                keys, rep["selected"], mask=mask, norm=own, method=self.svm_method)
+            mm = None if direction is None else self._solve_limit(
+                f"ATT-SVM of the selected tokens ({norm_name(own)} norm)",
+                lambda cb: att_svm(keys, rep["selected"], mask=mask, norm=own,
+                                   method=self.svm_method, callback=cb),
+                "mm_direction_ is None.", required=False)[0]
             direction, norm = (None, 0.0) if mm is None else (unit(mm)[0], norm_value(mm, own))
             directions = {own: direction, "fro": directions["fro"]}
         return Limits(limits.direction, **limits.attributes, selection=rep,

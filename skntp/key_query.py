@@ -27,6 +27,7 @@ from ._base import (
     cosine,
     default_radii,
     descent_parameters_doc,
+    norm_name,
     unit,
 )
 from ._optim import SCALE_FREE
@@ -47,7 +48,6 @@ from .svm import (
     KeyScores,
     MaxMarginProblem,
     NotSeparableError,
-    ProgramTooLargeError,
     QueryKeyScores,
     att_svm_w,
     norm_value,
@@ -105,7 +105,7 @@ def _value_head_vector(head, d_v):
                              ravel=True)
 
 
-def _kept_token_limit(data, q, kept, method, norm):
+def _kept_token_limit(est, data, q, kept, norm):
     """``(W^fin, W^dir)`` (flattened) of the kept tokens ``O_i`` of a nonlinear head.
 
     ``W^fin``: the minimum-norm solution of ``z_i^T W (x_o - x_o') = log(s_o / s_o')``
@@ -135,27 +135,22 @@ def _kept_token_limit(data, q, kept, method, norm):
         constraints, name="ATT-SVM of the kept tokens", norm=norm,
         infeasible_message="the kept tokens are not separable from the others by a "
                            "common key-query matrix W")
-    try:
-        direction = np.ravel(solve_max_margin(problem, method=method).primal)
-    except NotSeparableError as exc:
-        warnings.warn(f"{str(exc).rstrip('.')}. mm_direction_ is None.", UserWarning,
-                      stacklevel=user_stacklevel())
-        direction = None
-    return np.ravel(fin), direction
+    res, _ = est._solve_limit(
+        "ATT-SVM of the kept tokens",
+        lambda cb: solve_max_margin(problem, method=est.svm_method, callback=cb),
+        "mm_direction_ is None.", required=False)
+    return np.ravel(fin), None if res is None else np.ravel(res.primal)
 
 
-def _matrix_limit(tokens, Z, selected, mask, norm, method):
+def _matrix_limit(est, data, selected, norm):
     """The key-query ATT-SVM solution (margin 1) in ``norm``; ``None`` when infeasible
-    or too large for memory (with a warning)."""
-    try:
-        W = att_svm_w(tokens, Z, selected, mask=mask, norm=norm, method=method)
-        return W if W.any() else None  # no constraint (one token per input): no direction
-    except NotSeparableError:
-        return None
-    except ProgramTooLargeError as exc:
-        warnings.warn(f"{exc} The {norm}-norm limit is None.", UserWarning,
-                      stacklevel=user_stacklevel())
-        return None
+    (the selection's diagnosis says so) or too large for memory (with a warning)."""
+    W, _ = est._solve_limit(
+        f"key-query ATT-SVM of the selected tokens ({norm_name(norm)} norm)",
+        lambda cb: att_svm_w(data["X"], data["Z"], selected, mask=data["mask"], norm=norm,
+                             method=est._svm_method(norm), callback=cb),
+        f"The {norm}-norm limit is None.", required=False, quiet=(NotSeparableError,))
+    return W if W is not None and W.any() else None  # zero: one token per input
 
 
 def _factors(W, rank):
@@ -625,7 +620,7 @@ class KeyQuerySelector(_TokenSelector):
     def _trained_limits(self, data, limits, params):
         """The ATT-SVMs of the selected tokens in the limit norm, Frobenius and nuclear;
         with a value head, ``W^fin`` and ``W^dir`` of the kept tokens."""
-        Xp, mask, keys = data["X"], data["mask"], data["keys"]
+        mask, keys = data["mask"], data["keys"]
         W = self._matrix(params)
         q = W.ravel()
         own = self._limit_norm()
@@ -634,8 +629,7 @@ class KeyQuerySelector(_TokenSelector):
         if self.compute_limits or self.solver == "svm":
             selected = _selection(keys, q, mask)["selected"]
             for norm in solutions:
-                solutions[norm] = _matrix_limit(Xp, data["Z"], selected, mask, norm,
-                                                self._svm_method(norm))
+                solutions[norm] = _matrix_limit(self, data, selected, norm)
             mm = "infeasible" if solutions[own] is None else solutions[own].ravel()
         rep = self._diagnosed(data, q, mm)
         # (unit: the norm of a solution of tiny entries underflows, its direction not)
@@ -649,7 +643,7 @@ class KeyQuerySelector(_TokenSelector):
             kept = out.attributes["kept"] = mask & (s >= self.selection_threshold)
             out.finite, out.attributes["mm_direction"] = None, None
             if self.compute_limits:
-                fin, D = _kept_token_limit(data, q, kept, self.svm_method, own)
+                fin, D = _kept_token_limit(self, data, q, kept, own)
                 out.finite = fin.reshape(W.shape)
                 if D is not None and np.any(D):
                     out.attributes["mm_direction"] = D.reshape(W.shape) / np.linalg.norm(D)

@@ -95,7 +95,7 @@ def test_joint_warns_when_attention_cannot_select_the_tokens():
     X = np.array([[[1.0, 1.0], [1.0, 1.0]], [[1.0, -1.0], [0.5, -2.0]],
                   [[0.5, 1.0], [0.3, 2.0]]])
     y = np.array([1.0, -1.0, 1.0])
-    with pytest.warns(UserWarning, match="The corresponding direction is None"):
+    with pytest.warns(UserWarning, match="att_svm_direction_ is None"):
         est = JointAttentionSVM(max_iter=20, random_state=0).fit(X, y)
     assert est.head_mm_direction_ is not None and est.att_svm_direction_ is None
     assert np.all(np.isnan(est.history_["att_svm_alignment"]))

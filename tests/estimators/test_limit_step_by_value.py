@@ -188,10 +188,9 @@ def test_joint_svm_limit_step_reuses_the_joint_solution(monkeypatch):
 
     X, y, _, _, _ = joint_instance(0, n=5, relax=True)
     bars, real = [], progress.make_limit_progress
-    for module in (attention_module, base_module):
-        monkeypatch.setattr(module, "make_limit_progress",
-                            lambda verbose, desc="limit", **kw: bars.append(desc) or real(
-                                verbose, desc=desc, **kw))
+    monkeypatch.setattr(base_module, "make_limit_progress",
+                        lambda verbose, desc="limit", **kw: bars.append(desc) or real(
+                            verbose, desc=desc, **kw))
 
     def refused(*args, **kwargs):
         raise AssertionError("solved again")
@@ -245,7 +244,7 @@ def test_joint_limits_of_padded_inputs_ignore_the_padding():
 def test_joint_warning_names_each_infeasible_attention_program():
     # _joint_directions 149, 158, 170-176 (the problems reported): the selected token 0 of
     # input 0 has a twin, so (ATT-SVM) and, every input being a support vector, (relaxed
-    # ATT-SVM) are infeasible; the warning gives both reasons, then their consequence
+    # ATT-SVM) are infeasible; one warning for each, its reason and then its consequence
     X = np.array([[[1.0, 0.0], [1.0, 0.0], [0.0, 0.5]],
                   [[-1.0, 0.0], [-2.0, 0.0], [-3.0, 0.0]],
                   [[1.0, 1.0], [0.0, 0.0], [0.2, 0.2]]])
@@ -257,8 +256,9 @@ def test_joint_warning_names_each_infeasible_attention_program():
         warnings.simplefilter("always")
         est = JointAttentionSVM(solver="gd", max_iter=1, lr=1e-12,
                                 init=(np.array([1.0, 0.0]), np.array([1.0, 0.0]))).fit(X, y)
-    messages = [str(w.message) for w in caught if "direction is None" in str(w.message)]
-    assert messages == [f"{reason} {reason} The corresponding direction is None."]
+    messages = [str(w.message) for w in caught if "direction_ is None" in str(w.message)]
+    assert messages == [f"{reason[:-1]}. att_svm_direction_ is None.",
+                        f"{reason[:-1]}. mm_direction_ is None."]
     np.testing.assert_array_equal(est.support_, [0, 1, 2])
     np.testing.assert_allclose(est.head_mm_direction_, [1.0, 0.0])
     assert est.mm_direction_ is None and est.att_svm_direction_ is None
@@ -480,11 +480,12 @@ def test_kept_token_limit_of_inseparable_kept_tokens(monkeypatch):
     kept = np.array([[True, True, False]])
     methods, real = [], svm.solve_max_margin
     monkeypatch.setattr(key_query_module, "solve_max_margin",
-                        lambda problem, method: methods.append(method) or real(
-                            problem, method=method))
+                        lambda problem, method, callback: methods.append(method) or real(
+                            problem, method=method, callback=callback))
+    est = key_query_module.KeyQuerySelector(svm_method="cvxpy", solver="ngd")
     for norm in ("fro", "nuclear"):
         with pytest.warns(UserWarning) as caught:
-            fin, D = key_query_module._kept_token_limit(data, q, kept, "cvxpy", norm)
+            fin, D = key_query_module._kept_token_limit(est, data, q, kept, norm)
         assert len(caught) == 1 and re.fullmatch(
             r"ATT-SVM of the kept tokens is infeasible( \(solver status '\w+'\))?: the "
             r"kept tokens are not separable from the others by a common key-query matrix "

@@ -286,3 +286,43 @@ def test_self_attention_warns_when_the_limits_are_not_orthogonal(monkeypatch):
     with pytest.warns(RuntimeWarning, match=r"W\^cyc and W\^mm are not orthogonal "
                       r"\(cosine"):
         NTPAttentionClassifier(E, solver="svm").fit(X, y)
+
+
+def test_the_one_policy_of_a_failed_limit_solve():
+    # ImplicitBiasEstimator._solve_limit: every limit program of every estimator goes
+    # through it; required -> the error names the program, optional -> a warning at the
+    # user's line with the consequence, quiet -> None without a warning, and an error
+    # that is not a failure of the program propagates unchanged
+    from skntp.svm import NotSeparableError, ProgramTooLargeError
+
+    def failing(exc):
+        def solve(callback):
+            raise exc
+        return solve
+
+    est = AttentionSelector(solver="svm")
+    with pytest.raises(NotSeparableError, match="solver='svm' needs the P solution: no"):
+        est._solve_limit("P", failing(NotSeparableError("no")), "C.")
+    est = AttentionSelector(solver="gd")
+    with pytest.warns(UserWarning, match=r"^too big\. x_ is None\.$") as caught:
+        res, failure = est._solve_limit("P", failing(ProgramTooLargeError("too big.")),
+                                        "x_ is None.")
+    assert res is None and isinstance(failure, ProgramTooLargeError)
+    assert caught.list[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res, failure = est._solve_limit("P", failing(NotSeparableError("no")), "C.",
+                                        quiet=(NotSeparableError,))
+    assert res is None and isinstance(failure, NotSeparableError)
+    with pytest.raises(RuntimeError, match="a bug"):
+        est._solve_limit("P", failing(RuntimeError("a bug")), "C.")
+    with pytest.raises(ValueError, match="ties"):
+        est._solve_limit("P", failing(ValueError("ties")), "C.")
+    with pytest.warns(UserWarning, match="ties. C."):
+        est._solve_limit("P", failing(ValueError("ties")), "C.",
+                         failures=(ValueError,))
+    est = AttentionSelector(solver="svm")
+    with pytest.warns(UserWarning, match="no. C."):  # the trained limits: never required
+        assert est._solve_limit("P", failing(NotSeparableError("no")), "C.",
+                                required=False)[0] is None
+    assert est._solve_limit("P", lambda callback: 3.0, "C.") == (3.0, None)

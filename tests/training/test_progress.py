@@ -100,7 +100,8 @@ def test_every_estimator_reports_its_limit_solve(capsys):
     Xj, yj, P = make_joint_fig3("b", return_params=True)
     JointAttentionSVM(max_iter=200, init=(P.head_init, P.query_init),
                       verbose=1).fit(Xj, yj)
-    assert "limit head SVM, (relaxed) ATT-SVM: it=" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "limit head SVM: it=" in err and "limit ATT-SVM of the selected tokens: it=" in err
     JointAttentionSVM(solver="svm", verbose=1).fit(Xj, yj)
     err = capsys.readouterr().err
     assert "limit joint SVM: it=" in err and "\r" not in err
