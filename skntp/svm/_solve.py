@@ -18,12 +18,19 @@ from .._backend import blas_threads, get_backend, to_numpy
 from .._warnings import user_stacklevel
 from ._certificate import certify
 from ._norms import norm_kind, norm_label
-from ._problem import BilinearScores, KeyScores, MaxMarginResult, constraint_operator
+from ._problem import (
+    BilinearScores,
+    KeyScores,
+    MaxMarginResult,
+    QueryKeyScores,
+    constraint_operator,
+)
 from .solvers import AUTO_ORDER, METHODS
 
 _log = logging.getLogger("skntp.svm")
 
-__all__ = ["DEFAULT_TOL", "program_class", "solve_max_margin", "solve_min_norm"]
+__all__ = ["DEFAULT_TOL", "frobenius_solution", "program_class", "solve_max_margin",
+           "solve_min_norm"]
 
 
 def program_class(problem):
@@ -173,7 +180,8 @@ def solve_max_margin(
         with blas_threads(size, be), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                result = func(problem, tol, max_iter, be, verbose, callback)
+                extra = {"frobenius": frobenius_solution} if METHODS[name].frobenius else {}
+                result = func(problem, tol, max_iter, be, verbose, callback, **extra)
             except RuntimeError as exc:
                 # a solver that fails outright (not infeasibility, not memory: those
                 # raise their own errors) does not cost "auto" the answers it has
@@ -216,6 +224,26 @@ def solve_max_margin(
     if callback is not None:  # the final certificate, whatever the method
         callback(result.n_iter, result.gap, result.max_violation)
     return result
+
+
+def frobenius_solution(problem):
+    """The Frobenius-norm program on the same constraints, solved by ``"auto"``.
+
+    The constraints do not depend on the norm, and the Frobenius methods decide
+    feasibility exactly (a Farkas ray): the methods registered with
+    ``frobenius=True`` get this function to start from its solution or to
+    certify that their program is infeasible (their own iterations diverge on
+    it).  Key-query scores are solved on their lifted keys.
+
+    Raises
+    ------
+    NotSeparableError
+        When the constraints are infeasible.
+    """
+    scores = problem.scores
+    if isinstance(scores, QueryKeyScores):
+        scores = KeyScores(scores.lifted())
+    return solve_max_margin(replace(problem, scores=scores, norm="fro"))
 
 
 def _uncertainty(result, tol):

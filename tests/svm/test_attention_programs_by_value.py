@@ -263,7 +263,7 @@ def test_initial_working_set_edge_cases():
 
 
 def test_nuclear_ipm_certifies_infeasibility_exactly():
-    # _raise_if_infeasible 6 (the Frobenius program on its bilinear scores): the
+    # frobenius_solution (the Frobenius program on the lifted keys): the
     # docstring promises an exact certificate (a Farkas ray of a key-score method),
     # not the fast method's "normalized margin below 1e-9"
     X, Z, sel = _key_query_instance(0, n=10, T=6, d=4, self_attention=True)
@@ -578,13 +578,15 @@ def test_nuclear_ipm_takes_its_programs_and_declines_others():
     from dataclasses import replace
 
     from skntp.svm import att_svm_w_problem
+    from skntp.svm._solve import frobenius_solution
     from skntp.svm.solvers.sdp_interior_point import solve as _solve_nuclear_ipm
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
     problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
     c = problem.constraints
     m = len(c)
-    solve = lambda p: _solve_nuclear_ipm(p, 1e-8, 100, None, 0)  # noqa: E731
+    solve = lambda p: _solve_nuclear_ipm(  # noqa: E731
+        p, 1e-8, 100, None, 0, frobenius=frobenius_solution)
     for rhs in (np.where(np.arange(m) % 3 == 0, 0.0, 1.0), np.full(m, 0.5)):
         res = solve(replace(problem, constraints=Constraints(c.block, c.pos, c.ref, rhs,
                                                              c.equality)))
@@ -602,6 +604,7 @@ def test_nuclear_ipm_memory_estimate_is_a_dozen_m_by_m_matrices(monkeypatch):
     # _solve_nuclear_ipm 18, 20, 23, 24, 27-30: refused when m * 12 * 8 (m + k + d) bytes
     # exceed 4/5 of the available memory, with the program's name and the advice
     from skntp.svm import ProgramTooLargeError, att_svm_w_problem
+    from skntp.svm._solve import frobenius_solution
     from skntp.svm.solvers.sdp_interior_point import solve as _solve_nuclear_ipm
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
@@ -609,10 +612,11 @@ def test_nuclear_ipm_memory_estimate_is_a_dozen_m_by_m_matrices(monkeypatch):
     m = len(problem.constraints)
     need = m * 12 * 8 * (m + Z.shape[1] + X.shape[2])
     monkeypatch.setattr(_problem, "available_memory", lambda: need / 0.8 * (1 + 1e-9))
-    assert _solve_nuclear_ipm(problem, 1e-8, 100, None, 0) is not None
+    assert _solve_nuclear_ipm(problem, 1e-8, 100, None, 0,
+                              frobenius=frobenius_solution) is not None
     monkeypatch.setattr(_problem, "available_memory", lambda: need / 0.8 * (1 - 1e-9))
     with pytest.raises(ProgramTooLargeError) as info:
-        _solve_nuclear_ipm(problem, 1e-8, 100, None, 0)
+        _solve_nuclear_ipm(problem, 1e-8, 100, None, 0, frobenius=frobenius_solution)
     assert str(info.value).startswith(problem.name + ": ")
     assert str(info.value).endswith(
         " are available. the interior-point method stores m x m matrices; use fewer "
@@ -625,6 +629,7 @@ def test_nuclear_ipm_within_tol_but_violating_is_max_iter():
     from dataclasses import replace
 
     from skntp.svm import att_svm_w_problem
+    from skntp.svm._solve import frobenius_solution
     from skntp.svm.solvers.sdp_interior_point import solve as _solve_nuclear_ipm
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
@@ -633,7 +638,7 @@ def test_nuclear_ipm_within_tol_but_violating_is_max_iter():
     rhs = np.where(np.arange(len(c)) % 2 == 0, 0.0, 1.0)
     problem = replace(problem, constraints=Constraints(c.block, c.pos, c.ref, rhs,
                                                        c.equality))
-    res = _solve_nuclear_ipm(problem, 0.5, 3, None, 0)
+    res = _solve_nuclear_ipm(problem, 0.5, 3, None, 0, frobenius=frobenius_solution)
     assert res.gap <= 0.5 < res.max_violation
     assert res.status == "max_iter" and res.n_iter == 3
 
@@ -643,6 +648,7 @@ def test_nuclear_ipm_reports_each_iterate_to_the_callback():
     # callback(iteration, gap, violation) of each iterate's certificate; the result is
     # the best of them
     from skntp.svm import att_svm_w_problem
+    from skntp.svm._solve import frobenius_solution
     from skntp.svm.solvers.sdp_interior_point import solve as _solve_nuclear_ipm
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
@@ -652,14 +658,16 @@ def test_nuclear_ipm_reports_each_iterate_to_the_callback():
     def callback(it, gap, violation):
         calls.append((it, gap, violation))
 
-    res = _solve_nuclear_ipm(problem, 1e-8, 4, None, 0, callback=callback)
+    res = _solve_nuclear_ipm(problem, 1e-8, 4, None, 0, callback=callback,
+                             frobenius=frobenius_solution)
     assert res.status == "max_iter" and res.n_iter == 4
     assert [c[0] for c in calls] == [1, 2, 3, 4]
     gaps = [c[1] for c in calls]
     assert all(isinstance(g, float) for g in gaps) and min(gaps) == res.gap
     assert calls[gaps.index(res.gap)][2] == res.max_violation
     calls.clear()
-    res = _solve_nuclear_ipm(problem, 1e-8, 100, None, 0, callback=callback)
+    res = _solve_nuclear_ipm(problem, 1e-8, 100, None, 0, callback=callback,
+                             frobenius=frobenius_solution)
     assert res.status == "optimal" and len(calls) == res.n_iter and calls[-1][1] == res.gap
 
 
@@ -848,13 +856,17 @@ def test_nuclear_ipm_keeps_its_best_iterate_when_a_step_fails(monkeypatch, capsy
 
     X, Z, sel = _key_query_instance(2, n=5, T=4, d=3)
     problem = att_svm_w_problem(X, Z, sel, norm="nuclear")
+    from skntp.svm._solve import frobenius_solution
+
     checked, calls = [], []
-    exact_check = sdp_interior_point._raise_if_infeasible
     exact_step = sdp_interior_point._predictor_corrector
-    monkeypatch.setattr(sdp_interior_point, "_raise_if_infeasible",
-                        lambda p: checked.append(p) or exact_check(p))
+
+    def check(p):
+        checked.append(p)
+        return frobenius_solution(p)
+
     res = sdp_interior_point.solve(problem, 1e-8, 100, None, 1,
-                                     callback=lambda *a: calls.append(a))
+                                   callback=lambda *a: calls.append(a), frobenius=check)
     assert res.status == "optimal" and not checked
     printed = [line for line in capsys.readouterr().out.splitlines()
                if line.startswith("nuclear-ipm")]
@@ -865,7 +877,7 @@ def test_nuclear_ipm_keeps_its_best_iterate_when_a_step_fails(monkeypatch, capsy
     monkeypatch.setattr(sdp_interior_point, "_predictor_corrector",
                         lambda *a: None if len(steps) == 5 else steps.append(1) or
                         exact_step(*a))
-    res = sdp_interior_point.solve(problem, 1e-8, 100, None, 0)
+    res = sdp_interior_point.solve(problem, 1e-8, 100, None, 0, frobenius=check)
     assert res is not None and res.n_iter == 6 and res.status == "max_iter"
     assert len(checked) == 1 and res.gap > 1e-8
 

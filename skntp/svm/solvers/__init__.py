@@ -6,7 +6,10 @@ minimizes the norms listed in :data:`METHODS`.  Whatever status a method
 reports, :func:`~skntp.svm.solve_max_margin` recomputes the certificate of its
 answer from the program (:mod:`skntp.svm._certificate`).  ``callback`` is
 ``None`` or ``callback(n_iter, gap, violation)``, called at each certificate
-check (progress bars).
+check (progress bars).  The methods registered with ``frobenius=True`` also
+take ``frobenius``, the dispatcher's solve of the Frobenius program on the same
+constraints (a start, or an exact certificate of infeasibility): no method
+imports the dispatcher.
 
 Library methods: :mod:`.conic` (cvxpy with Clarabel, every norm, the
 reference; cvxpy with SCS, the nuclear norm) and :mod:`.highs` (HiGHS, the max
@@ -55,10 +58,16 @@ class Method:
         The norms of :data:`skntp.svm.NORMS` it minimizes, and ``"lp"`` for every
         ``("lp", p)`` (:func:`skntp.svm._norms.norm_kind`); it is never given a
         program in another.
+    frobenius : bool
+        Whether it is called with ``frobenius=``
+        :func:`skntp.svm._solve.frobenius_solution`, the Frobenius program on
+        the same constraints (its start, or its certificate of infeasibility),
+        so that no method imports the dispatcher.
     """
 
     solve: Callable
     norms: tuple = ("fro",)
+    frobenius: bool = False
 
 
 #: Every method by name.
@@ -71,10 +80,10 @@ METHODS = {
     "dual-active-set": Method(dual_active_set.solve),
     "nnls": Method(nnls_working_set.solve),
     "graph-ldp": Method(least_distance.solve),
-    "lp-ipm": Method(lp_interior_point.solve, ("max",)),
-    "nuclear-ipm": Method(sdp_interior_point.solve, ("nuclear",)),
-    "spectral-barrier": Method(barrier.solve_spectral, ("spectral",)),
-    "pnorm-barrier": Method(barrier.solve_pnorm, ("lp",)),
+    "lp-ipm": Method(lp_interior_point.solve, ("max",), frobenius=True),
+    "nuclear-ipm": Method(sdp_interior_point.solve, ("nuclear",), frobenius=True),
+    "spectral-barrier": Method(barrier.solve_spectral, ("spectral",), frobenius=True),
+    "pnorm-barrier": Method(barrier.solve_pnorm, ("lp",), frobenius=True),
 }
 
 #: ``method="auto"``: the methods tried, in order, for each class of program

@@ -55,7 +55,6 @@ ones (``method="auto"`` then uses cvxpy).
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
 
 import numpy as np
 import scipy.linalg as sla
@@ -63,9 +62,8 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from ..._warnings import user_stacklevel
-from .. import _solve  # the dispatcher, for the Frobenius start (bound at call time)
 from .._norms import norm_gap, norm_kind
-from .._problem import KeyScores, MaxMarginResult, QueryKeyScores, check_program_size
+from .._problem import MaxMarginResult, check_program_size
 
 __all__ = ["MAX_VARIABLES", "solve_pnorm", "solve_spectral"]
 
@@ -76,14 +74,6 @@ MAX_VARIABLES = 2500
 _SHRINK = 10.0
 #: total Newton steps over all centerings
 _MAX_NEWTON = 600
-
-
-def _frobenius_start(problem):
-    """The Frobenius solution of the same constraints (raises when infeasible)."""
-    fro = problem
-    if isinstance(problem.scores, QueryKeyScores):
-        fro = replace(problem, scores=KeyScores(problem.scores.lifted()), norm="fro")
-    return np.ravel(_solve.solve_max_margin(replace(fro, norm="fro")).primal)
 
 
 class _Program:
@@ -364,15 +354,16 @@ def _barrier(problem, model, prog, w0, tol, max_iter, verbose, callback, name):
                            n_iter=newton, gap=gap, max_violation=viol)
 
 
-def _prepare(problem):
-    """The eliminated program and a strictly feasible start, or ``None`` (decline)."""
+def _prepare(problem, frobenius):
+    """The eliminated program and a strictly feasible start, or ``None`` (decline);
+    ``frobenius(problem)``: the Frobenius solution of the same constraints."""
     n = int(np.prod(problem.shape))
     if n > MAX_VARIABLES:
         return None
     check_program_size(problem.name, len(problem.constraints),
                        "the barrier method forms dense n x n systems; use method='cvxpy'.",
                        bytes_per_constraint=16 * n)
-    w_fro = _frobenius_start(problem)  # raises NotSeparableError when infeasible
+    w_fro = np.ravel(frobenius(problem).primal)  # raises NotSeparableError if infeasible
     prog = _Program(problem)
     # twice the Frobenius solution moved back onto the equalities: 2 w_fro when r_E = 0
     # (strictly feasible unless a row of rhs 0 is tight); else, with w_fro = A_E^+ r_E + v
@@ -385,11 +376,11 @@ def _prepare(problem):
     return prog, w0
 
 
-def solve_pnorm(problem, tol, max_iter, be, verbose, callback=None):
+def solve_pnorm(problem, tol, max_iter, be, verbose, callback=None, *, frobenius):
     """The method ``"pnorm-barrier"``: ``min ||w||_p`` (``norm=("lp", p)``)."""
     if norm_kind(problem.norm) != "lp":
         return None
-    prep = _prepare(problem)
+    prep = _prepare(problem, frobenius)
     if prep is None:
         return None
     prog, w0 = prep
@@ -397,11 +388,11 @@ def solve_pnorm(problem, tol, max_iter, be, verbose, callback=None):
                     verbose, callback, "pnorm-barrier")
 
 
-def solve_spectral(problem, tol, max_iter, be, verbose, callback=None):
+def solve_spectral(problem, tol, max_iter, be, verbose, callback=None, *, frobenius):
     """The method ``"spectral-barrier"``: ``min ||W||_2`` (``norm="spectral"``)."""
     if problem.norm != "spectral":  # (a spectral program has a matrix parameter)
         return None
-    prep = _prepare(problem)
+    prep = _prepare(problem, frobenius)
     if prep is None:
         return None
     prog, w0 = prep

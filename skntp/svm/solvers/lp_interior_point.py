@@ -48,7 +48,7 @@ inequalities and the relative duality gap of the multipliers
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
@@ -56,7 +56,6 @@ import scipy.sparse as sp
 from scipy.linalg import lapack
 from scipy.sparse.linalg import lsmr
 
-from .. import _solve  # the dispatcher, for the infeasibility check (bound at call time)
 from .._problem import BilinearScores, available_memory, constraint_operator
 from .highs import certified_lp
 
@@ -705,7 +704,7 @@ def _memory_need(form, dense_equalities):
                   + 5 * form.n_tokens * q * (m + 1) + 2 * form.n_tokens * q * q)
 
 
-def solve(problem, tol, max_iter, be, verbose, callback=None):
+def solve(problem, tol, max_iter, be, verbose, callback=None, *, frobenius):
     """``min ||W||_max`` of a linear-decoder program by the level-form interior-point
     method; declines other norms, other score maps, programs that are not stars and
     programs whose dense systems would not fit in half the available memory."""
@@ -752,7 +751,7 @@ def solve(problem, tol, max_iter, be, verbose, callback=None):
         return best[0]
     # an interior-point method does not certify infeasibility: the Frobenius
     # program on the same rows does (a Farkas ray), and raises
-    _solve.solve_max_margin(replace(problem, norm="fro"))
+    frobenius(problem)
     last = certified(W, lam, mu, it)
     res = last if not best or last.gap <= best[0].gap else best[0]
     res.n_iter = it

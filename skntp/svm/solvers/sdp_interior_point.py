@@ -43,13 +43,10 @@ relative gap of the two values is reported (:func:`~skntp.svm._norms.norm_gap`).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import scipy.linalg as sla
 
-from .. import _solve  # the dispatcher, for the infeasibility check (bound at call time)
-from .._problem import KeyScores, MaxMarginResult, QueryKeyScores, check_program_size
+from .._problem import MaxMarginResult, QueryKeyScores, check_program_size
 
 __all__ = ["nuclear_certificate", "solve"]
 
@@ -111,16 +108,6 @@ def nuclear_certificate(z, a, b, W, y):
 def _bilinear(z, W, a):
     """``z_j^T W a_j`` for every row ``j``."""
     return np.sum((z @ W) * a, axis=1)
-
-
-def _raise_if_infeasible(problem):
-    """Decide feasibility by the Frobenius program on the same constraints.
-
-    The interior-point method diverges on an infeasible program rather than
-    certify it; the constraints do not depend on the norm, and the exact
-    methods of the Frobenius program certify infeasibility (a Farkas ray).
-    """
-    _solve.solve_max_margin(replace(problem, scores=KeyScores(problem.scores.lifted()), norm="fro"))
 
 
 def _max_step(L, D):
@@ -197,7 +184,7 @@ def _predictor_corrector(X, S, y, s, b, A_op, A_adj, grams):
     return X, S, y, s, ap, ad, mu
 
 
-def solve(problem, tol, max_iter, be, verbose, callback=None):
+def solve(problem, tol, max_iter, be, verbose, callback=None, *, frobenius):
     sc, c = problem.scores, problem.constraints
     if (problem.norm != "nuclear" or not isinstance(sc, QueryKeyScores)
             or c.equality.any() or (c.rhs < 0).any()):
@@ -251,7 +238,9 @@ def solve(problem, tol, max_iter, be, verbose, callback=None):
                   f"steps {ap:.2f} {ad:.2f}")
     W, ycert, gap, violation = best
     if status != "optimal":
-        _raise_if_infeasible(problem)
+        # the method diverges on an infeasible program rather than certify it; the
+        # Frobenius program on the same constraints certifies it (a Farkas ray)
+        frobenius(problem)
     return MaxMarginResult(primal=W, dual=ycert, method="nuclear-ipm",
                            status=status if gap <= tol else "max_iter", n_iter=it,
                            gap=gap, max_violation=violation)

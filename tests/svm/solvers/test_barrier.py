@@ -30,6 +30,7 @@ from skntp.svm import (
     solve_max_margin,
 )
 from skntp.svm._problem import KeyScores
+from skntp.svm._solve import frobenius_solution
 
 LINE = re.compile(r"^(pnorm|spectral)-barrier\s+(\d+): mu (\S+) newton (\d+) gap (\S+) "
                   r"violation (\S+)$")
@@ -361,7 +362,8 @@ def _scripted(monkeypatch, gaps, viols=None):
 def _method(problem, tol=1e-8, max_iter=100_000, callback=None):
     """The barrier method itself, with its own figures (``solve_max_margin`` replaces
     them by the certificate it recomputes from the program)."""
-    return barrier.solve_pnorm(problem, tol, max_iter, get_backend("numpy"), 0, callback)
+    return barrier.solve_pnorm(problem, tol, max_iter, get_backend("numpy"), 0, callback,
+                               frobenius=frobenius_solution)
 
 
 def _scripted_run(problem, **kwargs):

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from helpers import check_ntp_constraints, ntp_instance, ntp_svm_all_pairs
 from sklearn.exceptions import ConvergenceWarning
 
+import skntp.svm._solve as dispatcher
 import skntp.svm.solvers.lp_interior_point as lpipm
 from skntp.datasets import make_ntp_svm_data
 from skntp.svm import (
@@ -262,7 +263,7 @@ def test_programs_that_are_not_stars_are_declined():
     E = np.eye(4)[:, :3]
     problem = MaxMarginProblem(BilinearScores(H, E), Constraints([0], [1], [0], np.ones(1),
                                                                  np.zeros(1, bool)), norm="max")
-    assert lpipm.solve(problem, 1e-8, 100, None, 0) is None
+    assert lpipm.solve(problem, 1e-8, 100, None, 0, frobenius=dispatcher.frobenius_solution) is None
     with pytest.raises(ValueError, match="minimizes the max norm, not the fro"):
         solve_max_margin(ntp_svm_problem(*ntp_instance(0)), method="lp-ipm")
 
@@ -306,7 +307,7 @@ def test_memory_guard_hands_over_to_highs(monkeypatch):
     H, S = ntp_instance(1)
     problem = ntp_svm_problem(H, S, norm="max")
     monkeypatch.setattr(lpipm, "available_memory", lambda: 1000)
-    assert lpipm.solve(problem, 1e-8, 100, None, 0) is None
+    assert lpipm.solve(problem, 1e-8, 100, None, 0, frobenius=dispatcher.frobenius_solution) is None
     assert solve_max_margin(problem).method == "highs"
 
 
@@ -338,9 +339,9 @@ def test_memory_guard_counts_the_dense_equality_system_only_where_needed(monkeyp
     cs = _star_problem(Hc, labels, 3)
     need = lpipm._memory_need(lpipm._level_form(cs), True)
     monkeypatch.setattr(lpipm, "available_memory", lambda: 1.5 * need)
-    assert lpipm.solve(cs, 1e-8, 100, None, 0) is None
+    assert lpipm.solve(cs, 1e-8, 100, None, 0, frobenius=dispatcher.frobenius_solution) is None
     monkeypatch.setattr(lpipm, "available_memory", lambda: 2.5 * need)
-    assert lpipm.solve(cs, 1e-8, 100, None, 0).gap <= 1e-8
+    assert lpipm.solve(cs, 1e-8, 100, None, 0, frobenius=dispatcher.frobenius_solution).gap <= 1e-8
 
 
 def test_tolerance_and_progress():
@@ -404,7 +405,8 @@ def test_refused_certificates_stop_the_method(monkeypatch):
     monkeypatch.setattr(lpipm, "certified_lp", worse_each_time)
     seen = []  # _solve_lp_ipm 103-108: each certificate reaches the callback
     # (the method's own figures: solve_max_margin recomputes the certificate)
-    res = lpipm.solve(problem, 1e-8, 100_000, None, 0, lambda *a: seen.append(a))
+    res = lpipm.solve(problem, 1e-8, 100_000, None, 0, lambda *a: seen.append(a),
+                      frobenius=dispatcher.frobenius_solution)
     assert res.gap == 1e-7 and res.n_iter == first + lpipm._REFUSALS - 1
     assert [a[:2] for a in seen[:3]] == [(first + k, 1e-7 * (k + 1)) for k in range(3)]
     assert all(len(a) == 3 and 0.0 <= a[2] < 1e-8 for a in seen[:3])
@@ -418,7 +420,7 @@ def test_a_certified_answer_skips_the_infeasibility_check(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the Frobenius program was solved")
 
-    monkeypatch.setattr(lpipm._solve, "solve_max_margin", fail)
+    monkeypatch.setattr(dispatcher, "frobenius_solution", fail)
     res = solve_max_margin(problem, method="lp-ipm")
     assert res.status == "optimal" and res.gap <= 1e-8
     # _ipm 247: nor does an answer that the active-set polish certifies
