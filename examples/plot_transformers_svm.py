@@ -30,6 +30,7 @@ import numpy as np
 from skntp import KeyQuerySelector
 from skntp.datasets import make_key_query_data
 from skntp.metrics import numerical_rank
+from skntp.plotting import plot_metric_over_trials
 from skntp.svm import NotSeparableError, att_svm_w
 
 fits = {"W": [], "KQ": []}
@@ -43,16 +44,14 @@ for seed in range(5):
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
 for ax, (parameterization, ests) in zip(axes, fits.items()):
-    for est in ests:
-        h = est.history_
-        ax.plot(h["iteration"], h["alignment_fro"], color="C0", alpha=0.7)
-        ax.plot(h["iteration"], h["alignment_nuclear"], color="C3", alpha=0.7, ls="--")
-    ax.plot([], [], color="C0", label=r"cos with $W^{fro}$")
-    ax.plot([], [], color="C3", ls="--", label=r"cos with $W^{nuc}$")
+    # the mean over the 5 seeds, shaded from the smallest to the largest
+    for key, color, limit in (("alignment_fro", "C0", "W^{fro}"),
+                              ("alignment_nuclear", "C3", "W^{nuc}")):
+        plot_metric_over_trials(ests, key, color=color, ax=ax,
+                                label=f"cos with ${limit}$ (mean)")
     name = "W" if parameterization == "W" else r"Q K^T"
-    ax.set(title=f"normalized GD on ${name}$", xlabel="iteration", ylim=(0, 1.02))
-    ax.legend(loc="lower right")
-axes[0].set_ylabel("cosine with the limit")
+    ax.set(title=f"normalized GD on ${name}$", ylim=(0, 1.02),
+           ylabel="cosine with the limit")
 fig.tight_layout()
 
 print("The paper's Thms. 1-2: W -> W^fro, Q K^T -> W^nuc (mean final cosine, 5 seeds)")
