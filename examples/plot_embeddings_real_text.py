@@ -56,20 +56,15 @@ print(f"m = {m} distinct contexts, V = {V} words, {int((support.sum(1) > 1).sum(
       f"gap {ufm.svm_result_.gap:.1e}, method {ufm.svm_result_.method})")
 
 
-def measure(logits, W=None, H=None):
-    """The geometry of ``logits`` (m x V), and the cosine after ``L_in`` is removed."""
-    if W is None:
-        geo = logit_geometry(support, logits, L_mm=L_mm)
-    else:
-        geo = logit_geometry(support, word_embeddings=W, context_embeddings=H, L_mm=L_mm)
-    C = logits.T - logits.T.mean(axis=0) - ufm.finite_component_
-    geo["corrected_alignment"] = float(np.sum(C * L_mm) / np.linalg.norm(C)
-                                       / np.linalg.norm(L_mm))
-    return geo
+def measure(W, H):
+    """The geometry of a model's word embeddings ``W`` (V x d) and context
+    embeddings ``H`` (m x d), whose logits are ``H W^T``; ``corrected_alignment``:
+    the cosine with ``L_mm`` once ``L_in`` is removed."""
+    return logit_geometry(support, word_embeddings=W, context_embeddings=H, L_mm=L_mm,
+                          finite_component=ufm.finite_component_)
 
 
-rows = {"UFM (GD, decay 1e-3)": measure(ufm.coef_.T, ufm.word_embeddings_,
-                                        ufm.context_embeddings_)}
+rows = {"UFM (GD, decay 1e-3)": measure(ufm.word_embeddings_, ufm.context_embeddings_)}
 
 # %%
 # A small torch model on the same contexts
@@ -105,9 +100,8 @@ if importlib.util.find_spec("torch") is not None:
         opt.step()
     with torch.no_grad():
         hidden = model[:4](inputs).numpy()
-        logits = model(inputs).numpy()
     W_t = model[4].weight.detach().numpy()
-    rows["MLP (torch, AdamW)"] = measure(logits, W_t, hidden)
+    rows["MLP (torch, AdamW)"] = measure(W_t, hidden)
     print(f"MLP: cross-entropy {loss.item():.4f} against the entropy {ufm.entropy_:.4f}")
 else:
     print("torch is not installed (pip install 'skntp[torch]'): the MLP is skipped")

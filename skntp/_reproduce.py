@@ -526,7 +526,8 @@ def transformers_svm(seed=0, quick=False):
 def _mlp_on_contexts(ids, P, pi, steps, seed):
     """A small torch model on the distinct contexts: word embeddings of the context
     words (16 each), one tanh layer (32), an unembedding without bias; AdamW on the
-    soft-label cross-entropy.  Returns (logits (m, V), W (V, 32), H (m, 32), loss)."""
+    soft-label cross-entropy.  Returns (W (V, 32), H (m, 32), loss); the logits are
+    ``H W^T``."""
     import torch
 
     torch.manual_seed(seed)
@@ -543,8 +544,7 @@ def _mlp_on_contexts(ids, P, pi, steps, seed):
         loss.backward()
         opt.step()
     with torch.no_grad():
-        return (model(inputs).numpy(), model[4].weight.numpy().copy(),
-                model[:4](inputs).numpy(), float(loss))
+        return model[4].weight.numpy().copy(), model[:4](inputs).numpy(), float(loss)
 
 
 @register("ntp-ufm-real-text")
@@ -565,13 +565,11 @@ def ntp_ufm_real_text(seed=0, quick=False):
     P, L_mm = ufm.next_token_probs_, ufm.svm_result_.primal
     support = P > 0
 
-    def measure(logits, W, H):
-        geo = logit_geometry(support, word_embeddings=W, context_embeddings=H, L_mm=L_mm)
-        C = logits.T - logits.T.mean(axis=0) - ufm.finite_component_
-        geo["corrected"] = float(np.sum(C * L_mm) / np.linalg.norm(C) / np.linalg.norm(L_mm))
-        return geo
+    def measure(W, H):
+        return logit_geometry(support, word_embeddings=W, context_embeddings=H, L_mm=L_mm,
+                              finite_component=ufm.finite_component_)
 
-    rows = {"UFM": measure(ufm.coef_.T, ufm.word_embeddings_, ufm.context_embeddings_)}
+    rows = {"UFM": measure(ufm.word_embeddings_, ufm.context_embeddings_)}
     note = "torch not installed: no MLP row"
     if importlib.util.find_spec("torch") is not None:
         lookup = {np.asarray(v).tobytes(): c for c, v in zip(data.contexts, X)}
@@ -580,11 +578,11 @@ def ntp_ufm_real_text(seed=0, quick=False):
         for j, row in enumerate(ufm.contexts_):
             ctx = lookup[np.asarray(row).tobytes()][-2:]
             ids[j, 2 - len(ctx):] = [words.get(w, len(words)) for w in ctx]
-        logits, W, H, loss = _mlp_on_contexts(ids, P, ufm.context_weights_,
-                                              600 if quick else 3000, seed)
-        rows["MLP"] = measure(logits, W, H)
+        W, H, loss = _mlp_on_contexts(ids, P, ufm.context_weights_, 600 if quick else 3000,
+                                      seed)
+        rows["MLP"] = measure(W, H)
         note = f"MLP cross-entropy {loss:.4f}, entropy {ufm.entropy_:.4f}"
-    keys = ("logit_alignment", "corrected", "proxy_alignment", "word_gram_alignment",
+    keys = ("logit_alignment", "corrected_alignment", "proxy_alignment", "word_gram_alignment",
             "context_gram_alignment")
     table = (
         f"Python's help topics: m = {P.shape[0]} two-word contexts, V = {P.shape[1]} words; "

@@ -469,7 +469,7 @@ def _subspace_collapse(support, contexts, words):
 
 
 def logit_geometry(support, logits=None, *, word_embeddings=None, context_embeddings=None,
-                   L_mm=None, method="auto"):
+                   L_mm=None, finite_component=None, method="auto"):
     """Any model's logits and embeddings against the NTP-UFM theory.
 
     Zhao, Behnia, Vakilian, Thrampoulidis (2024): as the training of next-token
@@ -496,6 +496,11 @@ def logit_geometry(support, logits=None, *, word_embeddings=None, context_embedd
     L_mm : array-like of shape (V, m), optional
         The logit-space NTP-SVM solution (tokens by contexts, as
         :func:`~skntp.svm.ntp_logit_svm` returns it); ``None``: solved here.
+    finite_component : array-like of shape (V, m), optional
+        The finite in-support part ``L_in`` of the logits
+        (:func:`~skntp.svm.logit_finite_component`, or
+        :attr:`NTPEmbeddingClassifier.finite_component_`); with it the result
+        also has ``"corrected_alignment"``.
     method : str, default="auto"
         The method of :func:`~skntp.svm.ntp_logit_svm` when ``L_mm`` is None.
 
@@ -518,7 +523,10 @@ def logit_geometry(support, logits=None, *, word_embeddings=None, context_embedd
         context embeddings, projected off the span of the in-support word
         differences ``w_z - w_z'``, that lies within the groups of contexts
         with equal supports (0: collapsed; NaN if no two supports are equal;
-        with logits alone ``W`` is the identity); ``"logit_norm"``: ``||L||_F``.
+        with logits alone ``W`` is the identity); ``"logit_norm"``: ``||L||_F``;
+        with ``finite_component``, ``"corrected_alignment"``: the cosine of
+        the centered logits less ``L_in`` with ``L_mm`` (the logits are
+        ``L_in + R L_mm`` plus a vanishing rest as ``R`` grows).
 
     Raises
     ------
@@ -527,6 +535,8 @@ def logit_geometry(support, logits=None, *, word_embeddings=None, context_embedd
         or shapes that disagree with ``support``.
     """
     S = check_support(support)
+    L_in = None if finite_component is None else np.asarray(to_numpy(finite_component),
+                                                              dtype=float)
     m, V = S.shape
     given_emb = word_embeddings is not None or context_embeddings is not None
     if (logits is None) == (not given_emb):
@@ -553,13 +563,17 @@ def logit_geometry(support, logits=None, *, word_embeddings=None, context_embedd
         to_numpy(L_mm), dtype=float)
     if Lmm.shape != (V, m):
         raise ValueError(f"L_mm must have shape (V, m) = ({V}, {m}), got {Lmm.shape}.")
+    if L_in is not None and (L_in.shape != (V, m) or not np.all(np.isfinite(L_in))):
+        raise ValueError(f"finite_component must be finite with shape (V, m) = ({V}, {m}), "
+                         f"got shape {L_in.shape}.")
     P = support_proxy(S)
     Wmm, Hmm = _balanced_factors(Lmm)
     nP, nM = np.linalg.norm(P), np.linalg.norm(Lmm)
     words = W if given_emb else np.eye(V)
     contexts = H if given_emb else logits
     centered = logits - logits.mean(axis=1, keepdims=True)  # softmax-invariant
-    return {
+    extra = {} if L_in is None else {"corrected_alignment": alignment(centered.T - L_in, Lmm)}
+    return extra | {
         "logit_alignment": alignment(centered.T, Lmm),
         "proxy_alignment": alignment(centered.T, P),
         "mm_proxy_alignment": alignment(Lmm, P),

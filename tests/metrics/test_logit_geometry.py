@@ -59,6 +59,30 @@ def test_finite_part_and_proxy_by_hand(instance):
     d = np.linalg.norm(Lmm / np.linalg.norm(Lmm) - P / np.linalg.norm(P))
     assert g["proxy_distance"] == pytest.approx(d, rel=1e-12)
     assert g["proxy_distance"] ** 2 == pytest.approx(2 - 2 * g["mm_proxy_alignment"])
+    assert "corrected_alignment" not in g
+
+
+def test_corrected_alignment_removes_the_finite_part(instance):
+    # logits L_in + R L_mm plus a constant per context (softmax ignores it): once L_in
+    # is removed the cosine with L_mm is exactly 1; with a perturbation, the cosine
+    # computed by hand from the centered logits
+    S, Lmm = instance
+    rng = np.random.default_rng(2)
+    Lin = logit_finite_component(np.where(S, rng.random(S.shape) + 0.05, 0.0))
+    shift = rng.standard_normal(S.shape[0])
+    L = (Lin + 7 * Lmm).T + shift[:, None]
+    g = logit_geometry(S, L, L_mm=Lmm, finite_component=Lin)
+    assert g["corrected_alignment"] == pytest.approx(1.0, abs=1e-12)
+    assert g["logit_alignment"] < 0.999
+    E = rng.standard_normal(L.shape)
+    C = (L + E).T - (L + E).T.mean(axis=0) - Lin
+    g = logit_geometry(S, L + E, L_mm=Lmm, finite_component=Lin)
+    assert g["corrected_alignment"] == pytest.approx(
+        np.sum(C * Lmm) / np.linalg.norm(C) / np.linalg.norm(Lmm), rel=1e-12)
+    with pytest.raises(ValueError, match="finite_component must be finite with shape"):
+        logit_geometry(S, L, L_mm=Lmm, finite_component=Lin.T)
+    with pytest.raises(ValueError, match="finite_component must be finite"):
+        logit_geometry(S, L, L_mm=Lmm, finite_component=np.full(Lin.shape, np.nan))
 
 
 def test_uncollapsed_contexts_and_unequal_supports():
