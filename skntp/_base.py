@@ -614,7 +614,6 @@ class ImplicitBiasEstimator(BaseEstimator):
         self.svm_result_ = limits.attributes.get("svm_result_")
         for name in names:
             setattr(self, name, limits.attributes.get(name))
-        self._projector = limits.projector
         self.coef_ = coef
         W = coef if limits.finite is None else coef - limits.finite
         self.alignment_ = cosine(W, limits.direction)

@@ -11,6 +11,7 @@ from skntp import (
     NTPDecoderClassifier,
 )
 from skntp.datasets import make_ntp_data, make_token_priority_data
+from skntp.graphs import cyclic_subspace_basis
 from skntp.metrics import SubspaceProjector
 
 
@@ -47,9 +48,24 @@ def test_finite_distance_equals_the_projection_distance():
     X, y = make_ntp_data(n_samples=500, n_contexts=10, n_features=12, n_tokens=6,
                          support_size=3, random_state=0)
     est = NTPDecoderClassifier(solver="ngd", lr=0.1, max_iter=300, random_state=0).fit(X, y)
-    direct = np.linalg.norm(est._projector.project(est.coef_) - est.finite_component_)
+    # F of eq. (5): spanned by vec((e_z - e_z') h_j^T) for z, z' in the support S_j
+    H, P = est.contexts_, est.next_token_probs_
+    rows = []
+    for j in range(H.shape[0]):
+        support = np.flatnonzero(P[j])
+        for z in support[1:]:
+            rows.append(np.outer(np.eye(P.shape[1])[z] - np.eye(P.shape[1])[support[0]],
+                                 H[j]).ravel())
+    direct = np.linalg.norm(_project(np.array(rows), est.coef_) - est.finite_component_)
     np.testing.assert_allclose(est.history_["finite_distance"][-1], direct, rtol=1e-10)
     X, y, E = make_token_priority_data(6, 8, 6, 4, acyclic=False, random_state=3)
     clf = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=500).fit(X, y)
-    direct = np.linalg.norm(clf._projector.project(clf.coef_) - clf.finite_component_)
+    rows = cyclic_subspace_basis(clf.embeddings_, clf.sccs_)  # S_cyc of Def. 3
+    direct = np.linalg.norm(_project(rows, clf.coef_) - clf.finite_component_)
     np.testing.assert_allclose(clf.history_["finite_distance"][-1], direct, rtol=1e-10)
+
+
+def _project(rows, W):
+    """The orthogonal projection of ``W`` onto the span of ``rows`` (least squares)."""
+    coef = np.linalg.lstsq(rows.T, W.ravel(), rcond=None)[0]
+    return (rows.T @ coef).reshape(W.shape)
