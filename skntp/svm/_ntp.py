@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import scipy.optimize
@@ -13,7 +14,6 @@ from ._problem import (
     Constraints,
     MaxMarginProblem,
     MaxMarginResult,
-    NotSeparableError,
     check_program_size,
     real_array,
 )
@@ -109,6 +109,8 @@ def ntp_svm_problem(contexts, support, *, norm="fro"):
     return MaxMarginProblem(
         BilinearScores(contexts, None, n_outputs=V),
         cons,
+        infeasibility_proof=(partial(_no_separable_row, contexts, support)
+                             if contexts.shape[0] > contexts.shape[1] else None),
         name="NTP-SVM",
         infeasible_message="data are not NTP-separable (no W in F-perp separates "
         "in-support from out-of-support tokens with a positive margin, "
@@ -116,6 +118,18 @@ def ntp_svm_problem(contexts, support, *, norm="fro"):
         "NTPDecoderClassifier computes the limits on them (W^mm_I and W_fin)",
         norm=norm,
     )
+
+
+def _no_separable_row(contexts, support):
+    """The message of :func:`spanning_proof` when it proves that no margin row of the
+    NTP-SVM is separable (the program is then infeasible), else ``None``."""
+    scale = max(float(np.abs(contexts).max(initial=0.0)), np.finfo(float).tiny)
+    if not spanning_proof(contexts / scale, support):
+        return None
+    return ("No margin row is separable: the contexts of the frequent tokens positively "
+            "span R^d (skntp.svm.spanning_proof). skntp.svm.ntp_separability and "
+            "NTPDecoderClassifier give the limits of such data (W_fin, the minimizer of "
+            "the loss).")
 
 
 def _out_of_support(support, rows_per_chunk=None):
@@ -333,14 +347,6 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
     """
     problem = ntp_svm_problem(contexts, support, norm=norm)
     contexts = problem.scores.queries
-    if contexts.shape[0] > contexts.shape[1] and spanning_proof(
-            contexts / max(float(np.abs(contexts).max()), np.finfo(float).tiny), support):
-        raise NotSeparableError(
-            f"{problem.name} is infeasible: {problem.infeasible_message}. No margin row is "
-            "separable: the contexts of the frequent tokens positively span R^d "
-            "(skntp.svm.spanning_proof). skntp.svm.ntp_separability and "
-            "NTPDecoderClassifier give the limits of such data (W_fin, the minimizer of "
-            "the loss).")
     if norm != "fro":
         return problem, solve_max_margin(problem, method=method, **kwargs)
     support = (sp.csr_matrix(support, dtype=bool) if sp.issparse(support)

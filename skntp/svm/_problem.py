@@ -465,6 +465,12 @@ class MaxMarginProblem:
         (e.g. "data are not NTP-separable").
     info : dict
         What the builder knows about the program (selected tokens, masks, ...).
+    infeasibility_proof : callable or None
+        ``proof() -> str or None``: a sufficient test of infeasibility that the
+        builder knows, far cheaper than a solve (e.g. :func:`skntp.svm.spanning_proof`
+        for the NTP-SVM of ``m > d`` contexts).  :func:`skntp.svm.solve_max_margin`
+        runs it before any method and raises :class:`NotSeparableError` with its
+        message when it proves the program infeasible; ``None`` proves nothing.
     norm : {"fro", "nuclear", "spectral", "max", "l1"} or ("lp", p), default="fro"
         The norm minimized (see :func:`check_norm`): ``"fro"``, ``1/2 ||w||^2``
         (every program of the papers); ``"nuclear"``, ``||W||_*`` (the limit of
@@ -486,6 +492,7 @@ class MaxMarginProblem:
     infeasible_message: str = "data are not separable"
     info: dict = field(default_factory=dict)
     norm: object = "fro"
+    infeasibility_proof: object = None
 
     def __post_init__(self):
         self.norm = check_norm(self.norm)

@@ -22,6 +22,7 @@ from ._problem import (
     BilinearScores,
     KeyScores,
     MaxMarginResult,
+    NotSeparableError,
     QueryKeyScores,
     constraint_operator,
 )
@@ -144,6 +145,10 @@ def solve_max_margin(
     # max_iter without converging.  An estimator's float32 is for its training loop.
     get_backend(backend, device, dtype)  # validates the request
     be = get_backend(backend, device, "float64")
+    proof = None if problem.infeasibility_proof is None else problem.infeasibility_proof()
+    if proof is not None:
+        raise NotSeparableError(
+            f"{problem.name} is infeasible: {problem.infeasible_message}. {proof}")
     alpha = _unit_scale(problem.scores, problem.name)
     if alpha != 1.0 or getattr(problem.scores, "unbalanced", lambda: False)():
         scaled = _scaled_problem(problem, alpha)
@@ -308,7 +313,8 @@ def _unit_scale(scores, name="the program"):
 
 
 def _scaled_problem(problem, alpha):
-    return replace(problem, scores=problem.scores.rescaled(alpha))
+    # (the infeasibility proof ran on the problem before it was rescaled)
+    return replace(problem, scores=problem.scores.rescaled(alpha), infeasibility_proof=None)
 
 
 def _scale_back(problem, result, alpha):

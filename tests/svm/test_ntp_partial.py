@@ -340,6 +340,39 @@ def test_ntp_svm_refuses_real_text_with_no_separable_row_before_any_solve():
         assert "ntp_separability" in str(info.value)
 
 
+def test_the_dispatcher_runs_the_programs_own_proof_before_any_method(monkeypatch):
+    # solve_max_margin on the NTP-SVM of real text with m > d: the builder's spanning
+    # proof answers before any method runs (a method would run for minutes before its
+    # dual ray proves infeasibility), in every unit of the data
+    from skntp.datasets import load_text_ntp
+    from skntp.decoder import aggregate_contexts
+    from skntp.losses.decoder import next_token_targets
+    from skntp.svm import _solve, ntp_svm_problem, solve_max_margin
+    from skntp.svm.solvers import METHODS, Method
+
+    b = load_text_ntp(corpus="python", n_words=60, embedding="words", n_features=4)
+    _, Y = next_token_targets(b.target, len(b.target), None)
+    H, _, P, _ = aggregate_contexts(b.data, Y, np.ones(len(b.target)))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a method ran")
+
+    monkeypatch.setattr(_solve, "METHODS", {name: Method(refused, m.norms, m.frobenius)
+                                            for name, m in METHODS.items()})
+    for scale in (1.0, 1e-150, 1e150):
+        problem = ntp_svm_problem(scale * H, P > 0)
+        assert problem.infeasibility_proof() is not None
+        for method in ("auto", "dcd", "cvxpy"):
+            with pytest.raises(NotSeparableError, match="NTP-SVM is infeasible.*positively "
+                               "span"):
+                solve_max_margin(problem, method=method)
+    # a program the proof cannot decide: no proof when m <= d, and an inconclusive one
+    assert ntp_svm_problem(H[: H.shape[1]], (P > 0)[: H.shape[1]]).infeasibility_proof is None
+    Hs, Ps = partially_separable_instance(0)
+    assert Hs.shape[0] > Hs.shape[1]
+    assert ntp_svm_problem(Hs, Ps > 0).infeasibility_proof() is None
+
+
 def test_the_finite_component_stops_at_its_budget_and_says_so(monkeypatch):
     from skntp import NTPDecoderClassifier
     from skntp.svm import _ntp_partial
