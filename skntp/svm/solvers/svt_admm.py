@@ -219,7 +219,7 @@ def logit_svm_admm(inside, n_tok=None, n_ctx=None, *, tol=1e-8, max_iter=10_000,
         The method stops when its relative duality gap is below ``tol / 2``.
     max_iter : int, default=10_000
     verbose : int, default=0
-        Print the gap at every estimate.
+        Print every computed gap (``> 1``: every estimate too).
     callback : callable, optional
         ``callback(n_iter, gap, violation)`` at every exact gap (violation 0: the
         iterate is feasible by construction).
@@ -269,7 +269,7 @@ def logit_svm_admm(inside, n_tok=None, n_ctx=None, *, tol=1e-8, max_iter=10_000,
         Lam = _dual_feasible(Lam, inside, rt, scale)
         value = float(np.sum(wS * Lam))
         estimate = (nuc - value) / nuc if nuc > 0 else np.inf
-        if verbose:
+        if verbose > 1:
             print(f"svt-admm {n_iter}: rho {rho:.3g}, estimated gap {estimate:.2e}")
         if abs(estimate) <= tol / 4 or n_iter >= max_iter:
             primal = float(np.linalg.svd(Z, compute_uv=False).sum())
