@@ -201,6 +201,7 @@ def _dual_feasible(Lam, inside, rt, scale):
 
 
 def _spectral_norm(A):
+    """``||A||_2`` from the largest eigenvalue of the smaller Gram matrix."""
     G = A.T @ A if A.shape[0] >= A.shape[1] else A @ A.T
     return float(np.sqrt(max(np.linalg.eigvalsh(G)[-1], 0.0)))
 
@@ -268,7 +269,7 @@ def logit_svm_admm(inside, n_tok=None, n_ctx=None, *, tol=1e-8, max_iter=10_000,
             continue
         Lam = _dual_feasible(Lam, inside, rt, scale)
         value = float(np.sum(wS * Lam))
-        estimate = (nuc - value) / nuc if nuc > 0 else np.inf
+        estimate = (nuc - value) / nuc if nuc > 0 else 0.0  # X = 0: compute the gap
         if verbose > 1:
             print(f"svt-admm {n_iter}: rho {rho:.3g}, estimated gap {estimate:.2e}")
         if abs(estimate) <= tol / 4 or n_iter >= max_iter:

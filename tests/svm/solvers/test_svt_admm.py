@@ -144,3 +144,9 @@ def test_the_projection_by_a_quadratic_program():
         cp.Problem(cp.Minimize(cp.sum(cp.multiply(n_tok, cp.square(x - u)))), cons).solve(
             solver=cp.CLARABEL)
         assert np.allclose(K[:, j], x.value, atol=1e-7)
+
+
+def test_full_supports_give_zero_logits():
+    # every token in every support: no margin row, L = 0 is optimal (value 0)
+    res = ntp_logit_svm(np.ones((4, 5), dtype=bool), method="svt-admm")
+    assert res.status == "optimal" and res.objective == 0.0 and res.n_iter <= 5
