@@ -77,9 +77,9 @@ def test_lmm_matches_the_program_of_the_paper(seed):
 @pytest.mark.parametrize("merge_equal", [True, False])
 @pytest.mark.parametrize("seed", range(3))
 def test_scs_is_certified_and_matches_the_program_of_the_paper(seed, merge_equal):
-    # method "scs" (cvxpy + SCS to eps 1e-10), which auto takes for this program: its
-    # answer, certified by the dispatcher, has the optimal value of the program
-    # written here from the equations, within 1e-6 relative
+    # method "scs" (cvxpy + SCS to eps 1e-10), which auto takes where "svt-admm" is not
+    # certified: its answer, certified by the dispatcher, has the optimal value of the
+    # program written here from the equations, within 1e-6 relative
     S = random_supports(40 + seed, m=8, V=10)
     S[1] = S[0]  # two equal supports: merged when merge_equal
     res = ntp_logit_svm(S, method="scs", merge_equal=merge_equal)
@@ -89,7 +89,7 @@ def test_scs_is_certified_and_matches_the_program_of_the_paper(seed, merge_equal
     assert abs(np.linalg.svd(res.primal, compute_uv=False).sum() - value) <= 1e-6 * value
     ties, margin = _margins(S, res.primal)
     assert ties <= 1e-8 * value and margin >= 1 - 1e-8
-    assert ntp_logit_svm(S, merge_equal=merge_equal).method == "scs"
+    assert ntp_logit_svm(S, merge_equal=merge_equal).method == "svt-admm"
     # the registry's "scs" on the anchored rows of the same program
     rows = solve_max_margin(ntp_logit_svm_problem(S), method="scs")
     assert rows.method == "scs" and rows.status == "optimal"

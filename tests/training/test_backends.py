@@ -283,6 +283,7 @@ ACCEPTS = {
     "nnls": {"att", "head"},
     "graph-ldp": {"graph"},
     "dcd": {"ntp"},
+    "svt-admm": set(),  # the logit NTP-SVM only (tests/svm/solvers/test_svt_admm.py)
 }
 
 
