@@ -1,7 +1,7 @@
 """The NTP-UFM synthetic experiments of Zhao, Behnia, Vakilian, Thrampoulidis (2024).
 
 ``ntp-ufm-synthetic --quick`` (m = 16 contexts, V = 30 tokens, |S_j| = 3): the
-margins below are those of seeds 0-4 (measured: excess loss <= 3e-6, cos(L -
+margins below lie under what seeds 0-4 measure (excess loss <= 3e-6, cos(L -
 L_in, L_mm) 0.970-0.977, word Gram 0.93-0.94, context Gram 0.96-0.97,
 ||P_F(L) - L_in|| / ||L_in|| <= 0.006, the path 0.92-0.94 -> 0.966-0.974 -> 0.975-0.98).
 """
