@@ -11,6 +11,7 @@ ORDER = [
     "plot_your_own_text.py",
     "plot_real_text_separability.py",
     "plot_embeddings_real_text.py",
+    "plot_embeddings_synthetic.py",
 ]
 
 

@@ -19,10 +19,10 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 # seconds on a 2-core machine: ntp_app_b2 ~20, attention_fig9 ~20, self_attention ~40,
-# embeddings_real_text 80 s of CPU (214 s at load 7)
+# embeddings_real_text 80 s of CPU (214 s at load 7), embeddings_synthetic ~30 s of CPU
 SLOW = {"plot_ntp_app_b2.py", "plot_attention_fig9.py", "plot_self_attention_figs.py",
         "plot_optimizer_norms.py", "plot_transformers_svm.py", "plot_real_text_separability.py",
-        "plot_embeddings_real_text.py"}
+        "plot_embeddings_real_text.py", "plot_embeddings_synthetic.py"}
 
 RUNNER = """
 import runpy, sys
@@ -53,6 +53,7 @@ EXPECTED = {
     "plot_your_own_text.py",
     "plot_real_text_separability.py",  # real text with d < m: the separable rows (#37)
     "plot_embeddings_real_text.py",  # NTP-UFM and a torch MLP on real text against L_mm (#36)
+    "plot_embeddings_synthetic.py",  # NTP-UFM on the synthetic data of Zhao et al. (2024)
 }
 
 
