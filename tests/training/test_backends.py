@@ -239,10 +239,16 @@ def test_decoder_estimator_parity(solver):
 
 
 def _core_problems(seed):
-    """One program of every class: NTP-SVM, ATT-SVM, head SVM and Graph-SVM."""
+    """One program of every class: NTP-SVM, ATT-SVM, head SVM, Graph-SVM, in their
+    norms, and the logit NTP-SVM of NTP-UFM."""
     from skntp.datasets import make_token_priority_data
     from skntp.graphs import token_priority_graphs
-    from skntp.svm import att_svm_problem, graph_svm_problem, head_svm_problem
+    from skntp.svm import (
+        att_svm_problem,
+        graph_svm_problem,
+        head_svm_problem,
+        ntp_logit_svm_problem,
+    )
 
     _, _, H, pi, P = _data(seed)
     rng = np.random.default_rng(seed)
@@ -264,16 +270,19 @@ def _core_problems(seed):
             "lp": att_svm_problem(K, selected, norm="max"),
             "ntp-max": ntp_svm_problem(H, P.toarray() > 0, norm="max"),
             "spectral": att_svm_w_problem(tokens, queries, chosen, norm="spectral"),
-            "pnorm": att_svm_problem(K, selected, norm=("lp", 3.0))}
+            "pnorm": att_svm_problem(K, selected, norm=("lp", 3.0)),
+            # (every context has token j mod 5 in its support, and a few more)
+            "logit": ntp_logit_svm_problem((rng.random((6, 5)) < 0.4)
+                                           | (np.arange(6)[:, None] % 5 == np.arange(5)))}
 
 
 #: The program classes every registered method of the core solves (the others it
 #: declines); a method registered later must be added here.
 ACCEPTS = {
     "cvxpy": {"ntp", "att", "head", "graph", "nuclear", "lp", "ntp-max", "spectral",
-              "pnorm"},
+              "pnorm", "logit"},
     "nuclear-ipm": {"nuclear"},
-    "scs": {"nuclear"},
+    "scs": {"nuclear", "logit"},
     "spectral-barrier": {"spectral"},
     "pnorm-barrier": {"pnorm"},
     "highs": {"lp", "ntp-max"},
@@ -283,7 +292,7 @@ ACCEPTS = {
     "nnls": {"att", "head"},
     "graph-ldp": {"graph"},
     "dcd": {"ntp"},
-    "svt-admm": set(),  # the logit NTP-SVM only (tests/svm/solvers/test_svt_admm.py)
+    "svt-admm": {"logit"},
 }
 
 
@@ -331,7 +340,7 @@ def test_explicit_solutions_agree_across_backends(seed):
             b = solve_max_margin(problem, method=method, backend="torch", device="cpu")
             assert isinstance(b.primal, np.ndarray) and isinstance(b.dual, np.ndarray)
             assert _rel(b.primal, a.primal) <= RTOL64, (kind, method)
-            if kind in ("nuclear", "lp", "ntp-max", "spectral"):  # the value, not the point
+            if kind in ("nuclear", "lp", "ntp-max", "spectral", "logit"):  # the value
                 from skntp.svm._norms import norm_value
 
                 vals = [norm_value(w, problem.norm) for w in (a.primal, ref.primal)]
