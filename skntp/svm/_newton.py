@@ -27,10 +27,13 @@ __all__ = ["newton_cg", "newton_polish"]
 
 
 def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
-              max_products=None):
+              max_products=None, precondition_at=None):
     """Minimize a smooth convex ``fun`` by Newton steps (CG on the Hessian) and backtracking.
 
-    ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``.  Stops
+    ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``;
+    ``precondition_at(x) -> (r -> M^{-1} r)``, if given, a symmetric positive
+    definite preconditioner of CG on the gradient's subspace (it must map that
+    subspace into itself, as the Hessian does).  Stops
     when ``||gradient|| <= gtol``, after ``max_iter`` steps, or once
     ``max_products`` Hessian products are spent, with at most ``cg_iter`` CG
     iterations per step (inexact Newton: CG's relative tolerance is
@@ -57,8 +60,10 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
             return product(v)
 
         op = scipy.sparse.linalg.LinearOperator((x.size, x.size), counted, dtype=float)
+        M = None if precondition_at is None else scipy.sparse.linalg.LinearOperator(
+            (x.size, x.size), precondition_at(x), dtype=float)
         step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=min(0.5, math.sqrt(g)),
-                                         maxiter=int(min(cg_iter, budget)))
+                                         maxiter=int(min(cg_iter, budget)), M=M)
         budget -= used[0]
         slope = float(grad @ step)
         if not slope < 0:  # CG lost descent (round-off): a gradient step

@@ -59,6 +59,7 @@ from ._problem import (
     Constraints,
     MaxMarginProblem,
     ProgramTooLargeError,
+    available_memory,
 )
 
 __all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "no_row_is_separable",
@@ -420,6 +421,45 @@ class FiniteComponent:
     converged: bool
 
 
+def _context_products(H, chunk_bytes=2**28):
+    """The upper triangles of ``h_j h_j^T / max|h|^2`` (single precision), one row per
+    context, by chunks of at most ``chunk_bytes``: a generator of ``(start, rows)``."""
+    m, d = H.shape
+    iu, ju = np.triu_indices(d)
+    top = float(np.abs(H).max(initial=0.0)) or 1.0
+    H32 = (H / top).astype(np.float32)
+    step = max(1, chunk_bytes // (4 * iu.size))
+    for a in range(0, m, step):
+        Hc = H32[a:a + step]
+        yield a, Hc[:, iu] * Hc[:, ju]
+
+
+def _inverse_blocks(products, weights, d):
+    """``(B_a + eps_a I)^{-1}`` of ``B_a = sum_j weights[j, a] h_j h_j^T`` for every token.
+
+    One matrix product ``weights^T (h_j h_j^T)_j`` over the chunks of
+    ``products`` (:func:`_context_products`; upper triangles, single precision),
+    ``V m d^2 / 2`` flops.  The blocks are those of the data divided by
+    ``max|h|^2 max(weights)``: a preconditioner's scale does not change CG's
+    iterates.  ``eps_a`` is ``1e-10`` of ``B_a``'s mean eigenvalue, and at least
+    ``1e-14`` of the largest block's: a block of a rank below ``d`` keeps the
+    span of the contexts invariant.
+    """
+    iu, ju = np.triu_indices(d)
+    w32 = (weights / max(float(weights.max(initial=0.0)), np.finfo(float).tiny)).astype(
+        np.float32)
+    upper = np.zeros((weights.shape[1], iu.size), dtype=np.float32)
+    for a, rows in products:
+        upper += w32[a:a + rows.shape[0]].T @ rows
+    B = np.zeros((weights.shape[1], d, d))
+    B[:, iu, ju] = upper
+    B[:, ju, iu] = upper
+    mean = np.trace(B, axis1=1, axis2=2) / d
+    ridge = np.maximum(1e-10 * mean, 1e-14 * mean.max(initial=0.0))
+    ridge = np.maximum(ridge, np.finfo(float).tiny / np.finfo(float).eps)
+    return np.linalg.inv(B + ridge[:, None, None] * np.eye(d))
+
+
 def partial_finite_component(contexts, next_token_probs, separability, context_weights=None,
                              *, tol=1e-9, max_iter=200, cg_iter=2000, max_products="auto",
                              callback=None):
@@ -450,10 +490,16 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         of size ``m x d x V``).  Data with rows close to separable have a loss
         that is nearly flat along some directions and a minimizer far out;
         there Newton's CG needs thousands of products per step, and the budget
-        ends the work with ``converged=False``.  ``"auto"``:
-        ``min(5000, 6e10 / (m V d))`` (about a minute of products on 2 quiet
-        cores; the whole fit with 5,000 products took 424 s at m = 975, V = 420,
-        d = 64, with a load of 5);
+        ends the work with ``converged=False``.  When no row is separable (every
+        token in every softmax, the case of real text with ``d << m``), CG is
+        preconditioned by the Hessian's ``d x d`` diagonal blocks, one per token,
+        which cuts the products by orders of magnitude: on 3,918 real-text
+        contexts (V = 1,066, d = 128) a Newton system that took 914 products
+        took 16, and ``W_fin`` converged (relative gradient 3e-12) in 31 steps and
+        92-99 s on 2 quiet cores (``benchmarks/ntp_separability.py``).
+        ``"auto"``: ``min(5000, 4e11 / (m V d))`` with that preconditioner,
+        ``min(5000, 6e10 / (m V d))`` without (about two minutes and one minute
+        of work on 2 quiet cores);
         ``None``: no budget.
     callback : callable, optional
         ``callback(n_iter, grad_norm, 0.0)`` at every Newton step, with the
@@ -500,12 +546,39 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
             return (Gd.T @ H).ravel()
         return product
 
+    preconditioned = bool(allowed.all()) and 8.0 * V * d * d <= 0.125 * available_memory()
+    # the contexts' outer products, kept when they fit in an eighth of the memory
+    products = (list(_context_products(H)) if preconditioned and 2.0 * m * d * (d + 1)
+                <= 0.125 * available_memory() else None)
+    refreshed = {"step": 0, "inverse": None}
+
+    def precondition_at(w):
+        # CG on the Hessian's diagonal blocks, one d x d block per token:
+        # B_a = sum_j pi_j s_ja (1 - s_ja) h_j h_j^T, recomputed every second Newton
+        # step (the products cost more than CG's iterations).  With every token
+        # allowed in every softmax, F_I = {D : 1^T D = 0} (within the span of the
+        # contexts), which each B_a^{-1} preserves up to the projection D - 1 1^T D / V
+        if refreshed["step"] % 2 == 0:
+            _, S, _ = softmax(w.reshape(V, d))
+            refreshed["inverse"] = _inverse_blocks(
+                products if products is not None else _context_products(H),
+                pi[:, None] * S * (1.0 - S), d)
+        refreshed["step"] += 1
+        inverse = refreshed["inverse"]
+
+        def apply(r):
+            R = r.reshape(V, d)
+            Y = np.einsum("ade,ae->ad", inverse, R - R.mean(axis=0))
+            return (Y - Y.mean(axis=0)).ravel()
+        return apply
+
     report = None if callback is None else (
         lambda k, g: callback(k, g / scale, 0.0))
     if max_products == "auto":
-        max_products = int(min(5000, 6e10 / max(m * V * d, 1)))
+        max_products = int(min(5000, (4e11 if preconditioned else 6e10) / max(m * V * d, 1)))
     w, n_iter = newton_cg(fun, hess_at, np.zeros(V * d), tol * scale, max_iter, cg_iter,
-                          report, max_products)
+                          report, max_products,
+                          precondition_at if preconditioned else None)
     W = w.reshape(V, d)
     loss, grad = fun(w)
     _, S, _ = softmax(W)

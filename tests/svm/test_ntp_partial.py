@@ -405,3 +405,56 @@ def test_a_cone_test_that_runs_out_of_iterations_proves_nothing(monkeypatch):
     assert positively_spans(C)
     monkeypatch.setattr(scipy.optimize, "nnls", give_up)
     assert not positively_spans(C)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_preconditioned_finite_component_is_the_minimizer_in_f(seed, monkeypatch):
+    # no row separable (d << m): Newton-CG runs preconditioned by the Hessian's
+    # per-token blocks; W_fin is the cvxpy minimizer's logit differences, lies in F
+    # (1^T W = 0 in the span of the contexts) and is the same point as the plain CG's,
+    # with fewer Hessian products
+    from skntp.svm import _ntp_partial
+
+    # each context near its next token's direction: close to separable, tiny
+    # probabilities at the minimizer, an ill-conditioned Hessian
+    rng = np.random.default_rng(seed)
+    m, d, V = 300, 6, 25
+    token = rng.integers(0, V, m)
+    H = rng.standard_normal((V, d))[token] + 0.5 * rng.standard_normal((m, d))
+    P = np.zeros((m, V))
+    P[np.arange(m), token] = 1.0
+    extra = np.flatnonzero(rng.random(m) < 0.3)
+    P[extra, rng.integers(0, V, extra.size)] += 0.5
+    P /= P.sum(axis=1, keepdims=True)
+    sep = ntp_separability(H, P)
+    assert sep.n_separable == 0
+    counted, original = {}, _ntp_partial.newton_cg
+
+    def counting(name):
+        def run(fun, hess_at, *args, **kwargs):
+            def counted_hess(x):
+                product = hess_at(x)
+
+                def one(v):
+                    counted[name] = counted.get(name, 0) + 1
+                    return product(v)
+                return one
+            return original(fun, counted_hess, *args, **kwargs)
+        return run
+
+    monkeypatch.setattr(_ntp_partial, "newton_cg", counting("preconditioned"))
+    fin = partial_finite_component(H, P, sep, tol=1e-11)
+    assert fin.converged and fin.grad_norm <= 1e-11
+    np.testing.assert_allclose(fin.W.sum(axis=0), 0.0, atol=1e-9 * np.abs(fin.W).max())
+    # the loss at cvxpy's minimizer (Clarabel's exponential cones are accurate to
+    # about 1e-6 here, close to separable): W_fin is as low, to its accuracy
+    other = _finite_by_hand(H, P, sep.separable)
+    Z = H @ other.T
+    top = Z.max(axis=1, keepdims=True)
+    loss = np.mean(top.ravel() + np.log(np.exp(Z - top).sum(axis=1)) - np.sum(P * Z, axis=1))
+    assert fin.loss <= loss + 1e-12 and loss - fin.loss <= 1e-6 * loss
+    monkeypatch.setattr(_ntp_partial, "newton_cg", counting("plain"))
+    monkeypatch.setattr(_ntp_partial, "available_memory", lambda: 0.0)  # no blocks fit
+    plain = partial_finite_component(H, P, sep, tol=1e-11, max_products=None)
+    np.testing.assert_allclose(fin.W, plain.W, atol=1e-8 * np.abs(plain.W).max())
+    assert counted["preconditioned"] < counted["plain"], counted
