@@ -92,12 +92,17 @@ if importlib.util.find_spec("torch") is not None:
     opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=1e-4)
     inputs, target = torch.as_tensor(ids), torch.as_tensor(P)
     pi = torch.as_tensor(ufm.context_weights_)
+    # products this small gain nothing from torch's thread pool, and its threads spin
+    # for cores a busy machine does not give them (2 s of CPU here against 15-50 s)
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     for _ in range(3000):
         opt.zero_grad()
         logq = torch.log_softmax(model(inputs), dim=1)
         loss = -(pi * (target * logq).sum(dim=1)).sum()
         loss.backward()
         opt.step()
+    torch.set_num_threads(n_threads)
     with torch.no_grad():
         hidden = model[:4](inputs).numpy()
     W_t = model[4].weight.detach().numpy()

@@ -195,7 +195,7 @@ def get_backend(backend="numpy", device=None, dtype="float64"):
             warnings.warn("device='cpu' has no effect with backend='numpy' (NumPy runs on "
                           "the CPU); pass backend='torch' to run torch on the CPU.",
                           UserWarning, stacklevel=user_stacklevel())
-        return Backend("numpy", _np_xp, None, np.dtype(dtype))
+        return Backend("numpy", _numpy_namespace(), None, np.dtype(dtype))
     if backend == "torch":
         if importlib.util.find_spec("torch") is None:
             raise ImportError(
@@ -221,6 +221,76 @@ def get_backend(backend="numpy", device=None, dtype="float64"):
                              "'cuda' or 'mps'.")
         return Backend("torch", _torch_namespace(), dev, getattr(torch, dtype))
     raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}.")
+
+
+_NUMPY_NAMESPACE = []
+
+
+def _numpy_namespace():
+    """The NumPy namespace of ``array_api_compat`` with direct calls for the small arrays
+    of the training loops.
+
+    The vendored wrappers of ``zeros_like``, ``ones_like``, ``full_like``, ``astype``
+    and ``reshape`` check the device and forward to NumPy, and ``np.sum`` and ``np.max``
+    dispatch through Python before the ufunc's reduction: on the arrays of a few
+    hundred entries of a descent step these layers cost more than the arithmetic.  For
+    a NumPy array (without a device) the functions here are the ufunc reductions and
+    array constructors themselves, with the Array API's results (the reductions are
+    those ``np.sum`` and ``np.max`` run; ``full_like`` keeps the array's dtype, as the
+    Array API asks); anything else goes to the vendored function.  Everything else is
+    the vendored namespace itself.
+    """
+    if _NUMPY_NAMESPACE:
+        return _NUMPY_NAMESPACE[0]
+    ns = types.ModuleType(_np_xp.__name__, _np_xp.__doc__)
+    ns.__dict__.update({k: v for k, v in vars(_np_xp).items() if not k.startswith("__")})
+    ndarray, add, maximum = np.ndarray, np.add.reduce, np.maximum.reduce
+    compat = {name: getattr(_np_xp, name) for name in (
+        "sum", "max", "zeros_like", "ones_like", "full_like", "astype", "reshape")}
+
+    def sum_(x, /, *, axis=None, dtype=None, keepdims=False):
+        if type(x) is ndarray:
+            return add(x, axis=axis, dtype=dtype, keepdims=keepdims)
+        return compat["sum"](x, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def max_(x, /, *, axis=None, keepdims=False):
+        if type(x) is ndarray:
+            return maximum(x, axis=axis, keepdims=keepdims)
+        return compat["max"](x, axis=axis, keepdims=keepdims)
+
+    def zeros_like(x, /, *, dtype=None, device=None):
+        if type(x) is ndarray and device is None:
+            return np.zeros(x.shape, dtype=x.dtype if dtype is None else dtype)
+        return compat["zeros_like"](x, dtype=dtype, device=device)
+
+    def ones_like(x, /, *, dtype=None, device=None):
+        if type(x) is ndarray and device is None:
+            return np.ones(x.shape, dtype=x.dtype if dtype is None else dtype)
+        return compat["ones_like"](x, dtype=dtype, device=device)
+
+    def full_like(x, /, fill_value, *, dtype=None, device=None):
+        if type(x) is ndarray and device is None:
+            return np.full(x.shape, fill_value, dtype=x.dtype if dtype is None else dtype)
+        return compat["full_like"](x, fill_value, dtype=dtype, device=device)
+
+    def astype(x, dtype, /, *, copy=True, device=None):
+        if type(x) is ndarray and device is None:
+            return x.astype(dtype, copy=copy)
+        return compat["astype"](x, dtype, copy=copy, device=device)
+
+    def reshape(x, /, shape, *, copy=None):
+        if type(x) is ndarray and copy is None:
+            return x.reshape(shape)
+        return compat["reshape"](x, shape, copy=copy)
+
+    for name, func in (("sum", sum_), ("max", max_), ("zeros_like", zeros_like),
+                       ("ones_like", ones_like), ("full_like", full_like),
+                       ("astype", astype), ("reshape", reshape)):
+        func.__name__ = func.__qualname__ = name
+        func.__doc__ = compat[name].__doc__
+        setattr(ns, name, func)
+    _NUMPY_NAMESPACE.append(ns)
+    return ns
 
 
 #: Binary functions whose torch wrappers reject Python scalars (array_api_compat);

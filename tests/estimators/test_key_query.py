@@ -231,16 +231,29 @@ def _relu_run(seed, d):
     return est.limit_alignment_, est.limit_alignments_["fro"]
 
 
-def _relu_runs(d, n_runs):
-    """Fits on the runs the public code keeps: every attention either above 1e-3 (kept)
-    or below 1e-6, some below, and a feasible limit."""
-    rows, seed = [], 0
-    while len(rows) < n_runs:
+def _drawn_seeds(d, n_runs):
+    """The first ``n_runs`` seeds 1, 2, ... whose runs the public code keeps: every
+    attention either above 1e-3 (kept) or below 1e-6, some below, and a feasible limit."""
+    seeds, seed = [], 0
+    while len(seeds) < n_runs:
         seed += 1
         assert seed < 50 * n_runs, "too few runs qualify"
-        row = _relu_run(seed, d)
-        if row is not None:
-            rows.append(row)
+        if _relu_run(seed, d) is not None:
+            seeds.append(seed)
+    return seeds
+
+
+#: ``_drawn_seeds(d, 20)``: the draw fits every seed up to the last (97 runs at d = 4,
+#: 427 at d = 8); the default tier checks the first eight at d = 4
+_KEPT_SEEDS = {4: (6, 8, 11, 15, 24, 31, 40, 42, 50, 64, 68, 71, 72, 74, 80, 82, 83, 90, 92, 97),
+               8: (7, 17, 35, 37, 77, 137, 154, 161, 197, 222, 225, 261, 290, 311, 353, 356,
+                   359, 379, 386, 427)}
+
+
+def _relu_runs(d, n_runs):
+    """``_relu_run`` of the first ``n_runs`` kept seeds at ``d``; each must still qualify."""
+    rows = [_relu_run(seed, d) for seed in _KEPT_SEEDS[d][:n_runs]]
+    assert all(row is not None for row in rows), "a kept run no longer qualifies"
     return np.array(rows)
 
 
@@ -255,8 +268,8 @@ def _check_eight_runs(rows):
 
 
 def test_relu_head_limit_is_finite_part_plus_direction():
-    # d = 4; 20 runs at d = 4 and 8 in the slow tier below (most runs are drawn again
-    # there until enough qualify)
+    # d = 4; 20 runs at d = 4 and 8 in the slow tier below, on the kept seeds
+    assert _drawn_seeds(4, 8) == list(_KEPT_SEEDS[4][:8])
     _check_eight_runs(_relu_runs(4, 8))
 
 

@@ -45,7 +45,12 @@ def _build(tmp_path, *extra, timeout=900):
     shutil.copytree(DOCS, src / "docs",
                     ignore=shutil.ignore_patterns("_build", "auto_examples"))
     shutil.copytree(ROOT / "examples", src / "examples")
-    env = dict(os.environ, MPLBACKEND="Agg",
+    # one BLAS/OpenMP/torch thread: sphinx-gallery runs the examples one after another in
+    # this one process, beside pytest's other workers (-n auto, one per core), and a pool
+    # of threads spins for cores those workers hold (plot_real_text_separability's SVDs:
+    # 38 s of CPU on two threads against 21 s on one, the same output)
+    env = dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",

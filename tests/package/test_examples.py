@@ -19,7 +19,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 # seconds on a 2-core machine: ntp_app_b2 ~20, attention_fig9 ~20, self_attention ~40,
-# embeddings_real_text 80 s of CPU (214 s at load 7), embeddings_synthetic ~30 s of CPU
+# embeddings_real_text 10 s of CPU, real_text_separability 21, embeddings_synthetic ~30
 SLOW = {"plot_ntp_app_b2.py", "plot_attention_fig9.py", "plot_self_attention_figs.py",
         "plot_optimizer_norms.py", "plot_transformers_svm.py", "plot_real_text_separability.py",
         "plot_embeddings_real_text.py", "plot_embeddings_synthetic.py"}
@@ -57,6 +57,16 @@ EXPECTED = {
 }
 
 
+def _env():
+    """The scripts' environment: this checkout first on the path, Agg, and one
+    BLAS/OpenMP/torch thread (they run beside pytest's other workers, -n auto one per
+    core, and a pool of threads spins for cores those workers hold: the ntp-ufm-real-text
+    reproduction took 17 s of CPU on two threads against 7.5 s on one, the same output)."""
+    return dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+                MKL_NUM_THREADS="1",
+                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
 def _params():
     # the long ones run in the slow tier's gallery build (tests/package/test_docs.py), which
     # checks their pages for the same things: running them here too doubled CI's time
@@ -92,8 +102,7 @@ def test_example_runs(path, tmp_path, request):
         pytest.skip("--runslow: the gallery build (tests/package/test_docs.py) runs every "
                     "example and checks the same")
     pytest.importorskip("matplotlib")
-    env = dict(os.environ, MPLBACKEND="Agg",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = _env()
     proc = subprocess.run([sys.executable, "-c", RUNNER, str(path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -115,8 +124,7 @@ def _reproduction_names():
 def test_reproduction_quick(name, tmp_path):
     """``python -m skntp reproduce NAME --quick --plot`` for every registered figure."""
     out_png = tmp_path / f"{name}.png"
-    env = dict(os.environ, MPLBACKEND="Agg",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = _env()
     proc = subprocess.run([sys.executable, "-m", "skntp", "reproduce", name, "--quick",
                            "--plot", str(out_png)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)

@@ -580,3 +580,45 @@ def test_other_estimators_parity(name):
             assert _rel(vb[ok], va[ok]) <= RTOL64, (solver, attr)
         np.testing.assert_array_equal(a.predict(X), b.predict(X))
         pickle.loads(pickle.dumps(b))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, bool])
+def test_numpy_namespace_direct_functions_match_the_vendored_ones(dtype):
+    # the direct calls for NumPy arrays give the vendored functions' values, dtypes and
+    # shapes; a NumPy scalar, a device or a copy flag goes to the vendored function
+    from sklearn.externals.array_api_compat import numpy as compat
+
+    xp = get_backend().xp
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((3, 4, 5)) * 10).astype(dtype)
+
+    def same(got, want):
+        assert type(got) is type(want) and np.asarray(got).dtype == np.asarray(want).dtype
+        np.testing.assert_array_equal(got, want)
+
+    for kw in ({}, {"axis": -1}, {"axis": (0, 2), "keepdims": True}, {"keepdims": True}):
+        same(xp.sum(a, **kw), compat.sum(a, **kw))
+        same(xp.max(a, **kw), compat.max(a, **kw))
+    same(xp.sum(a, axis=1, dtype=np.float64), compat.sum(a, axis=1, dtype=np.float64))
+    for x in (a, a[0, 0, 0]):
+        same(xp.sum(x), compat.sum(x))
+        same(xp.max(x), compat.max(x))
+    for func in ("zeros_like", "ones_like"):
+        same(getattr(xp, func)(a), getattr(compat, func)(a))
+        same(getattr(xp, func)(a, dtype=np.float32), getattr(compat, func)(a, dtype=np.float32))
+        same(getattr(xp, func)(a, device="cpu"), getattr(compat, func)(a, device="cpu"))
+    same(xp.full_like(a, 7), compat.full_like(a, 7))
+    same(xp.full_like(a, -np.inf, dtype=np.float64), compat.full_like(a, -np.inf,
+                                                                      dtype=np.float64))
+    same(xp.full_like(a, 2, device="cpu"), compat.full_like(a, 2, device="cpu"))
+    same(xp.astype(a, np.float32), compat.astype(a, np.float32))
+    b = xp.astype(a, a.dtype, copy=False)
+    assert b is a and xp.astype(a, a.dtype) is not a
+    same(xp.astype(a, np.int64, device="cpu"), compat.astype(a, np.int64, device="cpu"))
+    same(xp.reshape(a, (4, -1)), compat.reshape(a, (4, -1)))
+    c = xp.reshape(a, (-1,), copy=True)
+    c[0] = 0
+    assert np.shares_memory(xp.reshape(a, (-1,)), a) and not np.shares_memory(c, a)
+    same(xp.reshape(a[0, 0, 0], (1,)), compat.reshape(a[0, 0, 0], (1,)))
+    with pytest.raises(ValueError):
+        xp.max(np.zeros((0, 3)))  # no identity: as np.max
