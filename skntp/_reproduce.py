@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._backend import _torch_one_thread
 from .attention import AttentionSelector, JointAttentionSVM
 from .datasets import (
     load_text_ntp,
@@ -537,12 +538,13 @@ def _mlp_on_contexts(ids, P, pi, steps, seed):
                                 torch.nn.Linear(32, V, bias=False)).double()
     opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=1e-4)
     inputs, target, weights = torch.as_tensor(ids), torch.as_tensor(P), torch.as_tensor(pi)
-    for _ in range(steps):
-        opt.zero_grad()
-        logq = torch.log_softmax(model(inputs), dim=1)
-        loss = -(weights * (target * logq).sum(dim=1)).sum()
-        loss.backward()
-        opt.step()
+    with _torch_one_thread():  # tiny products: more threads only spin
+        for _ in range(steps):
+            opt.zero_grad()
+            logq = torch.log_softmax(model(inputs), dim=1)
+            loss = -(weights * (target * logq).sum(dim=1)).sum()
+            loss.backward()
+            opt.step()
     with torch.no_grad():
         return model[4].weight.numpy().copy(), model[:4](inputs).numpy(), float(loss)
 
