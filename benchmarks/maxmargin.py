@@ -1,4 +1,4 @@
-"""Benchmark of the max-margin core: method 'fast' vs cvxpy/Clarabel and liblinear.
+"""Benchmark of the max-margin core: method 'accelerated-dual' vs cvxpy/Clarabel and liblinear.
 
 Prints one table; every ratio is measured in the same run.  Usage::
 
@@ -8,7 +8,7 @@ Prints one table; every ratio is measured in the same run.  Usage::
 cvxpy runs in a subprocess with a wall-clock limit; a row whose cvxpy run
 hits the limit reports the speed-up as a lower bound (">").
 Accuracy columns: ``relerr`` is ``||W - W_ref|| / ||W_ref||`` with ``W_ref``
-the cvxpy solution (or, where cvxpy cannot run, the KKT-certified 'fast'
+the cvxpy solution (or, where cvxpy cannot run, the KKT-certified 'accelerated-dual'
 solution at tol=1e-12), ``viol`` the largest constraint violation.
 """
 
@@ -190,10 +190,10 @@ def row(name, method, t, ref_name, t_ref, err, viol, note=""):
 def bench_ntp(args):
     rng = np.random.default_rng(0)
     p = ntp_random_supports(rng, 150, 160, 60, 3)
-    t, r = timed(lambda: solve_max_margin(p, method="fast"), repeat=3)
+    t, r = timed(lambda: solve_max_margin(p, method="accelerated-dual"), repeat=3)
     tc, Wc = run_cvxpy(p, args.cvxpy_timeout)
     err = rel(r.primal, Wc) if Wc is not None else float("nan")
-    row("NTP-SVM m=150 d=160 V=60 |S|=1..3", "fast", t, "cvxpy", tc, err,
+    row("NTP-SVM m=150 d=160 V=60 |S|=1..3", "accelerated-dual", t, "cvxpy", tc, err,
         constraint_violation(p, r.primal), "" if Wc is not None else "(cvxpy timed out)")
 
 
@@ -203,10 +203,10 @@ def bench_onehot(args):
 
     rng = np.random.default_rng(1)
     H, y, p = onehot(rng, 2000, 64, 32)
-    t, r = timed(lambda: solve_max_margin(p, method="fast"))
+    t, r = timed(lambda: solve_max_margin(p, method="accelerated-dual"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        ref_res = solve_max_margin(p, method="fast", tol=1e-12)
+        ref_res = solve_max_margin(p, method="accelerated-dual", tol=1e-12)
     ref = ref_res.primal
 
     def svc():
@@ -220,7 +220,8 @@ def bench_onehot(args):
     # equal accuracy: compare directions (LinearSVC's scale is C-dependent)
     e_fast = cosine_err(r.primal, ref)
     e_svc = cosine_err(Ws, ref)
-    row("one-hot CS m=2000 d=64 V=32", "fast", t, "LinearSVC-CS", ts, rel(r.primal, ref),
+    row("one-hot CS m=2000 d=64 V=32", "accelerated-dual", t, "LinearSVC-CS", ts,
+        rel(r.primal, ref),
         constraint_violation(p, r.primal),
         f"(vs W^mm certified to gap {ref_res.gap:.0e}: 1-cos fast {e_fast:.1e}, "
         f"LinearSVC {e_svc:.1e}; LinearSVC relerr {rel(Ws, ref):.1e})")
@@ -238,8 +239,8 @@ def bench_scale(args):
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        t, (W, r) = timed(lambda: ntp_svm(H, S, method="fast", max_iter=args.scale_max_iter,
-                                          return_result=True))
+        t, (W, r) = timed(lambda: ntp_svm(H, S, method="accelerated-dual",
+                                          max_iter=args.scale_max_iter, return_result=True))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # violation of the full program (V = 500 positions), from the scores
     scores = H @ W.T
@@ -257,7 +258,7 @@ def bench_scale(args):
 
 
 def key_score_rows(name, p, X, y, args, *, auto_repeat, fast_max_iter, svc_max_iter):
-    """Rows for a key-score program: auto and 'fast' vs cvxpy, auto vs LinearSVC(hinge)
+    """Rows for a key-score program: auto and 'accelerated-dual' vs cvxpy, auto vs LinearSVC(hinge)
     on the equivalent binary problem ``(X, y)`` (no intercept)."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.svm import LinearSVC
@@ -265,7 +266,7 @@ def key_score_rows(name, p, X, y, args, *, auto_repeat, fast_max_iter, svc_max_i
     ta, ra = timed(lambda: solve_max_margin(p, method="auto"), repeat=auto_repeat)
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        t, r = timed(lambda: solve_max_margin(p, method="fast", max_iter=fast_max_iter))
+        t, r = timed(lambda: solve_max_margin(p, method="accelerated-dual", max_iter=fast_max_iter))
     tc, Wc = run_cvxpy(p, args.cvxpy_timeout)
 
     def svc():
@@ -281,7 +282,8 @@ def key_score_rows(name, p, X, y, args, *, auto_repeat, fast_max_iter, svc_max_i
     row(name, f"auto (-> {ra.method})", ta, "LinearSVC-hinge", ts, rel(ra.primal, ref),
         constraint_violation(p, ra.primal),
         f"(LinearSVC 1-cos {cosine_err(s.coef_.ravel(), ref):.1e})")
-    row(name, "fast", t, "cvxpy", tc, rel(r.primal, ref), constraint_violation(p, r.primal),
+    row(name, "accelerated-dual", t, "cvxpy", tc, rel(r.primal, ref),
+        constraint_violation(p, r.primal),
         f"status={r.status} it={r.n_iter}" + (" (ConvergenceWarning)" if rec else ""))
 
 
@@ -314,12 +316,13 @@ def bench_head(args):
 def bench_graph(args):
     rng = np.random.default_rng(5)
     p = graph(rng, 200, 64, 5000, args.graph_length)
-    t, r = timed(lambda: solve_max_margin(p, method="fast"))
+    t, r = timed(lambda: solve_max_margin(p, method="accelerated-dual"))
     tc, Wc = run_cvxpy(p, args.cvxpy_timeout, A=graph_cvxpy_matrix(p))
     err = rel(r.primal, Wc) if Wc is not None else float("nan")
     viol = float(np.max(np.maximum(p.constraints.rhs - graph_cvxpy_matrix(p) @ r.primal.ravel(),
                                    0)))
-    row(f"Graph-SVM K=200 d=64 n=5000 ({len(p.constraints)} edges)", "fast", t, "cvxpy", tc,
+    row(f"Graph-SVM K=200 d=64 n=5000 ({len(p.constraints)} edges)", "accelerated-dual", t,
+        "cvxpy", tc,
         err, viol, f"it={r.n_iter}" + ("" if Wc is not None else " (cvxpy timed out: ratio >)"))
 
 

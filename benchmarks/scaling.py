@@ -7,11 +7,11 @@ Every figure is measured in this run, each beside its reference:
   with tied supports and no exchangeable tokens
   (:func:`skntp.datasets.make_ntp_svm_data`, ``d = 256``), versus the number of
   contexts ``m`` (``V = 500``) and the vocabulary ``V`` (``m = 10 000``), with
-  fitted exponents; beside it the accelerated dual method ``"fast"`` on the
+  fitted exponents; beside it the accelerated dual method ``"accelerated-dual"`` on the
   same programs (a time limit gives a lower bound on the speed-up) and, on
   one-hot supports (``|S_j| = 1``, the Crammer-Singer SVM without bias),
   ``LinearSVC(multi_class="crammer_singer", C=1e6, tol=1e-8)``.  A torch row
-  times ``method="fast"`` on ``--device`` (the array-layer method, which is
+  times ``method="accelerated-dual"`` on ``--device`` (the array-layer method, which is
   the one that runs on a GPU).  A plot is written with ``--plot``.
 * ``--part threads``: the NTP-SVM ``m = 150, d = 160, V = 60`` and the one-hot
   Crammer-Singer SVM ``m = 2000, d = 64, V = 32`` (against LinearSVC), and 200
@@ -68,13 +68,13 @@ def _fast_worker(H, S, backend, device, queue):
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = solve_max_margin(ntp_svm_problem(H, S), method="fast", backend=backend,
+        res = solve_max_margin(ntp_svm_problem(H, S), method="accelerated-dual", backend=backend,
                                device=device)
     queue.put((time.perf_counter() - t, res.status, res.gap, res.max_violation, res.n_iter))
 
 
 def run_fast(H, S, timeout, backend="numpy", device=None):
-    """(seconds, status, gap, violation, iterations) of method 'fast', or a timeout."""
+    """(seconds, status, gap, violation, iterations) of method 'accelerated-dual', or a timeout."""
     return run_with_timeout(_fast_worker, (H, S, backend, device), timeout,
                             (timeout, "timeout", np.nan, np.nan, 0))
 
@@ -157,7 +157,7 @@ def part_scaling(args):
         for m, V in args.torch_sizes:
             data = make_ntp_svm_data(m, D, V, random_state=0)
             ref = run_fast(data.contexts, data.support, args.fast_timeout, "torch", device)
-            rows.append(dict(kind=f"torch-{device}", m=m, V=V, t=ref[0], method="fast",
+            rows.append(dict(kind=f"torch-{device}", m=m, V=V, t=ref[0], method="accelerated-dual",
                              status=ref[1], gap=ref[2], viol=ref[3], load=load()))
             print(f"torch {device} fast m={m} V={V}: {ref[0]:.2f}s ({ref[1]}, gap "
                   f"{ref[2]:.1e}, viol {ref[3]:.1e}, {ref[4]} iterations)", flush=True)
@@ -167,7 +167,7 @@ def part_scaling(args):
     vs = [r for r in tied if r["m"] == 10_000 and r["sweep"] != "point"
           and r["status"] != "timeout"]
     print("\n| sweep | m | V | auto method | time (s) | passes | gap | violation "
-          "| 'fast' (s) | speed-up | load |")
+          "| 'accelerated-dual' (s) | speed-up | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in tied:
         lb = ">" if r["fast_status"] == "timeout" else ""
@@ -215,11 +215,11 @@ def plot(rows, path):
             ax.loglog(*zip(*late), "o", markerfacecolor="none", color="C0",
                       label="ntp_svm: time limit (lower bound)")
         fast = [(r[key], r["t_fast"]) for r in tied]
-        ax.loglog(*zip(*fast), "s--", color="C1", label="method 'fast'")
+        ax.loglog(*zip(*fast), "s--", color="C1", label="method 'accelerated-dual'")
         cut = [(r[key], r["t_fast"]) for r in tied if r["fast_status"] == "timeout"]
         if cut:  # drawn over the filled markers
             ax.loglog(*zip(*cut), "s", color="C1", markerfacecolor="white",
-                      label="'fast': time limit (lower bound)")
+                      label="'accelerated-dual': time limit (lower bound)")
         if len(x) > 1:
             ax.set_title(f"slope {exponent(x, [r['t'] for r in done]):.2f}")
         ax.set_xlabel(label)

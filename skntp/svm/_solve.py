@@ -74,7 +74,7 @@ def solve_max_margin(
     problem : MaxMarginProblem
     method : str, default="auto"
         A method of :data:`skntp.svm.solvers.METHODS`: ``"cvxpy"`` (Clarabel,
-        the reference path), ``"dcd"``, ``"fast"``, ``"dual-active-set"``,
+        the reference path), ``"dcd"``, ``"accelerated-dual"``, ``"dual-active-set"``,
         ``"nnls"``, ``"graph-ldp"``; ``"nuclear-ipm"`` and ``"highs"`` for the
         nuclear, max and l1 norms; ``"lp-ipm"`` for the max norm of
         linear-decoder scores; ``"spectral-barrier"`` and ``"pnorm-barrier"``

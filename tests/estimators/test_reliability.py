@@ -836,13 +836,13 @@ def test_float32_max_margin_solve_does_not_spin():
     assert cos > 1 - 1e-7
 
 
-def test_fast_method_non_convergence_warns_with_gap():
+def test_accelerated_dual_non_convergence_warns_with_gap():
     rng = np.random.default_rng(0)
     support = rng.random((20, 8)) < 0.4
     support[np.arange(20), rng.integers(8, size=20)] = True
     problem = ntp_svm_problem(rng.standard_normal((20, 12)), support)
     with pytest.warns(ConvergenceWarning, match=r"duality gap \d\.\d+e[-+]\d+"):
-        res = solve_max_margin(problem, method="fast", max_iter=3)
+        res = solve_max_margin(problem, method="accelerated-dual", max_iter=3)
     assert res.status != "optimal"
     assert np.isfinite(res.gap) and np.isfinite(res.max_violation)
     assert max(res.gap, res.max_violation) > 1e-8

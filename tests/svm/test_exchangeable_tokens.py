@@ -90,7 +90,7 @@ def check_reduced_solve(seed):
     m, d = int(rng.integers(20, 70)), int(rng.integers(3, 9))
     H, S = grouped_supports(rng, m, d, int(rng.integers(6, 16)), n_unseen=seed % 3)
     assert exchangeable_tokens(S)[2].size < S.shape[1]  # something to merge
-    problem, res = solve_ntp_svm(H, S, method="fast", tol=1e-10)
+    problem, res = solve_ntp_svm(H, S, method="accelerated-dual", tol=1e-10)
     reference = tight_ntp_svm(H, S)
     if reference is None:
         pytest.skip("Clarabel did not reach its tight tolerances")
@@ -104,7 +104,7 @@ def check_reduced_solve(seed):
         np.testing.assert_allclose(rows, rows[:1].repeat(len(rows), 0), atol=1e-9)
 
 
-@pytest.mark.parametrize("method", ["cvxpy", "fast"])
+@pytest.mark.parametrize("method", ["cvxpy", "accelerated-dual"])
 def test_reduced_matches_unreduced(method):
     rng = np.random.default_rng(7)
     H, S = grouped_supports(rng, 40, 6, 12, n_unseen=4)
@@ -124,7 +124,7 @@ def test_reduced_infeasible_raises():
     S[1, 2] = True  # context 1 also has token 2 in its support
     # h_0 needs (w_01 - w_2) . h_0 >= 1, h_1 = -2 h_0 needs (w_01 - w_2) . h_1 = 0
     with pytest.raises(NotSeparableError, match="not NTP-separable"):
-        solve_ntp_svm(H, S, method="fast")
+        solve_ntp_svm(H, S, method="accelerated-dual")
     with pytest.raises(NotSeparableError, match="not NTP-separable"):
         solve_ntp_svm(H, S, method="cvxpy")
 
@@ -147,10 +147,10 @@ def test_estimator_uses_the_reduction():
 def test_reduction_result_matches_problem_shape():
     rng = np.random.default_rng(9)
     H, S = grouped_supports(rng, 25, 4, 9, n_unseen=2)
-    problem, res = solve_ntp_svm(H, S, method="fast")
+    problem, res = solve_ntp_svm(H, S, method="accelerated-dual")
     assert res.primal.shape == problem.shape == (11, 4)
     assert res.dual.shape == (len(problem.constraints),)
-    ref = solve_max_margin(problem, method="fast")
+    ref = solve_max_margin(problem, method="accelerated-dual")
     assert rel_err(res.primal, ref.primal) <= 1e-5
 
 
@@ -158,8 +158,8 @@ def test_reduction_torch_backend_same_answer():
     pytest.importorskip("torch")
     rng = np.random.default_rng(11)
     H, S = grouped_supports(rng, 40, 5, 10, n_unseen=3)
-    _, a = solve_ntp_svm(H, S, method="fast", tol=1e-10)
-    _, b = solve_ntp_svm(H, S, method="fast", tol=1e-10, backend="torch")
+    _, a = solve_ntp_svm(H, S, method="accelerated-dual", tol=1e-10)
+    _, b = solve_ntp_svm(H, S, method="accelerated-dual", tol=1e-10, backend="torch")
     assert isinstance(b.primal, np.ndarray) and isinstance(b.dual, np.ndarray)
     assert rel_err(b.primal, a.primal) <= 1e-8
     np.testing.assert_allclose(b.dual, a.dual, atol=1e-6 * max(1.0, np.abs(a.dual).max()))

@@ -679,11 +679,12 @@ def test_solve_ntp_svm_reports_the_reduced_solves_status_gap_and_violation(monke
     H, S = _one_token_supports(12, 6, 8, 9, 3)
     S[0, 1] = True
     calls = _spy_on_the_core(monkeypatch)
-    problem, result = solve_ntp_svm(H, S, method="fast", max_iter=5000)
+    problem, result = solve_ntp_svm(H, S, method="accelerated-dual", max_iter=5000)
     ((_, _, reduced),) = calls
     assert reduced.primal.shape[0] < 9  # the merged program was solved
     assert (result.method, result.status, result.n_iter) == (
-        reduced.method, reduced.status, reduced.n_iter) == ("fast", "optimal", reduced.n_iter)
+        reduced.method, reduced.status, reduced.n_iter) == (
+        "accelerated-dual", "optimal", reduced.n_iter)
     assert result.n_iter > 0 and result.gap == reduced.gap <= 1e-8
     # the violation of the full program (4a)-(4b) at the mapped solution, by hand
     W = result.primal
@@ -1559,7 +1560,7 @@ def test_solve_max_margin_validates_the_array_layer_and_upcasts_float32(monkeypa
         solve_max_margin(max_norm, method="dcd")
     able = re.search(r"use one of \[(.*)\]", str(info.value)).group(1)
     assert {"'highs'", "'lp-ipm'", "'cvxpy'", "'auto'"} <= set(able.split(", "))
-    assert not {"'dcd'", "'fast'", "'nnls'"} & set(able.split(", "))
+    assert not {"'dcd'", "'accelerated-dual'", "'nnls'"} & set(able.split(", "))
     with pytest.raises(ValueError, match="backend"):
         solve_max_margin(_one_row(), backend="jax")
 

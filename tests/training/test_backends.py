@@ -287,7 +287,7 @@ ACCEPTS = {
     "pnorm-barrier": {"pnorm"},
     "highs": {"lp", "ntp-max"},
     "lp-ipm": {"ntp-max"},
-    "fast": {"ntp", "att", "head", "graph"},
+    "accelerated-dual": {"ntp", "att", "head", "graph"},
     "dual-active-set": {"att", "head"},
     "nnls": {"att", "head"},
     "graph-ldp": {"graph"},

@@ -77,7 +77,7 @@ METHODS = {
     "scs": Method(conic.solve_scs, ("nuclear",)),
     "highs": Method(highs.solve, ("max", "l1")),
     "dcd": Method(dual_coordinate_descent.solve),
-    "fast": Method(accelerated_dual.solve),
+    "accelerated-dual": Method(accelerated_dual.solve),
     "dual-active-set": Method(dual_active_set.solve),
     "nnls": Method(nnls_working_set.solve),
     "graph-ldp": Method(least_distance.solve),
@@ -114,7 +114,7 @@ METHODS = {
 #: * ``"decoder-partial"`` (:func:`~skntp.svm.partial_ntp_svm_problem`, only built
 #:   when the separability program ran, so at most 20,000 rows): Clarabel first,
 #:   as on real text the program's equalities on the non-separable rows leave
-#:   the dual ill-conditioned: 1.0 s against 60 s for ``dcd`` and ``fast``
+#:   the dual ill-conditioned: 1.0 s against 60 s for ``dcd`` and ``accelerated-dual``
 #:   (117 contexts, 20 words, d = 28; ``benchmarks/ntp_separability.py``);
 #: * ``"lp"`` (``norm="max"`` or ``"l1"``): the structured interior-point method
 #:   for the max norm of linear-decoder scores, HiGHS for every other;
@@ -123,10 +123,10 @@ METHODS = {
 #:   faster than the barrier method; the barrier answers where Clarabel's answer
 #:   is not certified.
 AUTO_ORDER = {
-    "decoder": ("dcd", "fast", "cvxpy"),
-    "decoder-partial": ("cvxpy", "dcd", "fast"),
-    "keys": ("dual-active-set", "nnls", "fast", "cvxpy"),
-    "bilinear": ("graph-ldp", "fast", "cvxpy"),
+    "decoder": ("dcd", "accelerated-dual", "cvxpy"),
+    "decoder-partial": ("cvxpy", "dcd", "accelerated-dual"),
+    "keys": ("dual-active-set", "nnls", "accelerated-dual", "cvxpy"),
+    "bilinear": ("graph-ldp", "accelerated-dual", "cvxpy"),
     "nuclear": ("svt-admm", "nuclear-ipm", "scs", "cvxpy"),
     "lp": ("lp-ipm", "highs", "cvxpy"),
     "spectral": ("spectral-barrier", "cvxpy"),

@@ -141,7 +141,7 @@ from ..._warnings import user_stacklevel
 from .._problem import Constraints, MaxMarginProblem, MaxMarginResult, NotSeparableError
 
 __all__ = ["INFEASIBLE_MARGIN", "anchored_blocks", "anchored_structure",
-           "fista", "infeasible_error", "solve", "solve_fast"]
+           "fista", "infeasible_error", "solve", "solve_accelerated_dual"]
 
 
 #: Normalized-margin threshold below which a problem is declared infeasible.
@@ -580,7 +580,7 @@ def infeasible_error(problem, it):
     return NotSeparableError(
         f"{problem.name} is infeasible: {problem.infeasible_message}. "
         f"(The dual certifies a normalized margin below {INFEASIBLE_MARGIN:g}; "
-        f"method 'fast', {it} iterations.)"
+        f"method 'accelerated-dual', {it} iterations.)"
     )
 
 
@@ -691,8 +691,8 @@ def fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None,
             if callback is not None:
                 callback(it0 + it, gap, viol)
             if verbose > 1:
-                print(f"[{problem.name} fast/{kind}] it={it} gap={gap:.2e} viol={viol:.2e} "
-                      f"||w*||>={bound:.3e}")
+                print(f"[{problem.name} accelerated-dual/{kind}] it={it} gap={gap:.2e} "
+                      f"viol={viol:.2e} ||w*||>={bound:.3e}")
             if ok:
                 status = "optimal"
                 break
@@ -744,12 +744,12 @@ def fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None,
         it += 1
 
     if verbose:
-        print(f"[{problem.name} fast/{kind}] {status}: {it} iterations, {n_polish} polish, "
-              f"gap={gap:.2e}, violation={viol:.2e}")
+        print(f"[{problem.name} accelerated-dual/{kind}] {status}: {it} iterations, "
+              f"{n_polish} polish, gap={gap:.2e}, violation={viol:.2e}")
     result = MaxMarginResult(
         primal=xp.reshape(w, problem.shape),
         dual=lam,
-        method="fast",
+        method="accelerated-dual",
         status=status,
         n_iter=int(it),
         gap=float(gap),
@@ -894,9 +894,9 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
         viol_all = xp.where(eq, xp.abs(v), xp.maximum(-v, 0.0))
         viol = float(xp.max(viol_all))
         if verbose:
-            print(f"[{problem.name} fast/working-set] round {rnd}: {int(keep.sum())} of "
-                  f"{len(c)} constraints, K={index.shape[1]}, tol={inner_tol:.0e}, "
-                  f"{res.n_iter} iterations, violation {viol:.2e}")
+            print(f"[{problem.name} accelerated-dual/working-set] round {rnd}: "
+                  f"{int(keep.sum())} of {len(c)} constraints, K={index.shape[1]}, "
+                  f"tol={inner_tol:.0e}, {res.n_iter} iterations, violation {viol:.2e}")
         x_full = _table_to_full(be, x, sub.scores)
         if res.status != "optimal" or total >= max_iter:
             break
@@ -914,7 +914,7 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
     lam_np[keep] = to_numpy(res.dual)
     lam = be.asarray(lam_np)
     result = MaxMarginResult(
-        primal=res.primal, dual=lam, method="fast", status=status,
+        primal=res.primal, dual=lam, method="accelerated-dual", status=status,
         n_iter=int(total), gap=res.gap, max_violation=max(viol, res.max_violation),
     )
     return result
@@ -934,7 +934,7 @@ def _smallest_per_block(block, score, eligible, k, n_blocks):
     return out
 
 
-def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
+def solve_accelerated_dual(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
                check_every=10, polish=True, structure="auto", working_set="auto",
                callback=None):
     """Solve a :class:`MaxMarginProblem` by restarted FISTA on its dual.
@@ -998,19 +998,19 @@ def solve_fast(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *,
                         callback=callback)[0]
     if result.status != "optimal":
         warnings.warn(
-            f"{problem.name}: method 'fast' stopped after {result.n_iter} iterations with "
-            f"relative duality gap {result.gap:.3e} and constraint violation "
+            f"{problem.name}: method 'accelerated-dual' stopped after {result.n_iter} "
+            f"iterations with relative duality gap {result.gap:.3e} and constraint violation "
             f"{result.max_violation:.3e} (tol={tol:g}); increase max_iter or use "
             "method='cvxpy'.",
             ConvergenceWarning,
             stacklevel=user_stacklevel(),
         )
     if verbose:
-        print(f"[{problem.name} fast] {result.status}: {result.n_iter} iterations, "
+        print(f"[{problem.name} accelerated-dual] {result.status}: {result.n_iter} iterations, "
               f"{time.perf_counter() - t0:.3f}s")
     return result
 
 
 def solve(problem, tol, max_iter, be, verbose, callback=None):
-    """The method ``"fast"`` (:func:`solve_fast` with its defaults)."""
-    return solve_fast(problem, tol, max_iter, be, verbose, callback=callback)
+    """The method ``"accelerated-dual"`` (:func:`solve_accelerated_dual` with its defaults)."""
+    return solve_accelerated_dual(problem, tol, max_iter, be, verbose, callback=callback)

@@ -7,7 +7,7 @@ m = 10 000, d = 256, V = 100, where
 ``LinearSVC(multi_class="crammer_singer", C=1e6, tol=1e-8)`` does not finish in
 120 s, and 1.42 s against 9.69 s at m = 2000, d = 64, V = 32
 (``benchmarks/README.md``, table "One-hot against LinearSVC").  On tied supports
-it is 8-18x faster than ``"fast"`` where both finish (table "Scaling").
+it is 8-18x faster than ``"accelerated-dual"`` where both finish (table "Scaling").
 
 The NTP-SVM (Thrampoulidis 2024, Sec. 4, constraints (4a)-(4b)) is an
 anchored program (see :mod:`skntp.svm.solvers.accelerated_dual`) whose score map is the
@@ -32,7 +32,7 @@ extended to the free in-support coordinates of the NTP equalities and to
 hard margins.
 
 Three devices make it fast when constraints outnumber the parameters (the
-regime where the accelerated gradient method of ``"fast"`` needs thousands of
+regime where the accelerated gradient method of ``"accelerated-dual"`` needs thousands of
 iterations):
 
 * **over-relaxation**: each row takes the projected step
@@ -54,7 +54,7 @@ poor, and an infeasible program makes the dual grow without bound, which
 block steps follow only linearly.  Both are detected from the certificates
 (the rate of the best ``max(gap, violation)`` over the last 100 passes, and
 ``r^T lam`` outgrowing ``||A^T lam||^2``), and the solve goes on with the
-accelerated method ``"fast"`` from the current multipliers (whose exact face
+accelerated method ``"accelerated-dual"`` from the current multipliers (whose exact face
 solve certifies infeasibility).
 
 Certificate
@@ -362,11 +362,11 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
     random_state : int, default=0
         Seeds the order of the rows in each pass.
     hand_over : bool, default=True
-        Go on with the accelerated method ``"fast"``, warm-started from the
+        Go on with the accelerated method ``"accelerated-dual"``, warm-started from the
         multipliers, when the dual runs off along a ray (an infeasible
         program, certified there) or when the measured linear rate predicts
         more than ``max(10000, 10 x passes so far)`` further passes (tiny
-        margins); the result then names ``method="fast"``.
+        margins); the result then names ``method="accelerated-dual"``.
 
     Returns
     -------
@@ -467,7 +467,7 @@ def _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state, h
         if reason is not None and hand_over:
             if verbose:
                 print(f"[{problem.name} dcd] {reason} after {epochs} passes: going on with "
-                      "method 'fast' from here")
+                      "method 'accelerated-dual' from here")
             return _hand_over(dual, problem, lam, tol, max(max_iter - epochs, 1), verbose,
                               callback, epochs)
         if epochs >= max_iter:
@@ -492,7 +492,7 @@ def _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state, h
 
 #: Passes over which the convergence rate is measured, and the horizon beyond
 #: which (``max(SLOW_HORIZON, 10 x passes so far)`` more passes predicted) the
-#: method hands over to ``"fast"``.
+#: method hands over to ``"accelerated-dual"``.
 RATE_WINDOW, SLOW_HORIZON = 100, 10_000
 
 
@@ -519,7 +519,7 @@ def _too_slow(history, tol):
 
 
 def _hand_over(dual, problem, lam, tol, max_iter, verbose, callback, epochs):
-    """Continue with the accelerated method ``"fast"`` from the multipliers ``lam``."""
+    """Continue with the accelerated method ``"accelerated-dual"`` from the multipliers ``lam``."""
     x0 = dual.table(lam).toarray()
     result = fista(problem, anchored_structure(problem), get_backend("numpy"), tol, max_iter,
                     verbose, 10, True, x0=x0, callback=callback, it0=epochs)[0]

@@ -1,4 +1,4 @@
-"""The fast max-margin method ('fast') against the cvxpy reference path.
+"""The accelerated dual max-margin method ('accelerated-dual') against the cvxpy reference path.
 
 Random feasible programs of every kind (NTP-SVM, ATT-SVM, relaxed ATT-SVM,
 head SVM, Graph-SVM, and a general mix) are solved by both methods; the
@@ -27,7 +27,7 @@ from skntp.svm import (
     ntp_svm_problem,
     solve_max_margin,
 )
-from skntp.svm.solvers.accelerated_dual import anchored_structure, solve_fast
+from skntp.svm.solvers.accelerated_dual import anchored_structure, solve_accelerated_dual
 
 
 # --------------------------------------------------------------------------
@@ -128,12 +128,12 @@ def test_matches_cvxpy_and_kkt(kind, n_instances=30):
         ref = is_feasible_reference(problem)
         if ref is None:
             with pytest.raises(NotSeparableError):
-                solve_max_margin(problem, method="fast")
+                solve_max_margin(problem, method="accelerated-dual")
             continue
-        res = solve_max_margin(problem, method="fast", tol=1e-10)
+        res = solve_max_margin(problem, method="accelerated-dual", tol=1e-10)
         # at tol=1e-10 a program of tiny margin (||w|| ~ 30) can end 1.6e-10 from a row:
         # the recomputed certificate then says so, and the answer still meets 1e-9
-        assert res.method == "fast" and res.status in ("optimal", "infeasible_point")
+        assert res.method == "accelerated-dual" and res.status in ("optimal", "infeasible_point")
         assert abs(res.gap) <= 1e-10 and res.max_violation <= 1e-9
         # the core's cvxpy path, up to its own reported accuracy ...
         assert rel_err(res.primal, ref.primal) <= max(1e-5, 3 * np.sqrt(2 * abs(ref.gap)))
@@ -163,14 +163,14 @@ def test_anchored_detection():
     # general path of the method, which must still reach the reference solution
     p = graph_problem(rng, 4, 3, 40)
     assert anchored_structure(p) is None
-    res = solve_fast(p, tol=1e-10)
+    res = solve_accelerated_dual(p, tol=1e-10)
     assert res.status == "optimal"
     ref = solve_max_margin(p, method="cvxpy")
     assert rel_err(res.primal, ref.primal) <= 1e-5
     assert_kkt(p, res)
 
 
-def test_auto_uses_dcd_for_ntp_and_fast_on_torch():
+def test_auto_uses_dcd_for_ntp_and_the_accelerated_dual_on_torch():
     rng = np.random.default_rng(1)
     problem = ntp_problem(rng, 6, 8, 5)
     assert solve_max_margin(problem).method == "dcd"
@@ -209,7 +209,7 @@ def test_infeasible_raises(make):
     with pytest.raises(NotSeparableError) as cv:
         solve_max_margin(problem, method="cvxpy")
     with pytest.raises(NotSeparableError) as fast:
-        solve_max_margin(problem, method="fast")
+        solve_max_margin(problem, method="accelerated-dual")
     msg = str(fast.value)
     assert msg.startswith(f"{problem.name} is infeasible")
     assert problem.infeasible_message in msg and problem.infeasible_message in str(cv.value)
@@ -219,7 +219,7 @@ def test_nonconvergence_warns():
     rng = np.random.default_rng(2)
     problem = ntp_problem(rng, 20, 25, 8)
     with pytest.warns(ConvergenceWarning, match="relative duality gap"):
-        res = solve_max_margin(problem, method="fast", max_iter=3, tol=1e-14)
+        res = solve_max_margin(problem, method="accelerated-dual", max_iter=3, tol=1e-14)
     assert res.status == "max_iter" and res.n_iter == 3
     assert res.gap > 1e-14 or res.max_violation > 1e-14
 
@@ -227,7 +227,7 @@ def test_nonconvergence_warns():
 def test_trivial_zero_solution():
     rng = np.random.default_rng(4)
     p = att_problem(rng, 3, 3, 8, relaxed_frac=1.0)  # all rhs = 0: w* = 0
-    res = solve_max_margin(p, method="fast")
+    res = solve_max_margin(p, method="accelerated-dual")
     assert np.all(res.primal == 0) and res.status == "optimal"
 
 
@@ -238,7 +238,7 @@ def test_onehot_matches_linearsvc_crammer_singer():
     m, d, V = 60, 8, 4
     H = rng.standard_normal((m, d))
     y = np.argmax(H @ rng.standard_normal((V, d)).T, axis=1)
-    res = solve_max_margin(ntp_svm_problem(H, np.eye(V, dtype=bool)[y]), method="fast")
+    res = solve_max_margin(ntp_svm_problem(H, np.eye(V, dtype=bool)[y]), method="accelerated-dual")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         svc = LinearSVC(multi_class="crammer_singer", fit_intercept=False, C=1e6,
@@ -253,8 +253,8 @@ def test_torch_backend_same_answer():
     rng = np.random.default_rng(6)
     for problem in (ntp_problem(rng, 6, 8, 5), graph_problem(rng, 5, 4, 10, n_eq=1),
                     head_problem(rng, 20, 4)):
-        a = solve_max_margin(problem, method="fast", tol=1e-10)
-        b = solve_max_margin(problem, method="fast", tol=1e-10, backend="torch")
+        a = solve_max_margin(problem, method="accelerated-dual", tol=1e-10)
+        b = solve_max_margin(problem, method="accelerated-dual", tol=1e-10, backend="torch")
         assert isinstance(b.primal, np.ndarray)
         assert rel_err(b.primal, a.primal) <= 1e-8
 
@@ -279,7 +279,7 @@ def test_working_set_matches_whole_program(seed):
             _solve_working_set(problem, st, be, 1e-10, 100_000, 0, 10, True, initial=1, add=1)
         return
     res = _solve_working_set(problem, st, be, 1e-10, 100_000, 0, 10, True, initial=1, add=1)
-    whole = solve_fast(problem, tol=1e-10, working_set=False)
+    whole = solve_accelerated_dual(problem, tol=1e-10, working_set=False)
     assert res.status == "optimal" and res.max_violation <= 1e-9
     assert rel_err(res.primal, whole.primal) <= 1e-6
     assert rel_err(res.primal, ref.primal) <= max(1e-5, 3 * np.sqrt(2 * abs(ref.gap)))
@@ -291,7 +291,7 @@ def test_working_set_matches_whole_program(seed):
 def test_working_set_default_rounds_match_cvxpy():
     rng = np.random.default_rng(7)
     problem = ntp_problem(rng, 30, 40, 80)
-    res = solve_fast(problem, tol=1e-10, working_set=True)
+    res = solve_accelerated_dual(problem, tol=1e-10, working_set=True)
     assert res.status == "optimal"
     assert_kkt(problem, res)
     tight = tight_cvxpy(problem)
@@ -351,7 +351,7 @@ def test_working_set_torch_backend_same_answer():
 
     rng = np.random.default_rng(9)
     problem = ntp_problem(rng, 12, 16, 20)
-    a = solve_fast(problem, tol=1e-10, working_set=True)
-    b = solve_fast(problem, tol=1e-10, working_set=True, be=get_backend("torch"))
+    a = solve_accelerated_dual(problem, tol=1e-10, working_set=True)
+    b = solve_accelerated_dual(problem, tol=1e-10, working_set=True, be=get_backend("torch"))
     assert a.status == b.status == "optimal"
     assert rel_err(np.asarray(b.primal.cpu()), np.asarray(a.primal)) <= 1e-8

@@ -175,7 +175,7 @@ def test_larger_tied_program_is_certified():
     assert kkt["stationarity"] <= 1e-9 and kkt["feasibility"] <= 1e-8
 
 
-def test_hands_over_to_fast_on_tiny_margins():
+def test_hands_over_to_the_accelerated_dual_on_tiny_margins():
     """A nearly non-separable program (||W^mm|| ~ 85): block steps crawl, so the
     method goes on with the accelerated one and still certifies the answer."""
     from skntp.decoder import aggregate_contexts
@@ -187,7 +187,7 @@ def test_hands_over_to_fast_on_tiny_margins():
     S = P.toarray() > 0
     problem = ntp_svm_problem(H, S)
     res = solve_max_margin(problem, method="dcd")
-    assert res.method == "fast" and res.status == "optimal"
+    assert res.method == "accelerated-dual" and res.status == "optimal"
     ref = reference_ntp_svm(H, S)
     assert np.linalg.norm(res.primal - ref) <= 1e-5 * np.linalg.norm(ref)
     with pytest.warns(ConvergenceWarning, match="dcd"):
