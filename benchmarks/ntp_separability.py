@@ -12,12 +12,15 @@ contexts prove that no row separates).  Usage::
     python benchmarks/ntp_separability.py [--large | --only-large] [--svm-cap 120]
         [--fin-cap 900]
     python benchmarks/ntp_separability.py --newton
+    python benchmarks/ntp_separability.py --preconditioner [--plain-products 1000]
 
 The default set ends with the issue's example (1,000 sentences, every word a token,
 d = 128: 3,918 distinct contexts).  ``--large`` adds the real text at m = 8,401
 (d = 128) and at m = 18,535 (four-word contexts, d = 128).  Prints one row per instance
 and the machine's load.  ``--newton`` times ``W_fin`` by the package's Newton-CG
-against scipy's trust-krylov on the 300-word text instead.
+against scipy's trust-krylov on the 300-word text instead; ``--preconditioner`` times
+``W_fin`` of the issue's example with CG preconditioned by the Hessian's per-token
+blocks against plain CG (capped in products), and the estimator's whole fit.
 """
 
 from __future__ import annotations
@@ -153,17 +156,59 @@ def _newton_against_scipy():
               f"{fin.grad_norm:.1e}, converged {fin.converged}")
 
 
+def _preconditioned_against_plain(plain_products):
+    """``W_fin`` on the issue's example (3,918 contexts, V = 1,066, d = 128, no row
+    separable) with CG preconditioned by the Hessian's per-token blocks, and with
+    plain CG (no blocks: the memory check told that none fit) up to
+    ``plain_products`` Hessian products; then the estimator as a user runs it."""
+    from skntp import NTPDecoderClassifier
+
+    name, H, pi, P = _issue_example()
+    sep = ntp_separability(H, P > 0)
+    print(f"W_fin on {name} (m={H.shape[0]}, V={P.shape[1]}, d={H.shape[1]}), load before "
+          f"{os.getloadavg()}")
+    t = time.perf_counter()
+    fin = partial_finite_component(H, P, sep, pi, max_products=None)
+    print(f"  preconditioned: {time.perf_counter() - t:.1f} s, {fin.n_iter} Newton steps, "
+          f"relative gradient {fin.grad_norm:.1e}, converged {fin.converged}, loss "
+          f"{fin.loss:.10f}", flush=True)
+    original = _ntp_partial.available_memory
+    _ntp_partial.available_memory = lambda: 0.0
+    try:
+        t = time.perf_counter()
+        plain = partial_finite_component(H, P, sep, pi, max_products=plain_products)
+    finally:
+        _ntp_partial.available_memory = original
+    print(f"  plain CG, {plain_products} products: {time.perf_counter() - t:.1f} s, "
+          f"{plain.n_iter} Newton steps, relative gradient {plain.grad_norm:.1e}, converged "
+          f"{plain.converged}, loss {plain.loss:.10f}", flush=True)
+    X, y = load_text_ntp(corpus="python", n_sentences=1000, n_words=10**6, embedding="words",
+                         n_features=64, return_X_y=True)
+    t = time.perf_counter()
+    est = NTPDecoderClassifier(solver="svm").fit(X, y)
+    print(f"  NTPDecoderClassifier(solver='svm').fit: {time.perf_counter() - t:.1f} s "
+          f"(diagnosis and both limits), separable fraction {est.separable_fraction_}, "
+          f"loss_infimum_ {est.loss_infimum_:.10f}; load after {os.getloadavg()}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--large", action="store_true", help="add the two large texts")
     parser.add_argument("--only-large", action="store_true", help="the two large texts alone")
     parser.add_argument("--newton", action="store_true",
                         help="only W_fin by Newton-CG against scipy's trust-krylov")
+    parser.add_argument("--preconditioner", action="store_true",
+                        help="only W_fin of the issue's example, preconditioned against "
+                             "plain CG, and the estimator's fit")
+    parser.add_argument("--plain-products", type=int, default=1000)
     parser.add_argument("--svm-cap", type=float, default=120.0)
     parser.add_argument("--fin-cap", type=float, default=900.0)
     args = parser.parse_args()
     if args.newton:
         _newton_against_scipy()
+        return
+    if args.preconditioner:
+        _preconditioned_against_plain(args.plain_products)
         return
     instances = [] if args.only_large else [
         _text(30, 4), _text(60, 4), _text(20, 14), _planted(0, 4), _planted(1, 8),
