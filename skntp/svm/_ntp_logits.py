@@ -53,6 +53,7 @@ from ._certificate import certify
 from ._ntp import exchangeable_tokens, ntp_svm_problem
 from ._problem import BilinearScores, MaxMarginResult, real_array
 from ._solve import DEFAULT_TOL, solve_max_margin
+from .solvers.conic import logit_svm_compact
 from .solvers.svt_admm import logit_svm_admm, rows_from_table
 
 __all__ = ["check_support", "logit_finite_component", "ntp_logit_svm",
@@ -272,51 +273,28 @@ def logit_finite_component(next_token_probs):
 
 def _compact_scs(problem, s, first, representative, ctx_class, tok_class, n_ctx, n_tok, tol,
                  max_iter, verbose):
-    """The program in its compact form, solved by SCS, certified on ``problem``.
+    """The program in its compact form, solved by SCS
+    (:func:`~skntp.svm.solvers.conic.logit_svm_compact`), certified on ``problem``.
 
-    One variable per token class and context class, ``K`` (``a x c``), one
-    in-support level ``l_c`` per context class: ``K[a, c] = l_c`` on the
-    supports, ``K[a, c] <= l_c - 1`` off them, ``min ||D_t^{1/2} K D_c^{1/2}||_*``
-    (the merged program of :func:`ntp_logit_svm`, whose ``K' = D_t^{1/2} K
-    D_c^{1/2}``).  The answer is made exactly feasible (each context's level the
+    The answer is made exactly feasible (each context's level the
     mean of its in-support logits, the others clipped below it, each column
     centered), and the
     multipliers ``M`` of the two constraint blocks give the dual matrix
     ``Lambda = M / (n_a n_c)`` expanded to the classes, clipped to ``<= 0`` off
     the supports and re-centered on them (``1^T Lambda = 0``); the dispatcher's
     certificate (:func:`~skntp.svm._certificate.certify`) then decides.  ``None``
-    if SCS fails.  Cheaper than the anchored rows of ``problem``: cvxpy writes
-    two elementwise blocks instead of ``m (V - 1)`` sparse rows.
+    if SCS fails.
     """
-    import warnings
-
-    import cvxpy as cp
-
     inside = s[first][:, representative].T  # (token classes, context classes)
-    a, c = inside.shape
-    K, level = cp.Variable((a, c)), cp.Variable(c)
-    shifted = K - np.ones((a, 1)) @ cp.reshape(level, (1, c), order="C")
-    ins = inside.astype(float)
-    cons = [cp.multiply(ins, shifted) == 0, cp.multiply(1 - ins, shifted + 1) <= 0]
-    weights = np.sqrt(np.outer(n_tok, n_ctx))
-    scaled = K if np.all(weights == 1) else cp.multiply(weights, K)
-    prob = cp.Problem(cp.Minimize(cp.normNuc(scaled)), cons)
-    eps = min(1e-10, 0.01 * tol)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            prob.solve(solver=cp.SCS, eps_abs=eps, eps_rel=eps, max_iters=int(max_iter),
-                       verbose=bool(verbose))
-    except cp.error.SolverError:  # pragma: no cover - solver crash
+    solved = logit_svm_compact(inside, n_tok, n_ctx, tol, max_iter, verbose)
+    if solved is None:
         return None
-    if prob.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or K.value is None:
-        return None
+    K, M, n_iter = solved
     S_full = s.T
-    L = np.asarray(K.value)[tok_class][:, ctx_class]
+    L = K[tok_class][:, ctx_class]
     lev = np.where(S_full, L, 0.0).sum(axis=0) / S_full.sum(axis=0)
     L = np.where(S_full, lev[None, :], np.minimum(L, lev[None, :] - 1.0))
     L = L - L.mean(axis=0)  # feasible still, and ||(I - 1 1^T / V) L||_* <= ||L||_*
-    M = np.where(inside, cons[0].dual_value, 0.0) + np.where(inside, 0.0, cons[1].dual_value)
     M = (M / np.outer(n_tok, n_ctx))[tok_class][:, ctx_class]
     best = None
     for sign in (1.0, -1.0):
@@ -326,9 +304,8 @@ def _compact_scs(problem, s, first, representative, ctx_class, tok_class, n_ctx,
         if best is None or value > best[0]:
             best = (value, Lam)
     dual = rows_from_table(problem, best[1].T)
-    stats = prob.solver_stats
     out = MaxMarginResult(primal=L, dual=dual, method="scs", status="max_iter",
-                          n_iter=int(stats.num_iters or 0) if stats is not None else 0)
+                          n_iter=n_iter)
     return certify(problem, out, tol)
 
 

@@ -30,7 +30,7 @@ from ..._warnings import user_stacklevel
 from .._norms import MATRIX_NORMS, norm_gap, norm_kind
 from .._problem import MaxMarginResult, NotSeparableError
 
-__all__ = ["solve", "solve_scs"]
+__all__ = ["logit_svm_compact", "solve", "solve_scs"]
 
 
 def solve(problem, tol, max_iter, be, verbose, callback=None):
@@ -134,3 +134,55 @@ def _solve_clarabel(prob, tol, verbose):
                    tol_gap_rel=ctol, tol_feas=ctol)
     except cp.error.SolverError:
         prob.solve(solver=cp.CLARABEL, verbose=bool(verbose))
+
+
+def logit_svm_compact(inside, n_tok, n_ctx, tol, max_iter, verbose):
+    """The logit NTP-SVM over classes of equal tokens and contexts, compact, by SCS.
+
+    One variable per token class and context class, ``K`` (``a x c``), one
+    in-support level ``l_c`` per context class: ``K[a, c] = l_c`` on the
+    supports, ``K[a, c] <= l_c - 1`` off them, ``min ||D_t^{1/2} K D_c^{1/2}||_*``
+    (the merged program of :func:`~skntp.svm.ntp_logit_svm`, ``D_t``, ``D_c`` the
+    class sizes), to ``eps_abs = eps_rel = min(1e-10, tol / 100)``.  Cheaper than
+    the anchored rows of the program: cvxpy writes two elementwise blocks instead
+    of ``m (V - 1)`` sparse rows.
+
+    Parameters
+    ----------
+    inside : ndarray of shape (a, c), bool
+        The supports of the classes (token class in the support of context class).
+    n_tok, n_ctx : ndarray of shape (a,) and (c,)
+        The class sizes.
+    tol : float
+    max_iter : int
+    verbose : int
+
+    Returns
+    -------
+    (K, M, n_iter) or None
+        The class logits, the multipliers of the two constraint blocks (on the
+        supports and off them, one ``a x c`` array), SCS's iterations; ``None``
+        when SCS fails or reports no solution.
+    """
+    a, c = inside.shape
+    K, level = cp.Variable((a, c)), cp.Variable(c)
+    shifted = K - np.ones((a, 1)) @ cp.reshape(level, (1, c), order="C")
+    ins = inside.astype(float)
+    cons = [cp.multiply(ins, shifted) == 0, cp.multiply(1 - ins, shifted + 1) <= 0]
+    weights = np.sqrt(np.outer(n_tok, n_ctx))
+    scaled = K if np.all(weights == 1) else cp.multiply(weights, K)
+    prob = cp.Problem(cp.Minimize(cp.normNuc(scaled)), cons)
+    eps = min(1e-10, 0.01 * tol)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prob.solve(solver=cp.SCS, eps_abs=eps, eps_rel=eps, max_iters=int(max_iter),
+                       verbose=bool(verbose))
+    except cp.error.SolverError:  # pragma: no cover - solver crash
+        return None
+    if prob.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or K.value is None:
+        return None
+    M = np.where(inside, cons[0].dual_value, 0.0) + np.where(inside, 0.0, cons[1].dual_value)
+    stats = prob.solver_stats
+    n_iter = int(stats.num_iters or 0) if stats is not None else 0
+    return np.asarray(K.value), M, n_iter
