@@ -501,3 +501,13 @@ def random_supports(seed, m=6, V=8, density=0.3):
     full = S.all(axis=1)
     S[full, rng.integers(0, V, int(full.sum()))] = False
     return S
+
+
+def logit_margins(S, L):
+    """(largest tie violation within the supports, smallest in-out margin) of the
+    logits ``L`` (V x m) of the logit NTP-SVM, by hand; ``S`` the (m, V) supports."""
+    Lt = L.T
+    inside = np.where(S, Lt, np.nan)
+    ties = np.nanmax(inside, axis=1) - np.nanmin(inside, axis=1)
+    worst_out = np.max(np.where(S, -np.inf, Lt), axis=1)
+    return float(ties.max()), float(np.min(np.nanmin(inside, axis=1) - worst_out))

@@ -13,7 +13,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import random_supports
+from helpers import logit_margins, random_supports
 
 from skntp._backend import get_backend
 from skntp.svm import (
@@ -44,15 +44,6 @@ def _lmm_by_definition(S):
     return L.value, prob.value
 
 
-def _margins(S, L):
-    """(largest tie violation, smallest in-out margin) of ``L`` (V x m) by hand."""
-    Lt = L.T
-    inside = np.where(S, Lt, np.nan)
-    ties = np.nanmax(inside, axis=1) - np.nanmin(inside, axis=1)
-    worst_out = np.max(np.where(S, -np.inf, Lt), axis=1)
-    return float(ties.max()), float(np.min(np.nanmin(inside, axis=1) - worst_out))
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_lmm_matches_the_program_of_the_paper(seed):
     S = random_supports(seed, m=int(5 + seed), V=int(7 + seed))
@@ -61,7 +52,7 @@ def test_lmm_matches_the_program_of_the_paper(seed):
     L_ref, value = _lmm_by_definition(S)
     assert abs(res.objective - value) <= 1e-7 * value
     assert np.linalg.norm(res.primal - L_ref) <= 1e-5 * np.linalg.norm(L_ref)
-    ties, margin = _margins(S, res.primal)
+    ties, margin = logit_margins(S, res.primal)
     assert ties <= 1e-8 and margin >= 1 - 1e-8
     # the certificate, by hand: the multipliers' bound <S, Lambda> / ||Lambda||_2
     prob = ntp_logit_svm_problem(S)
@@ -87,7 +78,7 @@ def test_scs_is_certified_and_matches_the_program_of_the_paper(seed, merge_equal
     _, value = _lmm_by_definition(S)
     assert abs(res.objective - value) <= 1e-6 * value
     assert abs(np.linalg.svd(res.primal, compute_uv=False).sum() - value) <= 1e-6 * value
-    ties, margin = _margins(S, res.primal)
+    ties, margin = logit_margins(S, res.primal)
     assert ties <= 1e-8 * value and margin >= 1 - 1e-8
     assert ntp_logit_svm(S, merge_equal=merge_equal).method == "svt-admm"
     # the registry's "scs" on the anchored rows of the same program
@@ -165,7 +156,7 @@ def test_the_proxy_is_feasible_and_bounds_the_optimum():
     for seed in range(3):
         S = random_supports(20 + seed, m=7, V=9)
         P = support_proxy(S)
-        ties, margin = _margins(S, P)
+        ties, margin = logit_margins(S, P)
         assert ties <= 1e-12 and abs(margin - 1) <= 1e-12
         k = S.sum(axis=1)
         assert np.allclose(P[S.T], np.broadcast_to(1 - k / 9, (9, 7))[S.T])

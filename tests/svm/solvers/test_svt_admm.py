@@ -11,7 +11,7 @@ import warnings
 import cvxpy as cp
 import numpy as np
 import pytest
-from helpers import random_supports
+from helpers import logit_margins, random_supports
 
 from skntp._backend import get_backend
 from skntp.svm import ntp_logit_svm, ntp_logit_svm_problem, ntp_svm_problem, solve_max_margin
@@ -40,15 +40,6 @@ def _reference(S, solver):
     return L.value, prob.value
 
 
-def _feasibility(S, L):
-    """(largest tie violation within the supports, smallest in-out margin), by hand."""
-    Lt = L.T
-    inside = np.where(S, Lt, np.nan)
-    ties = np.nanmax(inside, axis=1) - np.nanmin(inside, axis=1)
-    worst_out = np.max(np.where(S, -np.inf, Lt), axis=1)
-    return float(ties.max()), float(np.min(np.nanmin(inside, axis=1) - worst_out))
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_matches_the_program_from_the_equations(seed):
     rng = np.random.default_rng(300 + seed)
@@ -59,7 +50,7 @@ def test_matches_the_program_from_the_equations(seed):
     assert res.method == "svt-admm" and res.status == "optimal" and abs(res.gap) <= 1e-8
     assert abs(res.objective - value) <= 1e-6 * value
     assert abs(np.linalg.svd(res.primal, compute_uv=False).sum() - value) <= 1e-6 * value
-    ties, margin = _feasibility(S, res.primal)
+    ties, margin = logit_margins(S, res.primal)
     assert ties <= 1e-9 * value and margin >= 1 - 1e-9
     # the dual point behind the certificate, by hand: <S, Lambda> / ||Lambda||_2
     _, to_primal = ntp_logit_svm_problem(S).operators(get_backend("numpy"))
