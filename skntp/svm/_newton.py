@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.optimize
 import scipy.sparse.linalg
 
 __all__ = ["newton_cg", "newton_polish"]
 
 
 def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
-              max_products=None, precondition_at=None):
+              max_products=None, precondition_at=None, line_at=None):
     """Minimize a smooth convex ``fun`` by Newton steps (CG on the Hessian) and backtracking.
 
     ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``;
@@ -41,6 +42,16 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
     gradient, so a Hessian singular off the gradient's subspace (``F_I^perp``
     here) does no harm.  ``report(k, ||gradient||)``, if given, is called before
     each step.
+
+    ``line_at(x, step) -> (t -> fun(x + t step)[0])``, if given, is the loss
+    along the Newton step, cheaper than ``fun`` (no gradient).  A full step
+    that lowers the loss by less than a quarter of the linear prediction
+    (half of what a quadratic model promises) is then replaced by the step
+    length that minimizes the loss on ``[0, 1]`` (bounded Brent, to ``1e-3``):
+    far from the minimizer the Newton step overshoots, and halving it took 31
+    Newton steps where this took 21 (``benchmarks/ntp_separability.py
+    --preconditioner``).  Otherwise, and if the minimizer found does not lower
+    the loss enough, the step is halved until it does (Armijo, ``1e-4``).
 
     Returns ``(x, n_iter)``.
     """
@@ -69,11 +80,17 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
         if not slope < 0:  # CG lost descent (round-off): a gradient step
             step, slope = -grad, -g * g
         t = 1.0
-        while True:
-            new_value, new_grad = fun(x + t * step)
-            if new_value <= value + 1e-4 * t * slope or t < 1e-12:
-                break
+        new_value, new_grad = fun(x + step)
+        if line_at is not None and not new_value <= value + 0.25 * slope:
+            along = scipy.optimize.minimize_scalar(
+                line_at(x, step), bounds=(0.0, 1.0), method="bounded",
+                options={"xatol": 1e-3})
+            if along.x > 0:
+                t = float(along.x)
+                new_value, new_grad = fun(x + t * step)
+        while not (new_value <= value + 1e-4 * t * slope or t < 1e-12):
             t *= 0.5
+            new_value, new_grad = fun(x + t * step)
         if t < 1e-12:  # no decrease left at this precision
             return x, k
         x, value, grad = x + t * step, new_value, new_grad

@@ -45,13 +45,16 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.optimize
 import scipy.sparse as sp
 
+from .._backend import blas_threads
 from ._newton import newton_cg
 from ._ntp import _anchors, _check_contexts, exchangeable_tokens, spanning_proof
 from ._problem import (
@@ -72,6 +75,10 @@ _log = logging.getLogger("skntp.svm")
 #: stationary-point proof: 5 s at m = 3,889, V = 298, d = 32 (3.7e7) on 2 cores
 #: (``benchmarks/ntp_separability.py``); at 1e9 it ran for minutes.
 MAX_PROOF_WORK = 200_000_000
+
+#: Newton steps between two computations of the per-token preconditioner of
+#: :func:`partial_finite_component` (each costs more than a step's CG products).
+REFRESH_EVERY = 2
 
 #: The largest linear program (out-of-support rows after merging exchangeable
 #: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on
@@ -428,6 +435,9 @@ def _context_products(H, chunk_bytes=2**28):
     iu, ju = np.triu_indices(d)
     top = float(np.abs(H).max(initial=0.0)) or 1.0
     H32 = (H / top).astype(np.float32)
+    # entries below 2^-60 of the largest would be subnormal once squared, and a
+    # subnormal operand slows single-precision BLAS down by orders of magnitude
+    H32[np.abs(H32) < 2.0**-60] = 0.0
     step = max(1, chunk_bytes // (4 * iu.size))
     for a in range(0, m, step):
         Hc = H32[a:a + step]
@@ -443,11 +453,12 @@ def _inverse_blocks(products, weights, d):
     ``max|h|^2 max(weights)``: a preconditioner's scale does not change CG's
     iterates.  ``eps_a`` is ``1e-10`` of ``B_a``'s mean eigenvalue, and at least
     ``1e-14`` of the largest block's: a block of a rank below ``d`` keeps the
-    span of the contexts invariant.
+    span of the contexts invariant.  Returns single precision, ``(V, d, d)``.
     """
     iu, ju = np.triu_indices(d)
     w32 = (weights / max(float(weights.max(initial=0.0)), np.finfo(float).tiny)).astype(
         np.float32)
+    w32[w32 < 2.0**-60] = 0.0  # no subnormal products (see _context_products)
     upper = np.zeros((weights.shape[1], iu.size), dtype=np.float32)
     for a, rows in products:
         upper += w32[a:a + rows.shape[0]].T @ rows
@@ -457,7 +468,103 @@ def _inverse_blocks(products, weights, d):
     mean = np.trace(B, axis1=1, axis2=2) / d
     ridge = np.maximum(1e-10 * mean, 1e-14 * mean.max(initial=0.0))
     ridge = np.maximum(ridge, np.finfo(float).tiny / np.finfo(float).eps)
-    return np.linalg.inv(B + ridge[:, None, None] * np.eye(d))
+    B[:, np.arange(d), np.arange(d)] += ridge[:, None]
+    # V separate d x d inverses.  BLAS's own threads on each small factorization took
+    # 70 s instead of 1.2 s next to a busy process (threads waiting for cores); one
+    # BLAS thread per share of the blocks, a share per core, takes 0.47 s quiet
+    workers = max(1, min(os.cpu_count() or 1, weights.shape[1] // 64))
+    with blas_threads(0), ThreadPoolExecutor(workers) as pool:
+        shares = pool.map(np.linalg.inv, np.array_split(B, workers))
+        return np.concatenate([share.astype(np.float32) for share in shares])
+
+
+class _RestrictedLoss:
+    """``CE_I`` (the loss (2) over the allowed tokens), its gradient and Hessian products.
+
+    Every ``(m, V)`` table lives in one of three buffers allocated once (the logits
+    and softmax of :meth:`value_and_gradient`, the softmax at the Hessian's point,
+    the work of :meth:`hessian_product`), and the weights ``pi_j`` and
+    probabilities enter through the contexts ``pi_j h_j`` and the sparse
+    ``pi_j p_j``: a Hessian product is two ``m x d x V`` products and three passes
+    over one table.  :meth:`along` uses all three buffers: it is for the line
+    search, after the Hessian's products and before the next evaluation.
+    """
+
+    def __init__(self, H, P, pi, allowed):
+        m, V = P.shape
+        self.shape = (V, H.shape[1])
+        self.H = H
+        self.weighted = H * pi[:, None]
+        self.pi = pi
+        targets = sp.csr_matrix(P * pi[:, None])
+        self.rows = np.repeat(np.arange(m), np.diff(targets.indptr))
+        self.cols, self.probs = targets.indices, targets.data
+        self.target_gradient = np.asarray(targets.T @ H)
+        self.mask = None if allowed.all() else allowed
+        self.S = np.empty((m, V))
+        self.S_at = np.empty((m, V))
+        self.work = np.empty((m, V))
+        self.point = None
+
+    def value_and_gradient(self, w):
+        """``(CE_I(w), gradient)``; keeps the softmax at ``w``."""
+        Z = np.matmul(self.H, w.reshape(self.shape).T, out=self.S)
+        linear = float(Z[self.rows, self.cols] @ self.probs)
+        if self.mask is None:
+            top = Z.max(axis=1, keepdims=True)
+        else:
+            top = np.max(Z, axis=1, where=self.mask, initial=-np.inf, keepdims=True)
+        Z -= top
+        S = np.exp(np.minimum(Z, 0.0, out=Z), out=Z)
+        if self.mask is not None:
+            S *= self.mask
+        total = S.sum(axis=1, keepdims=True)
+        S /= total
+        self.point = w.copy()
+        loss = float(self.pi @ (top + np.log(total)).ravel()) - linear
+        return loss, (S.T @ self.weighted - self.target_gradient).ravel()
+
+    def along(self, w, step):
+        """``t -> CE_I(w + t step)``: two ``m x d x V`` products, then one pass per ``t``."""
+        Zw = np.matmul(self.H, w.reshape(self.shape).T, out=self.S)
+        Zs = np.matmul(self.H, step.reshape(self.shape).T, out=self.work)
+        linear_w = float(Zw[self.rows, self.cols] @ self.probs)
+        linear_s = float(Zs[self.rows, self.cols] @ self.probs)
+        self.point = None
+        buffer = self.S_at
+
+        def value(t):
+            Z = np.multiply(Zs, t, out=buffer)
+            Z += Zw
+            if self.mask is None:
+                top = Z.max(axis=1, keepdims=True)
+            else:
+                top = np.max(Z, axis=1, where=self.mask, initial=-np.inf, keepdims=True)
+            Z -= top
+            E = np.exp(np.minimum(Z, 0.0, out=Z), out=Z)
+            if self.mask is not None:
+                E *= self.mask
+            lse = top.ravel() + np.log(E.sum(axis=1))
+            return float(self.pi @ lse) - linear_w - t * linear_s
+        return value
+
+    def softmax_at(self, w):
+        """The softmax at ``w``, in its own buffer (the line search moves ``self.S``)."""
+        if self.point is None or not np.array_equal(w, self.point):
+            self.value_and_gradient(w)
+        np.copyto(self.S_at, self.S)
+        return self.S_at
+
+    def hessian_at(self, w):
+        """``v -> Hessian(w) v``: ``sum_j pi_j (diag(s_j) - s_j s_j^T) V h_j h_j^T``."""
+        S = self.softmax_at(w)
+
+        def product(v):
+            T = np.matmul(self.H, v.reshape(self.shape).T, out=self.work)
+            T -= np.einsum("ij,ij->i", S, T)[:, None]
+            T *= S
+            return (T.T @ self.weighted).ravel()
+        return product
 
 
 def partial_finite_component(contexts, next_token_probs, separability, context_weights=None,
@@ -524,28 +631,7 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
     allowed = ~separability.separable
     scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
 
-    def softmax(W):
-        Z = H @ W.T
-        top = np.max(Z, axis=1, where=allowed, initial=-np.inf, keepdims=True)
-        E = np.where(allowed, np.exp(np.minimum(Z - top, 0.0)), 0.0)
-        total = E.sum(axis=1, keepdims=True)
-        return Z, E / total, (top + np.log(total)).ravel()
-
-    def fun(w):
-        Z, S, lse = softmax(w.reshape(V, d))
-        loss = float(pi @ (lse - np.sum(P * Z, axis=1)))
-        G = (S - P) * pi[:, None]
-        return loss, (G.T @ H).ravel()
-
-    def hess_at(w):
-        _, S, _ = softmax(w.reshape(V, d))
-
-        def product(v):
-            Zd = H @ v.reshape(V, d).T
-            Gd = S * (Zd - np.sum(S * Zd, axis=1, keepdims=True)) * pi[:, None]
-            return (Gd.T @ H).ravel()
-        return product
-
+    loss = _RestrictedLoss(H, P, pi, allowed)
     preconditioned = bool(allowed.all()) and 8.0 * V * d * d <= 0.125 * available_memory()
     # the contexts' outer products, kept when they fit in an eighth of the memory
     products = (list(_context_products(H)) if preconditioned and 2.0 * m * d * (d + 1)
@@ -558,8 +644,8 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         # step (the products cost more than CG's iterations).  With every token
         # allowed in every softmax, F_I = {D : 1^T D = 0} (within the span of the
         # contexts), which each B_a^{-1} preserves up to the projection D - 1 1^T D / V
-        if refreshed["step"] % 2 == 0:
-            _, S, _ = softmax(w.reshape(V, d))
+        if refreshed["step"] % REFRESH_EVERY == 0:
+            S = loss.softmax_at(w)
             refreshed["inverse"] = _inverse_blocks(
                 products if products is not None else _context_products(H),
                 pi[:, None] * S * (1.0 - S), d)
@@ -568,7 +654,8 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
 
         def apply(r):
             R = r.reshape(V, d)
-            Y = np.einsum("ade,ae->ad", inverse, R - R.mean(axis=0))
+            Y = np.einsum("ade,ae->ad", inverse, (R - R.mean(axis=0)).astype(np.float32))
+            Y = Y.astype(float)
             return (Y - Y.mean(axis=0)).ravel()
         return apply
 
@@ -576,14 +663,14 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         lambda k, g: callback(k, g / scale, 0.0))
     if max_products == "auto":
         max_products = int(min(5000, (4e11 if preconditioned else 6e10) / max(m * V * d, 1)))
-    w, n_iter = newton_cg(fun, hess_at, np.zeros(V * d), tol * scale, max_iter, cg_iter,
-                          report, max_products,
-                          precondition_at if preconditioned else None)
+    w, n_iter = newton_cg(loss.value_and_gradient, loss.hessian_at, np.zeros(V * d),
+                          tol * scale, max_iter, cg_iter, report, max_products,
+                          precondition_at if preconditioned else None, loss.along)
     W = w.reshape(V, d)
-    loss, grad = fun(w)
-    _, S, _ = softmax(W)
+    value, grad = loss.value_and_gradient(w)
+    S = loss.S
     rest = allowed & ~separability.support
     grad_norm = float(np.linalg.norm(grad)) / scale
-    return FiniteComponent(W=W, loss=loss, grad_norm=grad_norm,
+    return FiniteComponent(W=W, loss=value, grad_norm=grad_norm,
                            min_prob=float(S[rest].min()) if rest.any() else math.inf,
                            n_iter=n_iter, converged=bool(grad_norm <= tol))
