@@ -12,7 +12,7 @@ contexts prove that no row separates).  Usage::
     python benchmarks/ntp_separability.py [--large | --only-large] [--svm-cap 120]
         [--fin-cap 900]
     python benchmarks/ntp_separability.py --newton
-    python benchmarks/ntp_separability.py --preconditioner [--plain-products 1000]
+    python benchmarks/ntp_separability.py --preconditioner [--plain-products 1000] [--busy]
 
 The default set ends with the issue's example (1,000 sentences, every word a token,
 d = 128: 3,918 distinct contexts).  ``--large`` adds the real text at m = 8,401
@@ -20,7 +20,9 @@ d = 128: 3,918 distinct contexts).  ``--large`` adds the real text at m = 8,401
 and the machine's load.  ``--newton`` times ``W_fin`` by the package's Newton-CG
 against scipy's trust-krylov on the 300-word text instead; ``--preconditioner`` times
 ``W_fin`` of the issue's example with CG preconditioned by the Hessian's per-token
-blocks against plain CG (capped in products), and the estimator's whole fit.
+blocks, the same without the minimization along the Newton step, plain CG (capped in
+products), and the estimator's whole fit (``--busy``: next to a process that keeps every
+core busy).
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ def _newton_against_scipy():
     calls = {}
 
     def trust_krylov(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
-                     max_products=None):
+                     max_products=None, *unused):  # scipy's method takes no preconditioner
         def hessp(x, p):
             if calls.get("x") is None or not np.array_equal(calls["x"], x):
                 calls["x"], calls["product"] = x.copy(), hess_at(x)
@@ -156,22 +158,45 @@ def _newton_against_scipy():
               f"{fin.grad_norm:.1e}, converged {fin.converged}")
 
 
-def _preconditioned_against_plain(plain_products):
+def _busy():
+    """A busy neighbour: BLAS products on every core until terminated."""
+    a = np.random.default_rng(0).standard_normal((1500, 1500))
+    while True:
+        a = np.tanh(a @ a)
+
+
+def _preconditioned_against_plain(plain_products, busy=False):
     """``W_fin`` on the issue's example (3,918 contexts, V = 1,066, d = 128, no row
-    separable) with CG preconditioned by the Hessian's per-token blocks, and with
-    plain CG (no blocks: the memory check told that none fit) up to
-    ``plain_products`` Hessian products; then the estimator as a user runs it."""
+    separable) with CG preconditioned by the Hessian's per-token blocks; the same with
+    the Newton step only halved (no minimization along it: the reference of the line
+    search); with plain CG (no blocks: the memory check told that none fit) up to
+    ``plain_products`` Hessian products; then the estimator as a user runs it.
+    ``busy``: all of it next to a process that keeps every core busy."""
     from skntp import NTPDecoderClassifier
 
+    neighbour = None
+    if busy:
+        neighbour = multiprocessing.get_context("spawn").Process(target=_busy, daemon=True)
+        neighbour.start()
     name, H, pi, P = _issue_example()
     sep = ntp_separability(H, P > 0)
-    print(f"W_fin on {name} (m={H.shape[0]}, V={P.shape[1]}, d={H.shape[1]}), load before "
-          f"{os.getloadavg()}")
+    print(f"W_fin on {name} (m={H.shape[0]}, V={P.shape[1]}, d={H.shape[1]}), "
+          f"{'next to a busy process, ' if busy else ''}load before {os.getloadavg()}")
     t = time.perf_counter()
     fin = partial_finite_component(H, P, sep, pi, max_products=None)
     print(f"  preconditioned: {time.perf_counter() - t:.1f} s, {fin.n_iter} Newton steps, "
           f"relative gradient {fin.grad_norm:.1e}, converged {fin.converged}, loss "
           f"{fin.loss:.10f}", flush=True)
+    original = _ntp_partial.newton_cg
+    _ntp_partial.newton_cg = lambda *args: original(*args[:-1])  # drop line_at
+    try:
+        t = time.perf_counter()
+        halved = partial_finite_component(H, P, sep, pi, max_products=None)
+    finally:
+        _ntp_partial.newton_cg = original
+    print(f"  preconditioned, step halving only: {time.perf_counter() - t:.1f} s, "
+          f"{halved.n_iter} Newton steps, relative gradient {halved.grad_norm:.1e}, "
+          f"converged {halved.converged}, loss {halved.loss:.10f}", flush=True)
     original = _ntp_partial.available_memory
     _ntp_partial.available_memory = lambda: 0.0
     try:
@@ -189,6 +214,8 @@ def _preconditioned_against_plain(plain_products):
     print(f"  NTPDecoderClassifier(solver='svm').fit: {time.perf_counter() - t:.1f} s "
           f"(diagnosis and both limits), separable fraction {est.separable_fraction_}, "
           f"loss_infimum_ {est.loss_infimum_:.10f}; load after {os.getloadavg()}")
+    if neighbour is not None:
+        neighbour.terminate()
 
 
 def main():
@@ -201,6 +228,8 @@ def main():
                         help="only W_fin of the issue's example, preconditioned against "
                              "plain CG, and the estimator's fit")
     parser.add_argument("--plain-products", type=int, default=1000)
+    parser.add_argument("--busy", action="store_true",
+                        help="--preconditioner next to a process that keeps every core busy")
     parser.add_argument("--svm-cap", type=float, default=120.0)
     parser.add_argument("--fin-cap", type=float, default=900.0)
     args = parser.parse_args()
@@ -208,7 +237,7 @@ def main():
         _newton_against_scipy()
         return
     if args.preconditioner:
-        _preconditioned_against_plain(args.plain_products)
+        _preconditioned_against_plain(args.plain_products, args.busy)
         return
     instances = [] if args.only_large else [
         _text(30, 4), _text(60, 4), _text(20, 14), _planted(0, 4), _planted(1, 8),
