@@ -17,7 +17,7 @@ correlation of ``W(tau)`` with ``W^mm``, averaged over random instances,
 exceeds 0.99 after 4000 iterations.  Fig. 4 (cyclic data, ``K = 6``,
 ``d = 8``, ``n = 6``, ``T = 4``): the correlation reaches about 0.987 and
 ``||Pi_Scyc(W) - W^cyc||`` falls below 0.01.  (The paper averages 100
-instances; 30 here keep the page fast.)
+instances; 10 here keep the page fast.)
 """
 
 # %%
@@ -43,7 +43,7 @@ def cyclic_instance(seed):
         seed += 10_000
 
 
-n_trials = 30
+n_trials = 10
 fits = {"acyclic (Fig. 3)": [], "cyclic (Fig. 4)": []}
 for seed in range(n_trials):
     data = {"acyclic (Fig. 3)": make_token_priority_data(8, 8, 4, 6, acyclic=True,

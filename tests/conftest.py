@@ -1,7 +1,13 @@
 """Test-suite configuration: the slow tier, deterministic randomness.
 
 * ``--runslow`` runs the tests marked ``slow`` (figure reproductions, large
-  sweeps); CI runs them (see the README's test command).
+  sweeps); CI runs them (see the README's test command).  The run then starts
+  with the longest tests (``LONGEST``, a measured 2-core CI run) and ends with
+  the short ones, and pytest-xdist's ``load`` scheduling hands the tests out
+  one at a time (``--maxschedchunk=1`` unless given): by default its first
+  chunk is a quarter of a worker's share of the collection, consecutive
+  tests, so one worker got every long test of the front and ran them alone,
+  minutes after the other had finished.
 * Hypothesis runs the ``"deterministic"`` profile unless ``--hypothesis-profile``
   names another: derandomized (the examples are a function of the test's
   source, so every run, in CI or locally, tries the same ones), no example
@@ -67,12 +73,57 @@ def pytest_addoption(parser):
                      help="fail if the branch coverage of --cov is below PERCENT")
 
 
+# The longest tests of the run with --runslow: roughly the seconds of one call in a CI
+# run (2 cores, -n auto, coverage on); only their order matters.  A prefix names every
+# parametrization of a test.
+LONGEST = {
+    "tests/package/test_docs.py::test_docs_build_with_gallery": 340,
+    "tests/svm/test_certificate.py::test_the_thousand_context_max_norm_program_is_c": 120,
+    "tests/estimators/test_self_attention.py::test_fig5_fig6_full": 115,
+    "tests/estimators/test_key_query.py::test_goal_over_100_seeds[KQ-": 100,
+    "tests/estimators/test_self_attention.py::test_fig4_full": 100,
+    "tests/estimators/test_self_attention.py::test_fig3_full": 88,
+    "tests/estimators/test_key_query.py::test_goal_over_100_seeds[W-": 62,
+    "tests/estimators/test_attention.py::test_fig9_reproduction_full": 52,
+    "tests/estimators/test_reliability.py::test_extreme_norms_1e5[joint-": 50,
+    "tests/svm/test_certificate.py::test_max_norm_programs_of_a_few_hundred_contexts": 30,
+    "tests/svm/solvers/test_accelerated_dual.py::test_matches_cvxpy_many": 25,
+    "tests/estimators/test_reliability.py::test_extreme_norms_1e5[decoder-soft": 24,
+    "tests/training/test_optimizer_limits.py::test_optimizer_norm_matrix_over_seeds": 18,
+    "tests/package/test_examples.py::test_reproduction_quick": 15,
+    # default-tier tests as long as slow ones, which must not come last either
+    "tests/svm/solvers/test_accelerated_dual.py::test_working_set_default_rounds_match_c": 30,
+    "tests/package/test_demo.py::test_every_row_of_the_demo_is_what_its_label_says": 20,
+    "tests/estimators/test_key_query.py::test_relu_head_limit_is_finite_part_plus_dir": 15,
+    "tests/estimators/test_key_query.py::test_regularization_path_of_the_factors_conv": 12,
+    "tests/estimators/test_decoder.py::test_ngd_and_adam_converge_faster_than_gd_at_t": 12,
+    "tests/package/test_readme.py::test_readme_snippet_runs_as_written": 8,
+}
+
+
+def _expected_seconds(item):
+    """``LONGEST``'s seconds for the item, 1 for another slow test, 0 for the others."""
+    for prefix, seconds in LONGEST.items():
+        if item.nodeid.startswith(prefix):
+            return seconds
+    return 1 if "slow" in item.keywords else 0
+
+
+def pytest_configure(config):
+    # pytest-xdist's "load" scheduling sends a worker its first quarter of a share of
+    # consecutive tests at once, and no worker takes a test sent to another: one at a
+    # time instead, so that the short tests at the end fill the worker that is free
+    if (config.getoption("--runslow") and getattr(config.option, "dist", "no") == "load"
+            and getattr(config.option, "maxschedchunk", 0) is None):
+        config.option.maxschedchunk = 1
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--runslow"):
-        # the slow tests first, so that pytest-xdist's workers do not end with one of
-        # them running alone while the other has nothing left (a stable sort: every
-        # worker must collect the same order)
-        items.sort(key=lambda item: "slow" not in item.keywords)
+        # the longest tests first, the short ones last, so that pytest-xdist's workers
+        # do not end with one long test running alone while the other has nothing left
+        # (a stable sort: every worker must collect the same order)
+        items.sort(key=lambda item: -_expected_seconds(item))
         return
     skip = pytest.mark.skip(reason="slow: pass --runslow to run")
     for item in items:
