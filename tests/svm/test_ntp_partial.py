@@ -521,3 +521,28 @@ def test_newton_minimizes_along_an_overshooting_step():
         np.testing.assert_allclose(x, 0.0, atol=1e-12)
         steps[name] = n
     assert steps["line"] < steps["halving"], steps
+
+
+def test_the_block_inverses_run_on_one_blas_thread_each(monkeypatch):
+    # many small factorizations: BLAS's own threads stall next to a busy process
+    # (70 s against 1.2 s on one thread, benchmarks/README.md), so each share of the
+    # blocks runs on one BLAS thread; the blocks are those of their definition
+    from threadpoolctl import threadpool_info
+
+    from skntp.svm._ntp_partial import _context_products, _inverse_blocks
+
+    seen, inv = [], np.linalg.inv
+
+    def recording(A):
+        seen.append({lib["num_threads"] for lib in threadpool_info()
+                     if lib["user_api"] == "blas"})
+        return inv(A)
+
+    monkeypatch.setattr(np.linalg, "inv", recording)
+    rng = np.random.default_rng(3)
+    H = rng.standard_normal((400, 6))
+    weights = rng.random((400, 200))
+    blocks = _inverse_blocks(list(_context_products(H)), weights, 6)
+    assert seen and all(threads <= {1} for threads in seen), seen
+    B = np.einsum("ja,jd,je->ade", weights / weights.max(), H, H) / np.abs(H).max() ** 2
+    np.testing.assert_allclose(blocks @ B, np.broadcast_to(np.eye(6), B.shape), atol=1e-4)
