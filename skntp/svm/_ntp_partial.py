@@ -506,19 +506,24 @@ class _RestrictedLoss:
         self.work = np.empty((m, V))
         self.point = None
 
-    def value_and_gradient(self, w):
-        """``(CE_I(w), gradient)``; keeps the softmax at ``w``."""
-        Z = np.matmul(self.H, w.reshape(self.shape).T, out=self.S)
-        linear = float(Z[self.rows, self.cols] @ self.probs)
+    def _exponentiate(self, Z):
+        """``Z <- exp(Z - top) * mask`` in place, ``top`` the row maxima over the allowed
+        tokens; returns ``(top, row sums)``, each of shape ``(m, 1)``."""
         if self.mask is None:
             top = Z.max(axis=1, keepdims=True)
         else:
             top = np.max(Z, axis=1, where=self.mask, initial=-np.inf, keepdims=True)
         Z -= top
-        S = np.exp(np.minimum(Z, 0.0, out=Z), out=Z)
+        np.exp(np.minimum(Z, 0.0, out=Z), out=Z)
         if self.mask is not None:
-            S *= self.mask
-        total = S.sum(axis=1, keepdims=True)
+            Z *= self.mask
+        return top, Z.sum(axis=1, keepdims=True)
+
+    def value_and_gradient(self, w):
+        """``(CE_I(w), gradient)``; keeps the softmax at ``w``."""
+        S = np.matmul(self.H, w.reshape(self.shape).T, out=self.S)
+        linear = float(S[self.rows, self.cols] @ self.probs)
+        top, total = self._exponentiate(S)
         S /= total
         self.point = w.copy()
         loss = float(self.pi @ (top + np.log(total)).ravel()) - linear
@@ -536,16 +541,8 @@ class _RestrictedLoss:
         def value(t):
             Z = np.multiply(Zs, t, out=buffer)
             Z += Zw
-            if self.mask is None:
-                top = Z.max(axis=1, keepdims=True)
-            else:
-                top = np.max(Z, axis=1, where=self.mask, initial=-np.inf, keepdims=True)
-            Z -= top
-            E = np.exp(np.minimum(Z, 0.0, out=Z), out=Z)
-            if self.mask is not None:
-                E *= self.mask
-            lse = top.ravel() + np.log(E.sum(axis=1))
-            return float(self.pi @ lse) - linear_w - t * linear_s
+            top, total = self._exponentiate(Z)
+            return float(self.pi @ (top + np.log(total)).ravel()) - linear_w - t * linear_s
         return value
 
     def softmax_at(self, w):
