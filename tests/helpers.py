@@ -92,10 +92,22 @@ def check_ntp_constraints(H, S, W, tol):
 
 
 def ntp_svm_all_pairs(H, S, objective=cp.sum_squares, tight=False):
-    """Eq. (4) with every pair (:func:`ntp_rows_by_hand`): the solution minimizing
-    ``objective(W)`` (``||W||_F^2``, or another norm)."""
-    return min_norm_on_rows(*ntp_rows_by_hand(H, S), (S.shape[1], H.shape[1]), objective,
-                            tight=tight)
+    """Eq. (4) with every pair (:func:`ntp_pairs_by_hand`): the ``W`` minimizing
+    ``objective(W)`` (``||W||_F^2``, or another norm), by cvxpy/Clarabel with the
+    tolerances of :func:`min_norm_on_rows`; None unless optimal.  The logits are a
+    variable ``Z = H W^T`` of their own, so that each pair is a row with two entries
+    (written on ``W``, each row would couple ``2d`` entries, and Clarabel's
+    factorizations fill in: 11 s against 0.4 s at ``m, d, V = 30, 40, 80``)."""
+    j, a, b, rhs, eq = ntp_pairs_by_hand(S)
+    (m, V), d = S.shape, H.shape[1]
+    W, Z = cp.Variable((V, d)), cp.Variable(m * V)
+    gaps = Z[j * V + a] - Z[j * V + b]
+    cons = [Z == cp.vec(H @ W.T, order="C")]
+    if (~eq).any():
+        cons.append(gaps[np.flatnonzero(~eq)] >= rhs[~eq])
+    if eq.any():
+        cons.append(gaps[np.flatnonzero(eq)] == rhs[eq])
+    return _solve_reference(cp.Problem(cp.Minimize(objective(W)), cons), W, tight)
 
 
 def min_norm_on_rows(rows, rhs, equality, shape, objective=cp.sum_squares, tight=False):
@@ -111,7 +123,10 @@ def min_norm_on_rows(rows, rhs, equality, shape, objective=cp.sum_squares, tight
     if equality.any():
         cons.append(rows[equality] @ w == rhs[equality])
     W = cp.reshape(w, shape, order="C") if len(shape) > 1 else w
-    prob = cp.Problem(cp.Minimize(objective(W)), cons)
+    return _solve_reference(cp.Problem(cp.Minimize(objective(W)), cons), W, tight)
+
+
+def _solve_reference(prob, W, tight):
     if not tight:
         prob.solve(solver=cp.CLARABEL)
     else:
@@ -120,7 +135,7 @@ def min_norm_on_rows(rows, rhs, equality, shape, objective=cp.sum_squares, tight
                        tol_feas=1e-11, max_iter=500)
         except cp.error.SolverError:
             return None
-    return np.asarray(w.value).reshape(shape) if prob.status == "optimal" else None
+    return np.asarray(W.value) if prob.status == "optimal" else None
 
 
 def numerical_grad(f, W, h=1e-6):
@@ -335,25 +350,18 @@ def score_gradient(scores, b, t):
     return np.outer(e, scores.queries[b]).ravel()
 
 
-def ntp_rows_by_hand(H, S):
-    """Eq. (4a)-(4b), on ``W.ravel()`` (``W`` of shape ``(V, d)``):
-    ``(e_z - e_z')^T W h_j = 0`` for consecutive ``z < z'`` in ``S_j`` (the other pairs
-    of (4b) follow) and ``(e_z - e_v)^T W h_j >= 1`` for every ``z`` in ``S_j`` and
-    ``v`` not in ``S_j`` (not the package's anchored form).  Returns
-    ``rows, rhs, equality``."""
-    m, V = S.shape
-    rows, rhs, eq = [], [], []
-    for j in range(m):
+def ntp_pairs_by_hand(S):
+    """Eq. (4a)-(4b) as pairs of logits of context ``j``: ``l[j, a] - l[j, b] = 0`` for
+    consecutive ``a < b`` in ``S_j`` (the other pairs of (4b) follow) and
+    ``l[j, a] - l[j, v] >= 1`` for every ``a`` in ``S_j`` and ``v`` not in ``S_j`` (not
+    the package's anchored form).  Returns ``j, a, b, rhs, equality``."""
+    pairs = []
+    for j in range(S.shape[0]):
         ins, outs = np.flatnonzero(S[j]), np.flatnonzero(~S[j])
-        pairs = [(a, b, 0.0, True) for a, b in zip(ins[:-1], ins[1:])]
-        pairs += [(a, v, 1.0, False) for a in ins for v in outs]
-        for a, b, r, e in pairs:
-            row = np.zeros((V, H.shape[1]))
-            row[a], row[b] = H[j], -H[j]
-            rows.append(row.ravel())
-            rhs.append(r)
-            eq.append(e)
-    return np.array(rows), np.array(rhs), np.array(eq, bool)
+        pairs += [(j, a, b, 0.0, True) for a, b in zip(ins[:-1], ins[1:])]
+        pairs += [(j, a, v, 1.0, False) for a in ins for v in outs]
+    j, a, b, rhs, eq = zip(*pairs)
+    return (np.array(j), np.array(a), np.array(b), np.array(rhs), np.array(eq, bool))
 
 
 def relu_setup(seed, n=3, T=4, d=4):

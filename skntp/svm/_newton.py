@@ -40,8 +40,9 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
     iterations per step (inexact Newton: CG's relative tolerance is
     ``min(0.5, sqrt(||gradient||))``).  CG runs in the Krylov space of the
     gradient, so a Hessian singular off the gradient's subspace (``F_I^perp``
-    here) does no harm.  ``report(k, ||gradient||)``, if given, is called before
-    each step.
+    here) does no harm.  ``report(k, ||gradient||, x)``, if given, is called
+    before each step; it may raise StopIteration to end the minimization at
+    ``x`` (scipy.optimize's convention for callbacks).
 
     ``line_at(x, step) -> (t -> fun(x + t step)[0])``, if given, is the loss
     along the Newton step, cheaper than ``fun`` (no gradient).  A full step
@@ -60,7 +61,10 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
     for k in range(max_iter):
         g = float(np.linalg.norm(grad))
         if report is not None:
-            report(k, g)
+            try:
+                report(k, g, x)
+            except StopIteration:
+                return x, k
         if g <= gtol or budget < 1:
             return x, k
         product = hess_at(x)
@@ -68,13 +72,25 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
 
         def counted(v, product=product, used=used):
             used[0] += 1
-            return product(v)
+            q = product(v)
+            if not float(v @ q) > 0:  # no curvature left along v (round-off)
+                raise _Breakdown
+            return q
 
         op = scipy.sparse.linalg.LinearOperator((x.size, x.size), counted, dtype=float)
         M = None if precondition_at is None else scipy.sparse.linalg.LinearOperator(
-            (x.size, x.size), precondition_at(x), dtype=float)
-        step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=min(0.5, math.sqrt(g)),
-                                         maxiter=int(min(cg_iter, budget)), M=M)
+            (x.size, x.size), _guarded(precondition_at(x)), dtype=float)
+        last = [np.zeros_like(x)]
+
+        def keep(xk, last=last):
+            last[0] = xk.copy()
+
+        try:
+            step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=min(0.5, math.sqrt(g)),
+                                             maxiter=int(min(cg_iter, budget)), M=M,
+                                             callback=keep)
+        except _Breakdown:  # CG's last iterate
+            step = last[0]
         budget -= used[0]
         slope = float(grad @ step)
         if not slope < 0:  # CG lost descent (round-off): a gradient step
@@ -95,6 +111,25 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
             return x, k
         x, value, grad = x + t * step, new_value, new_grad
     return x, max_iter
+
+
+class _Breakdown(Exception):
+    pass
+
+
+def _guarded(apply):
+    """The preconditioner ``apply``, raising _Breakdown where ``r^T M^{-1} r`` is not
+    positive.  Near the loss's precision the residual is round-off that a
+    single-precision preconditioner maps to (almost) nothing, or a direction
+    without curvature; scipy's CG would divide by that zero and go on with NaN
+    (a RuntimeWarning at the user's line).  The Newton step is then CG's last
+    iterate."""
+    def guarded(r):
+        z = apply(r)
+        if not float(r @ z) > 0:
+            raise _Breakdown
+        return z
+    return guarded
 
 
 def newton_polish(fun, theta, tol, steps=3, h=1e-6):

@@ -80,6 +80,10 @@ MAX_PROOF_WORK = 200_000_000
 #: :func:`partial_finite_component` (each costs more than a step's CG products).
 REFRESH_EVERY = 2
 
+#: The relative gradient norm below which :func:`no_row_is_separable` tries its
+#: proof at each Newton step.
+NEAR_STATIONARY = 1e-6
+
 #: The largest linear program (out-of-support rows after merging exchangeable
 #: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on
 #: 2 cores at 8,000 rows of real text (``benchmarks/ntp_separability.py``).
@@ -295,15 +299,18 @@ def no_row_is_separable(contexts, support, *, max_iter=100):
     minimizer; its gradient ``E = G^T H`` is then removed exactly,
     ``Y' = Y + E (H^T H)^+ H^T`` (columns still sum to zero since ``1^T E = 0``),
     and the proof holds if every off-support entry of ``Y'`` is still negative,
-    by more than the round-off of the check.
+    by more than the round-off of the check.  The proof is tried at every Newton
+    step once the relative gradient is below ``1e-6``; the attempt ends when it
+    holds, or when five such steps have not halved the gradient (Newton's
+    quadratic phase has stalled: the loss's precision is reached, or the iterates
+    drift along a separable direction).
 
     Parameters
     ----------
     contexts : ndarray of shape (m, d)
     support : ndarray of shape (m, V), bool
     max_iter : int, default=100
-        Newton steps (on data with separable rows the loss has no minimizer and
-        the attempt ends here).
+        Newton steps, at most.
 
     Returns
     -------
@@ -312,18 +319,42 @@ def no_row_is_separable(contexts, support, *, max_iter=100):
     """
     H = contexts
     m, d = H.shape
+    V = support.shape[1]
     P = support / support.sum(axis=1, keepdims=True)
-    sep = NTPSeparability(np.zeros_like(support), support, "stationary point")
-    fin = partial_finite_component(H, P, sep, tol=1e-13, max_iter=max_iter, cg_iter=200)
-    Z = H @ fin.W.T
-    S = np.exp(Z - Z.max(axis=1, keepdims=True))
-    S /= S.sum(axis=1, keepdims=True)
-    Y = -(S - P).T / m  # (V, m)
-    E = Y @ H  # = -gradient
-    correction = -(E @ np.linalg.pinv(H.T @ H)) @ H.T
-    Y = Y + correction
-    slack = -Y.T[~support]
-    return bool(slack.size) and bool(slack.min() > 1e3 * np.finfo(float).eps * np.abs(Y).max())
+    pinv = np.linalg.pinv(H.T @ H)
+    scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
+    watch = {"proven": False, "best": math.inf, "flat": 0}
+
+    def proven_at(w):
+        Z = H @ w.reshape(V, d).T
+        S = np.exp(Z - Z.max(axis=1, keepdims=True))
+        S /= S.sum(axis=1, keepdims=True)
+        Y = -(S - P).T / m  # (V, m)
+        E = Y @ H  # = -gradient
+        Y = Y - (E @ pinv) @ H.T
+        slack = -Y.T[~support]
+        return bool(slack.size) and bool(
+            slack.min() > 1e3 * np.finfo(float).eps * np.abs(Y).max())
+
+    def report(k, g, w):
+        # near a minimizer (if one exists) Newton converges quadratically: try the
+        # proof there at each step, and give up once five steps have not halved the
+        # gradient (the precision of the loss is reached, or the iterates drift off
+        # along a separable direction)
+        if g > NEAR_STATIONARY * scale:
+            return
+        if proven_at(w):
+            watch["proven"] = True
+            raise StopIteration
+        watch["flat"] = 0 if g <= 0.5 * watch["best"] else watch["flat"] + 1
+        watch["best"] = min(watch["best"], g)
+        if watch["flat"] >= 5:
+            raise StopIteration
+
+    _, w, _ = _restricted_newton(H, P, np.full(m, 1.0 / m), np.ones_like(support), tol=1e-13,
+                              max_iter=max_iter, cg_iter=200, max_products="auto",
+                              report=report)
+    return watch["proven"] or proven_at(w)
 
 
 def partial_ntp_svm_problem(contexts, separability):
@@ -564,6 +595,52 @@ class _RestrictedLoss:
         return product
 
 
+def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_products, report):
+    """Newton-CG on ``CE_I`` (:func:`partial_finite_component`) from ``W = 0``.
+
+    ``report(k, gradient_norm, w)``, if given, is called before each step and may
+    raise StopIteration to end the minimization at ``w``.  Returns
+    ``(loss, w, n_iter)``, the loss holding its tables at ``w``.
+    """
+    m, V = P.shape
+    d = H.shape[1]
+    scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
+    loss = _RestrictedLoss(H, P, pi, allowed)
+    preconditioned = bool(allowed.all()) and 8.0 * V * d * d <= 0.125 * available_memory()
+    # the contexts' outer products, kept when they fit in an eighth of the memory
+    products = (list(_context_products(H)) if preconditioned and 2.0 * m * d * (d + 1)
+                <= 0.125 * available_memory() else None)
+    refreshed = {"step": 0, "inverse": None}
+
+    def precondition_at(w):
+        # CG on the Hessian's diagonal blocks, one d x d block per token:
+        # B_a = sum_j pi_j s_ja (1 - s_ja) h_j h_j^T, recomputed every second Newton
+        # step (the products cost more than CG's iterations).  With every token
+        # allowed in every softmax, F_I = {D : 1^T D = 0} (within the span of the
+        # contexts), which each B_a^{-1} preserves up to the projection D - 1 1^T D / V
+        if refreshed["step"] % REFRESH_EVERY == 0:
+            S = loss.softmax_at(w)
+            refreshed["inverse"] = _inverse_blocks(
+                products if products is not None else _context_products(H),
+                pi[:, None] * S * (1.0 - S), d)
+        refreshed["step"] += 1
+        inverse = refreshed["inverse"]
+
+        def apply(r):
+            R = r.reshape(V, d)
+            Y = np.einsum("ade,ae->ad", inverse, (R - R.mean(axis=0)).astype(np.float32))
+            Y = Y.astype(float)
+            return (Y - Y.mean(axis=0)).ravel()
+        return apply
+
+    if max_products == "auto":
+        max_products = int(min(5000, (4e11 if preconditioned else 6e10) / max(m * V * d, 1)))
+    w, n_iter = newton_cg(loss.value_and_gradient, loss.hessian_at, np.zeros(V * d),
+                          tol * scale, max_iter, cg_iter, report, max_products,
+                          precondition_at if preconditioned else None, loss.along)
+    return loss, w, n_iter
+
+
 def partial_finite_component(contexts, next_token_probs, separability, context_weights=None,
                              *, tol=1e-9, max_iter=200, cg_iter=2000, max_products="auto",
                              callback=None):
@@ -625,48 +702,17 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
     if P.shape != separability.support.shape or np.any((P > 0) != separability.support):
         raise ValueError("next_token_probs must have the supports of the separability "
                          "result.")
-    m, V = P.shape
-    d = H.shape[1]
+    m = P.shape[0]
     pi = np.full(m, 1.0 / m) if context_weights is None else np.asarray(context_weights, float)
     pi = pi / pi.sum()
     allowed = ~separability.separable
     scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
-
-    loss = _RestrictedLoss(H, P, pi, allowed)
-    preconditioned = bool(allowed.all()) and 8.0 * V * d * d <= 0.125 * available_memory()
-    # the contexts' outer products, kept when they fit in an eighth of the memory
-    products = (list(_context_products(H)) if preconditioned and 2.0 * m * d * (d + 1)
-                <= 0.125 * available_memory() else None)
-    refreshed = {"step": 0, "inverse": None}
-
-    def precondition_at(w):
-        # CG on the Hessian's diagonal blocks, one d x d block per token:
-        # B_a = sum_j pi_j s_ja (1 - s_ja) h_j h_j^T, recomputed every second Newton
-        # step (the products cost more than CG's iterations).  With every token
-        # allowed in every softmax, F_I = {D : 1^T D = 0} (within the span of the
-        # contexts), which each B_a^{-1} preserves up to the projection D - 1 1^T D / V
-        if refreshed["step"] % REFRESH_EVERY == 0:
-            S = loss.softmax_at(w)
-            refreshed["inverse"] = _inverse_blocks(
-                products if products is not None else _context_products(H),
-                pi[:, None] * S * (1.0 - S), d)
-        refreshed["step"] += 1
-        inverse = refreshed["inverse"]
-
-        def apply(r):
-            R = r.reshape(V, d)
-            Y = np.einsum("ade,ae->ad", inverse, (R - R.mean(axis=0)).astype(np.float32))
-            Y = Y.astype(float)
-            return (Y - Y.mean(axis=0)).ravel()
-        return apply
-
     report = None if callback is None else (
-        lambda k, g: callback(k, g / scale, 0.0))
-    if max_products == "auto":
-        max_products = int(min(5000, (4e11 if preconditioned else 6e10) / max(m * V * d, 1)))
-    w, n_iter = newton_cg(loss.value_and_gradient, loss.hessian_at, np.zeros(V * d),
-                          tol * scale, max_iter, cg_iter, report, max_products,
-                          precondition_at if preconditioned else None, loss.along)
+        lambda k, g, w: callback(k, g / scale, 0.0))
+    loss, w, n_iter = _restricted_newton(H, P, pi, allowed, tol=tol, max_iter=max_iter,
+                                         cg_iter=cg_iter, max_products=max_products,
+                                         report=report)
+    V, d = P.shape[1], H.shape[1]
     W = w.reshape(V, d)
     value, grad = loss.value_and_gradient(w)
     S = loss.S
