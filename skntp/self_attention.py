@@ -42,6 +42,7 @@ from .losses.self_attention import (
     head_matrix,
     realizable_samples,
     saturation_gaps,
+    stacked_risk,
 )
 from .metrics import SubspaceProjector, history_metrics
 from .svm import norm_value, solve_max_margin
@@ -368,6 +369,18 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         metrics = history_metrics(be, 0, limits.direction, limits.finite, limits.projector,
                                   other_directions=other_limit_directions(limits))
         return Training(self._risk(data, be), (W0,), metrics)
+
+    @classmethod
+    def _batched_training(cls, estimators, datas, limits, be):
+        """The trials' risks stacked (:func:`~skntp.losses.self_attention.stacked_risk`)."""
+        risk = stacked_risk(be, [(data["E"], data["gamma"], data["seqs"], data["weights"],
+                                  data["loss"]) for data in datas])
+        starts = [est._training(data, lim, be).params0[0]
+                  for est, data, lim in zip(estimators, datas, limits)]
+        metrics = history_metrics(be, 0, [lim.direction for lim in limits],
+                                  [lim.finite for lim in limits],
+                                  [lim.projector for lim in limits], trials=True)
+        return Training(risk, (np.stack(starts),), metrics)
 
     def _fitted(self, data, limits, params, result):
         self.embeddings_, self.head_ = data["E"], data["C"]

@@ -9,9 +9,10 @@ Two tools make such sweeps cheap:
   the shared training loop (:func:`skntp._optim.minimize` with
   ``batched=True``: each trial runs exactly as it would alone, including the
   per-trial normalization of normalized GD).  :func:`fit_ntp_trials` does
-  this for :class:`~skntp.NTPDecoderClassifier` and returns one fitted
-  estimator per trial, on NumPy or on a torch device; :func:`attention_trials`
-  trains the query of many attention instances at once (Fig. 9).
+  this for :class:`~skntp.NTPDecoderClassifier` and
+  :class:`~skntp.NTPAttentionClassifier` and returns one fitted estimator per
+  trial, on NumPy or on a torch device; :func:`attention_trials` trains the
+  query of many attention instances at once (Fig. 9).
 * **parallel sweeps** -- :func:`run_sweep` maps a function over a parameter
   grid with :class:`joblib.Parallel`.  It never names a joblib backend, so
   ``with joblib.parallel_config(backend="dask"):`` (or ``"ray"`` after
@@ -32,6 +33,7 @@ from ._optim import DESCENT_SOLVERS, minimize
 from .attention import _LOSS, SATURATION_THRESHOLD, diagnose_selection
 from .decoder import NTPDecoderClassifier
 from .losses.attention import AttentionObjective
+from .self_attention import NTPAttentionClassifier
 
 __all__ = ["attention_trials", "fit_ntp_trials", "run_sweep", "trial_seeds"]
 
@@ -93,40 +95,58 @@ def run_sweep(func, grid, *, n_jobs=None, verbose=0, **fixed):
     return list(zip(points, results))
 
 
-def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None):
-    """Fit one :class:`~skntp.NTPDecoderClassifier` per dataset in one batched run.
+#: The parameters one batched run shares: those of the training loop.
+_SHARED = ("solver", "lr", "max_iter", "tol", "eps", "power_t", "mirror_p", "descent_norm",
+           "record_every", "backend", "device", "dtype", "loss")
 
-    The trials are stacked along a leading axis (contexts padded with
-    zero-weight rows to the largest ``m``) and trained together by the
-    shared loop with ``batched=True``: the batched cross-entropy (eq. (2))
-    evaluates all trials with batched matrix products, and each trial
-    follows the same iterates as ``clone(estimator).fit(X, y)`` alone (to
-    rounding; the parity tests check 1e-10).  The explicit limits
-    (``finite_component_``, ``mm_direction_``) are solved per trial as in
-    ``fit``.
+
+def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None):
+    """Fit one NTP estimator per dataset in one batched run.
+
+    The trials are stacked along a leading axis and trained together by the
+    shared loop with ``batched=True``, each trial following the same iterates
+    as ``clone(estimator).fit(X, y)`` alone (to rounding; the parity tests
+    check 1e-10):
+
+    * :class:`~skntp.NTPDecoderClassifier`: the batched cross-entropy (eq. (2)
+      of the NTP paper), contexts padded with zero-weight rows to the largest
+      ``m``;
+    * :class:`~skntp.NTPAttentionClassifier`: the batched risk of
+      self-attention (eq. (1) of the self-attention paper), the sequences of
+      all trials as the rows of one table, padded with zero-weight copies to
+      the largest ``n``.  The papers' figures average 100 such trials, which
+      one run trains in about the time of a few.
+
+    The explicit limits (``finite_component_``, ``mm_direction_``) are solved
+    per trial as in ``fit``.
 
     Parameters
     ----------
-    estimator : NTPDecoderClassifier
-        The template (a descent solver: ``"gd"``, ``"ngd"``, ``"adam"``,
-        ``"signgd"``, ``"nsd"``, ``"mirror"`` or ``"nmirror"``; its backend,
-        device and dtype are used for the batched run).
+    estimator : NTPDecoderClassifier, NTPAttentionClassifier or list of them
+        The template, cloned for every trial, or one unfitted estimator per
+        trial (cloned too), e.g. with its own ``embeddings``.  A descent solver
+        (``"gd"``, ``"ngd"``, ``"adam"``, ``"signgd"``, ``"nsd"``,
+        ``"mirror"`` or ``"nmirror"``); all must share the parameters of the
+        training loop (``solver``, ``lr``, ``max_iter``, ``tol``, the
+        solver's options, ``record_every``, ``backend``, ``device``,
+        ``dtype``, ``loss``).
     datasets : sequence of (X, y) or (X, y, sample_weight)
-        One dataset per trial; all must have the same number of features
-        and the same vocabulary size (pass ``vocabulary=V`` to the template
-        when the labels seen may differ).
+        One dataset per trial.  Decoder trials need the same number of
+        features and vocabulary size (pass ``vocabulary=V`` to the template
+        when the labels seen may differ); attention trials need embeddings of
+        the same shape.
     random_state : int, RandomState instance, sequence of int or None
         Seeds of the trials' initializations: a sequence gives one seed per
         trial (trial ``b`` then starts where
         ``clone(estimator, random_state=seeds[b])`` starts); otherwise
-        seeds are drawn with :func:`trial_seeds` (``None`` keeps the
-        template's ``random_state`` for every trial).
+        seeds are drawn with :func:`trial_seeds` (``None`` keeps each
+        estimator's ``random_state``).
     max_elements : int, optional
-        Chunk budget of the batched objective (logits per chunk).
+        Chunk budget of the decoder's batched objective (logits per chunk).
 
     Returns
     -------
-    estimators : list of NTPDecoderClassifier
+    estimators : list of NTPDecoderClassifier or NTPAttentionClassifier
         Fitted estimators, one per trial.  ``history_`` holds each trial's
         own per-record values; ``n_iter_`` is the batch's iteration count.
 
@@ -141,19 +161,37 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
     >>> len(fits), fits[0].coef_.shape
     (10, (4, 8))
     """
-    if not isinstance(estimator, NTPDecoderClassifier):
-        raise TypeError("fit_ntp_trials takes an NTPDecoderClassifier template.")
-    if estimator.solver not in DESCENT_SOLVERS:
-        raise ValueError(
-            f"batched trials run the descent solvers {DESCENT_SOLVERS}; got "
-            f"solver={estimator.solver!r} (fit those trials one by one)."
-        )
     datasets = list(datasets)
     if not datasets:
         raise ValueError("datasets is empty.")
     B = len(datasets)
+    listed = isinstance(estimator, (list, tuple))
+    estimators = [clone(est) for est in estimator] if listed else None
+    template = estimators[0] if listed and estimators else estimator
+    models = (NTPDecoderClassifier, NTPAttentionClassifier)
+    if listed and len(estimators) != B:
+        raise ValueError(f"{len(estimators)} estimators for {B} datasets.")
+    if not isinstance(template, models) or listed and any(
+            type(est) is not type(template) for est in estimators):
+        raise TypeError("fit_ntp_trials takes an NTPDecoderClassifier or "
+                        "NTPAttentionClassifier template, or a list of estimators of one "
+                        "of these classes.")
+    if template.solver not in DESCENT_SOLVERS:
+        raise ValueError(
+            f"batched trials run the descent solvers {DESCENT_SOLVERS}; got "
+            f"solver={template.solver!r} (fit those trials one by one)."
+        )
+    if listed:
+        shared = {k: v for k, v in template.get_params().items() if k in _SHARED}
+        for b, est in enumerate(estimators):
+            differ = sorted(k for k, v in shared.items() if est.get_params()[k] != v)
+            if differ:
+                raise ValueError(
+                    f"the estimators of one batched run share the parameters of its "
+                    f"training loop; estimator {b} differs from estimator 0 in {differ}.")
     if random_state is None:
-        seeds = [estimator.random_state] * B
+        seeds = ([est.random_state for est in estimators] if listed
+                 else [estimator.random_state] * B)
     elif np.ndim(random_state) == 1:
         seeds = list(random_state)
         if len(seeds) != B:
@@ -163,10 +201,17 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
     for data in datasets:
         if len(data) not in (2, 3):
             raise ValueError("each dataset must be (X, y) or (X, y, sample_weight).")
-    estimators = [clone(estimator).set_params(random_state=seed) for seed in seeds]
-    return NTPDecoderClassifier._fit_trials(
+    estimators = [(est if listed else clone(estimator)).set_params(random_state=seed)
+                  for est, seed in zip(estimators or [None] * B, seeds)]
+    options = {}
+    if isinstance(template, NTPDecoderClassifier):
+        options["max_elements"] = max_elements
+    elif max_elements is not None:
+        raise ValueError("max_elements chunks the decoder's objective; the attention "
+                         "trials' risk has no chunks.")
+    return type(template)._fit_trials(
         estimators, [tuple(data) + (None,) * (3 - len(data)) for data in datasets],
-        max_elements=max_elements)
+        **options)
 
 
 def attention_trials(X, y, head, *, loss="log_loss", solver="ngd", lr=1.0, max_iter=1000,

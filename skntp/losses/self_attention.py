@@ -19,7 +19,7 @@ from .._sequences import _real
 from .._warnings import user_stacklevel
 
 __all__ = ["LOSSES", "SelfAttentionRisk", "embedding_table", "head_matrix", "identity_head",
-           "random_unit_embeddings", "realizable_samples", "saturation_gaps"]
+           "random_unit_embeddings", "realizable_samples", "saturation_gaps", "stacked_risk"]
 
 LOSSES = ("log", "ce", "squared")
 
@@ -60,19 +60,27 @@ class SelfAttentionRisk:
     positions holding token ``x`` in sequences with query ``k``: one gather,
     one scatter-add and two matrix products per call.
 
+    A leading *trial* axis runs independent problems at once (batched trials,
+    :func:`skntp.sweeps.fit_ntp_trials`): ``embeddings`` (B, K, d), ``gamma``
+    (B, K, K), ``ids`` and ``mask`` (B, n, T), ``query``, ``labels`` and
+    ``sample_weight`` (B, n) and ``W`` (B, d, d).  The sequences of all trials
+    are then the rows of one table (every operation above is per row but the
+    gather, the scatter-add and the products, which index by trial); the loss
+    is the vector of the B per-trial risks and the gradient stacks theirs.
+
     Parameters
     ----------
     be : Backend
-    embeddings : ndarray of shape (K, d)
-    gamma : ndarray of shape (K, K)
+    embeddings : ndarray of shape (K, d) or (B, K, d)
+    gamma : ndarray of shape (K, K) or (B, K, K)
         ``C E^T``.
-    ids, mask : ndarrays of shape (n, T)
+    ids, mask : ndarrays of shape (n, T) or (B, n, T)
         Token ids and real-token mask.
-    query : ndarray of shape (n,)
+    query : ndarray of shape (n,) or (B, n)
         Query (last) token of each sequence.
-    labels : ndarray of shape (n,)
+    labels : ndarray of shape (n,) or (B, n)
     loss : {"log", "ce", "squared"}
-    sample_weight : ndarray of shape (n,), optional
+    sample_weight : ndarray of shape (n,) or (B, n), optional
         Defaults to ``1/n`` each (the ``1/n`` of ERM).
     """
 
@@ -82,24 +90,32 @@ class SelfAttentionRisk:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
         self.xp = be.xp
         self.be, self.loss = be, loss
+        embeddings, gamma = np.asarray(embeddings), np.asarray(gamma)
+        self.batched = embeddings.ndim == 3
+        B = embeddings.shape[0] if self.batched else 1
+        K, d = embeddings.shape[-2:]
         ids, mask = np.asarray(ids, np.int64), np.asarray(mask, bool)
-        query, labels = np.asarray(query, np.int64), np.asarray(labels, np.int64)
-        n = ids.shape[0]
-        K = gamma.shape[0]
-        self.K = K
-        w = np.full(n, 1.0 / max(n, 1)) if sample_weight is None else np.asarray(
-            sample_weight, float)
+        n, T = ids.shape[-2:]
+        # the trials' sequences as the rows of one table, each row knowing its trial
+        ids, mask = ids.reshape(B * n, T), mask.reshape(B * n, T)
+        query = np.asarray(query, np.int64).reshape(B * n)
+        labels = np.asarray(labels, np.int64).reshape(B * n)
+        trial = np.repeat(np.arange(B), n)
+        self.K, self.n_trials, self.rows = K, B, n
+        w = np.full(B * n, 1.0 / max(n, 1)) if sample_weight is None else np.asarray(
+            sample_weight, float).reshape(B * n)
+        gamma = gamma.reshape(B, K, K)
         self.E = be.asarray(embeddings)
-        K_, d_ = np.shape(embeddings)
         # E W E^T forms E W first: K d^2 multiply-adds, then K^2 d (threads: blas_threads)
-        self.work_size = K_ * d_ * max(K_, d_) + int(np.size(ids))
-        self.Et = be.asarray(np.ascontiguousarray(np.asarray(embeddings).T))
-        self.flat = be.asindex(np.where(mask, ids * K + query[:, None], 0))
+        self.work_size = B * K * d * max(K, d) + int(np.size(ids))
+        self.Et = be.asarray(np.ascontiguousarray(np.swapaxes(embeddings, -1, -2)))
+        self.flat = be.asindex(np.where(mask, (trial[:, None] * K + ids) * K + query[:, None],
+                                        0))
         self.shape = ids.shape
         self.mask = be.asbool(mask)
         self.neg_inf = be.asarray(np.where(mask, 0.0, -np.inf))
         self.w = be.asarray(w[:, None])
-        g = np.where(mask, gamma[labels[:, None], ids], 0.0)
+        g = np.where(mask, gamma[trial[:, None], labels[:, None], ids], 0.0)
         self.binary = bool(np.all((g == 0) | (g == 1)))
         self.gamma = be.asarray(g)
         if loss == "log":
@@ -118,13 +134,15 @@ class SelfAttentionRisk:
                 np.where(mask & (g > 0), np.log(np.where(g > 0, g, 1.0)), -np.inf))
             self.pos = be.asarray((g > 0).astype(float))
         if loss == "ce":
-            self.gamma_cols = be.asarray(np.asarray(gamma).T[ids])  # (n, T, K)
+            # gamma_cols[i, t] = Gamma[:, x_t] of row i's trial, (B n, T, K)
+            self.gamma_cols = be.asarray(np.swapaxes(gamma, 1, 2)[trial[:, None], ids])
             self.onehot = be.asarray(np.eye(K)[labels])
 
     def scores(self, W):
-        """Attention logits ``a`` of shape (n, T) (``-inf`` at padding)."""
+        """Attention logits ``a`` of shape (n, T) (``-inf`` at padding); (B n, T) with a
+        trial axis."""
         xp = self.xp
-        G = self.E @ W @ self.Et  # G[x, k] = e_x^T W e_k
+        G = self.E @ W @ self.Et  # G[b, x, k] = e_x^T W_b e_k
         a = xp.reshape(xp.take(xp.reshape(G, (-1,)), xp.reshape(self.flat, (-1,))),
                        self.shape)
         return a + self.neg_inf
@@ -167,16 +185,49 @@ class SelfAttentionRisk:
             g = softmax(xp, yhat, axis=1) - self.onehot
             proj = xp.sum(self.gamma_cols * g[:, None, :], axis=2)  # (n, T)
             delta = s * _centered(xp, s, proj, self.mask)
-        loss = xp.sum(self.w * per)
+        B, K = self.n_trials, self.K
+        loss = (xp.sum(xp.reshape(self.w * per, (B, self.rows)), axis=1) if self.batched
+                else xp.sum(self.w * per))
         delta = xp.where(self.mask, delta * self.w, 0.0 * delta)
         D = xp.reshape(scatter_add(xp, xp.reshape(self.flat, (-1,)),
-                                   xp.reshape(delta, (-1,)), self.K * self.K),
-                       (self.K, self.K))
+                                   xp.reshape(delta, (-1,)), B * K * K),
+                       (B, K, K) if self.batched else (K, K))
         return loss, (self.Et @ D @ self.E,)
 
     def attention(self, W):
-        """Softmax attention ``s`` of shape (n, T) at ``W``."""
+        """Softmax attention ``s`` of shape (n, T) (or (B n, T)) at ``W``."""
         return softmax(self.xp, self.scores(W), axis=1)
+
+
+def stacked_risk(be, trials):
+    """One :class:`SelfAttentionRisk` with a trial axis for many problems.
+
+    ``trials`` holds ``(embeddings, gamma, (ids, mask, query, labels), weights, loss)``
+    per trial.  Each trial's sequences are padded to the largest ``n`` with
+    zero-weight copies of its first sequence (a real sequence: finite risk, no
+    gradient) and to the largest ``T`` with padding positions.
+    """
+    if len({np.shape(E) for E, *_ in trials}) != 1:
+        raise ValueError("all trials need embeddings of the same shape (K, d); got "
+                         f"{sorted({np.shape(E) for E, *_ in trials})}.")
+    if len({loss for *_, loss in trials}) != 1:
+        raise ValueError("all trials need the same loss.")
+    sizes = [np.shape(seqs[0]) for _, _, seqs, _, _ in trials]
+    if min(n for n, _ in sizes) == 0:
+        raise ValueError("a trial has no sample left to train on.")
+    n, T = max(n for n, _ in sizes), max(t for _, t in sizes)
+    stacked = [[] for _ in range(5)]
+    for _, _, (ids, mask, query, labels), w, _ in trials:
+        rows = np.r_[np.arange(ids.shape[0]), np.zeros(n - ids.shape[0], int)]
+        width = ((0, 0), (0, T - ids.shape[1]))
+        for out, a in zip(stacked, (np.pad(ids, width)[rows], np.pad(mask, width)[rows],
+                                    query[rows], labels[rows],
+                                    np.r_[w, np.zeros(n - ids.shape[0])])):
+            out.append(a)
+    ids, mask, query, labels, w = (np.stack(a) for a in stacked)
+    return SelfAttentionRisk(be, np.stack([t[0] for t in trials]),
+                             np.stack([t[1] for t in trials]), ids, mask, query, labels,
+                             loss=trials[0][4], sample_weight=w)
 
 
 def random_unit_embeddings(n_tokens, embedding_dim, random_state=None):

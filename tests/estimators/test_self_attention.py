@@ -18,6 +18,7 @@ from skntp.graphs import (
 from skntp.losses.self_attention import SelfAttentionRisk
 from skntp.metrics import alignment
 from skntp.self_attention import NTPAttentionClassifier
+from skntp.sweeps import fit_ntp_trials
 
 
 @pytest.mark.parametrize("loss,head", [("log", "identity"), ("log", "embeddings"),
@@ -243,31 +244,34 @@ def test_general_head_follows_pseudo_graph_small():
 
 
 def _figure_trials(kind, trials):
-    corr_g, corr_p, dist_g, dist_p = [], [], [], []
+    # the trials in one batched run (fit_ntp_trials: each as alone, checked in
+    # tests/training/test_backends.py): 2-4 s for 100 where one by one took 110 s
+    runs = []
     for seed in range(trials):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if kind == "fig3":
-                X, y, E = make_token_priority_data(8, 8, 4, 6, acyclic=True,
-                                                   random_state=seed)
-                clf = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=4000,
-                                             record_every=4000).fit(X, y)
-            elif kind == "fig4":
-                X, y, E = cyclic_instance(seed)
-                clf = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=4000,
-                                             record_every=4000).fit(X, y)
-            else:
-                X, y, E = make_token_priority_data(8, 8, 4, 6, acyclic=False,
-                                                   random_state=seed)
-                clf = NTPAttentionClassifier(E, head="embeddings",
-                                             loss="squared" if kind == "fig5" else "ce",
-                                             solver="ngd", lr=0.1, max_iter=4000,
-                                             record_every=4000).fit(X, y)
-                p = clf.pseudo_graphs(X, y)
-                corr_p.append(p.alignment)
-                dist_p.append(p.finite_distance)
-        corr_g.append(clf.history_["alignment"][-1])
-        dist_g.append(clf.history_["finite_distance"][-1])
+        if kind == "fig3":
+            X, y, E = make_token_priority_data(8, 8, 4, 6, acyclic=True, random_state=seed)
+            est = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=4000,
+                                         record_every=4000)
+        elif kind == "fig4":
+            X, y, E = cyclic_instance(seed)
+            est = NTPAttentionClassifier(E, solver="ngd", lr=0.01, max_iter=4000,
+                                         record_every=4000)
+        else:
+            X, y, E = make_token_priority_data(8, 8, 4, 6, acyclic=False, random_state=seed)
+            est = NTPAttentionClassifier(E, head="embeddings",
+                                         loss="squared" if kind == "fig5" else "ce",
+                                         solver="ngd", lr=0.1, max_iter=4000,
+                                         record_every=4000)
+        runs.append((X, y, est))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fits = fit_ntp_trials([est for *_, est in runs], [(X, y) for X, y, _ in runs])
+        pseudo = ([] if kind in ("fig3", "fig4") else
+                  [clf.pseudo_graphs(X, y) for clf, (X, y, _) in zip(fits, runs)])
+    corr_g = [clf.history_["alignment"][-1] for clf in fits]
+    dist_g = [clf.history_["finite_distance"][-1] for clf in fits]
+    corr_p = [p.alignment for p in pseudo]
+    dist_p = [p.finite_distance for p in pseudo]
     return [np.asarray(v) for v in (corr_g, corr_p, dist_g, dist_p)]
 
 

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
-# seconds on a 2-core machine: ntp_app_b2 ~20, attention_fig9 ~20, self_attention ~40,
+# seconds on a 2-core machine: ntp_app_b2 ~20, attention_fig9 ~20, self_attention ~11,
 # embeddings_real_text 10 s of CPU, real_text_separability 21, embeddings_synthetic ~30
 SLOW = {"plot_ntp_app_b2.py", "plot_attention_fig9.py", "plot_self_attention_figs.py",
         "plot_optimizer_norms.py", "plot_transformers_svm.py", "plot_real_text_separability.py",

@@ -21,7 +21,7 @@ def test_ruff_clean():
 
 
 def test_import_does_not_import_torch_or_matplotlib():
-    code = ("import skntp, skntp.svm, skntp.datasets, sys; "
+    code = ("import skntp, skntp.svm, skntp.datasets, skntp.sweeps, sys; "
             "assert 'torch' not in sys.modules, 'torch'; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
