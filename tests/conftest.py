@@ -74,30 +74,28 @@ def pytest_addoption(parser):
 
 
 # The longest tests of the run with --runslow: roughly the seconds of one call in a CI
-# run (2 cores, -n auto, coverage on); only their order matters.  A prefix names every
+# run (2 cores, -n auto, coverage on; the clean-clone run of 434796a); only their order
+# matters.  A prefix names every
 # parametrization of a test.
 LONGEST = {
-    "tests/package/test_docs.py::test_docs_build_with_gallery": 340,
-    "tests/svm/test_certificate.py::test_the_thousand_context_max_norm_program_is_c": 120,
-    "tests/estimators/test_self_attention.py::test_fig5_fig6_full": 115,
-    "tests/estimators/test_key_query.py::test_goal_over_100_seeds[KQ-": 100,
-    "tests/estimators/test_self_attention.py::test_fig4_full": 100,
-    "tests/estimators/test_self_attention.py::test_fig3_full": 88,
-    "tests/estimators/test_key_query.py::test_goal_over_100_seeds[W-": 62,
-    "tests/estimators/test_attention.py::test_fig9_reproduction_full": 52,
-    "tests/estimators/test_reliability.py::test_extreme_norms_1e5[joint-": 50,
+    "tests/package/test_docs.py::test_docs_build_with_gallery": 185,
+    "tests/estimators/test_key_query.py::test_goal_over_100_seeds[KQ-": 95,
+    "tests/svm/test_certificate.py::test_the_thousand_context_max_norm_program_is_c": 85,
+    "tests/estimators/test_key_query.py::test_goal_over_100_seeds[W-": 40,
+    "tests/estimators/test_reliability.py::test_extreme_norms_1e5[joint-": 35,
     "tests/svm/test_certificate.py::test_max_norm_programs_of_a_few_hundred_contexts": 30,
-    "tests/svm/solvers/test_accelerated_dual.py::test_matches_cvxpy_many": 25,
-    "tests/estimators/test_reliability.py::test_extreme_norms_1e5[decoder-soft": 24,
-    "tests/training/test_optimizer_limits.py::test_optimizer_norm_matrix_over_seeds": 18,
+    "tests/estimators/test_attention.py::test_fig9_reproduction_full": 34,
+    "tests/estimators/test_key_query.py::test_relu_head_limit_over_many_runs": 25,
+    "tests/estimators/test_reliability.py::test_extreme_norms_1e5[decoder-soft": 18,
+    "tests/training/test_optimizer_limits.py::test_optimizer_norm_matrix_over_seeds": 16,
+    "tests/svm/solvers/test_accelerated_dual.py::test_matches_cvxpy_many": 15,
     "tests/package/test_examples.py::test_reproduction_quick": 15,
+    "tests/estimators/test_joint.py::test_fig3_with_10000_steps": 14,
     # default-tier tests as long as slow ones, which must not come last either
-    "tests/svm/solvers/test_accelerated_dual.py::test_working_set_default_rounds_match_c": 30,
-    "tests/package/test_demo.py::test_every_row_of_the_demo_is_what_its_label_says": 20,
-    "tests/estimators/test_key_query.py::test_relu_head_limit_is_finite_part_plus_dir": 15,
-    "tests/estimators/test_key_query.py::test_regularization_path_of_the_factors_conv": 12,
+    "tests/package/test_readme.py::test_readme_snippet_runs_as_written": 13,
+    "tests/estimators/test_key_query.py::test_regularization_path_of_the_factors_conv": 13,
+    "tests/package/test_demo.py::test_every_row_of_the_demo_is_what_its_label_says": 12,
     "tests/estimators/test_decoder.py::test_ngd_and_adam_converge_faster_than_gd_at_t": 12,
-    "tests/package/test_readme.py::test_readme_snippet_runs_as_written": 8,
 }
 
 

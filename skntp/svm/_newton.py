@@ -114,7 +114,7 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
 
 
 class _Breakdown(Exception):
-    pass
+    """CG cannot go on: no curvature, or no preconditioned residual, left."""
 
 
 def _guarded(apply):
