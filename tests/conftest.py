@@ -75,8 +75,7 @@ def pytest_addoption(parser):
 
 # The longest tests of the run with --runslow: roughly the seconds of one call in a CI
 # run (2 cores, -n auto, coverage on; the clean-clone run of 434796a); only their order
-# matters.  A prefix names every
-# parametrization of a test.
+# matters.  A prefix names every parametrization of a test.
 LONGEST = {
     "tests/package/test_docs.py::test_docs_build_with_gallery": 185,
     "tests/estimators/test_key_query.py::test_goal_over_100_seeds[KQ-": 95,
