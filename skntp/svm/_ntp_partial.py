@@ -211,7 +211,8 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
         When the program has more than ``max_rows`` rows, or ``m * V`` is above
         50 million (the masks are dense).
     RuntimeError
-        If HiGHS does not solve the program (it is always feasible and bounded).
+        If neither HiGHS's choice of method nor its interior point solves the
+        program (it is always feasible and bounded).
     """
     contexts, support = _check_contexts(contexts, support)
     support = _dense_support(support)
@@ -273,12 +274,18 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     A_ub = rows(j_out, v_out, n_w + m + np.arange(n_out))
     cost = np.concatenate([np.zeros(n_w + m), -np.ones(n_out)])
     bounds = np.array([(-np.inf, np.inf)] * (n_w + m) + [(0.0, 1.0)] * n_out)
-    start = time.perf_counter()
-    res = scipy.optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(n_out), A_eq=A_eq,
-                                 b_eq=np.zeros(j_in.size), bounds=bounds, method="highs")
-    _log.info("separability program (%d rows, %d variables): HiGHS %s in %.2f s", n_out,
-              A_ub.shape[1], res.message, time.perf_counter() - start)
-    if res.status != 0:
+    # HiGHS's own choice (the dual simplex) first; its interior point where that fails:
+    # on 400 random contexts (d = 20, V = 50, 19,600 rows) the simplex stopped after
+    # 75 s with "Not Set" and the interior point solved the program in 26 s (quiet)
+    for solver in ("highs", "highs-ipm"):
+        start = time.perf_counter()
+        res = scipy.optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(n_out), A_eq=A_eq,
+                                     b_eq=np.zeros(j_in.size), bounds=bounds, method=solver)
+        _log.info("separability program (%d rows, %d variables): %s %s in %.2f s", n_out,
+                  A_ub.shape[1], solver, res.message, time.perf_counter() - start)
+        if res.status == 0:
+            break
+    else:
         raise RuntimeError(f"HiGHS did not solve the separability program: {res.message}")
     s = res.x[n_w + m:]
     separable_reduced = np.zeros((m, Vc), dtype=bool)

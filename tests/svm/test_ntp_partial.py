@@ -258,6 +258,37 @@ def test_on_separable_data_the_limits_are_those_of_theorem_4_1():
     np.testing.assert_allclose(fin.W, finite_component(H, P), atol=1e-8)
 
 
+def test_the_separability_program_falls_back_to_the_interior_point(monkeypatch):
+    # HiGHS's simplex stopped with "Not Set" (75 s) on a 19,600-row program that its
+    # interior point solved (26 s): a failed method hands over; both failing is an error
+    import scipy.optimize
+
+    H, P = partially_separable_instance(0)
+    S = P > 0
+    real, tried = scipy.optimize.linprog, []
+
+    def simplex_fails(*args, method, **kwargs):
+        tried.append(method)
+        res = real(*args, method=method, **kwargs)
+        if method == "highs":
+            res.status, res.message = 4, "(HiGHS Status 0: Not Set)"
+        return res
+
+    monkeypatch.setattr(scipy.optimize, "linprog", simplex_fails)
+    found = ntp_separability(H, S, method="highs")
+    assert tried == ["highs", "highs-ipm"]
+    np.testing.assert_array_equal(found.separable, separable_rows_by_lp(H, S))
+
+    def both_fail(*args, method, **kwargs):
+        res = real(*args, method=method, **kwargs)
+        res.status, res.message = 4, "(HiGHS Status 0: Not Set)"
+        return res
+
+    monkeypatch.setattr(scipy.optimize, "linprog", both_fail)
+    with pytest.raises(RuntimeError, match="did not solve the separability program"):
+        ntp_separability(H, S, method="highs")
+
+
 def test_linearly_independent_contexts_need_no_program():
     rng = np.random.default_rng(0)
     H = rng.standard_normal((5, 8))
