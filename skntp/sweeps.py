@@ -181,6 +181,9 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
             f"batched trials run the descent solvers {DESCENT_SOLVERS}; got "
             f"solver={template.solver!r} (fit those trials one by one)."
         )
+    if any(getattr(est, "record_weights", False) for est in (estimators or [template])):
+        raise ValueError("record_weights=True keeps one trajectory per fit, which a "
+                         "batched run does not record; fit those trials one by one.")
     if listed:
         shared = {k: v for k, v in template.get_params().items() if k in _SHARED}
         for b, est in enumerate(estimators):

@@ -475,10 +475,13 @@ def test_batched_attention_trials_follow_the_single_fits(kind, backend):
     # the self-attention paper's Figs. 3-6 average 100 such trials
     runs = _attention_trials(kind, 6, solver="ngd", lr=0.1, max_iter=150, record_every=50,
                              backend=backend)
-    fits = fit_ntp_trials([est for *_, est in runs], [(X, y) for X, y, _ in runs])
+    # the first trial weighs its samples
+    weights = [np.linspace(0.5, 2.0, len(runs[0][1]))] + [None] * (len(runs) - 1)
+    fits = fit_ntp_trials([est for *_, est in runs],
+                          [(X, y, w) for (X, y, _), w in zip(runs, weights)])
     assert len({f.coef_.tobytes() for f in fits}) == len(fits)
-    for fit, (X, y, est) in zip(fits, runs):
-        alone = clone(est).fit(X, y)
+    for fit, (X, y, est), w in zip(fits, runs, weights):
+        alone = clone(est).fit(X, y, sample_weight=w)
         assert _rel(fit.coef_, alone.coef_) <= RTOL64
         for key in ("loss", "grad_norm", "norm", "alignment", "finite_distance"):
             np.testing.assert_allclose(fit.history_[key], alone.history_[key],
@@ -500,6 +503,8 @@ def test_batched_attention_trials_reject_what_one_run_cannot_share():
         fit_ntp_trials([ests[0], NTPAttentionClassifier(E, max_iter=5)], [data[0], (X, y)])
     with pytest.raises(ValueError, match="max_elements"):
         fit_ntp_trials(ests, data, max_elements=100)
+    with pytest.raises(ValueError, match="record_weights"):  # not silently left out
+        fit_ntp_trials(clone(ests[0]).set_params(record_weights=True), data)
     with pytest.raises(TypeError):
         fit_ntp_trials([ests[0], NTPDecoderClassifier()], data)
     with pytest.raises(ValueError, match="descent solvers"):
