@@ -207,6 +207,14 @@ def other_limit_directions(limits):
     return {} if fro is None else {"fro": fro}
 
 
+def trials_other_directions(limits):
+    """:func:`other_limit_directions` of every trial, for the history of a batched run
+    (a name every trial has)."""
+    each = [other_limit_directions(lim) for lim in limits]
+    return {name: [d[name] for d in each] for name in each[0]
+            if all(name in d for d in each)}
+
+
 class Limits:
     """The explicit limit of a model, as the base needs it.
 
@@ -538,6 +546,9 @@ class ImplicitBiasEstimator(BaseEstimator):
             raise ValueError(
                 f"batched trials run the descent solvers {DESCENT_SOLVERS}; got "
                 f"solver={template.solver!r} (fit those trials one by one).")
+        for est in estimators:  # as fit does (sklearn's _fit_context)
+            est._validate_params()
+            reject_booleans(est)
         be = backend_of(template)
         with contextlib.ExitStack() as stack:
             for est in estimators:

@@ -28,6 +28,7 @@ from ._base import (
     descent_parameters_doc,
     other_limit_directions,
     saturation_radius,
+    trials_other_directions,
     unit,
 )
 from ._progress import close_progress, make_limit_progress
@@ -375,7 +376,8 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
                   for est, data, lim in zip(estimators, datas, limits)]
         metrics = history_metrics(be, 0, [lim.direction for lim in limits],
                                   [lim.finite for lim in limits],
-                                  [lim.projector for lim in limits], trials=True)
+                                  [lim.projector for lim in limits], trials=True,
+                                  other_directions=trials_other_directions(limits))
         objective = CrossEntropy(be, contexts, weights, probs, max_elements=max_elements)
         return Training(objective, (np.stack(starts),), metrics)
 

@@ -24,6 +24,7 @@ from ._base import (
     descent_parameters_doc,
     other_limit_directions,
     saturation_radius,
+    trials_other_directions,
 )
 from ._warnings import user_stacklevel
 from .graphs import (
@@ -379,7 +380,8 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
                   for est, data, lim in zip(estimators, datas, limits)]
         metrics = history_metrics(be, 0, [lim.direction for lim in limits],
                                   [lim.finite for lim in limits],
-                                  [lim.projector for lim in limits], trials=True)
+                                  [lim.projector for lim in limits], trials=True,
+                                  other_directions=trials_other_directions(limits))
         return Training(risk, (np.stack(starts),), metrics)
 
     def _fitted(self, data, limits, params, result):

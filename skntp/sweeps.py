@@ -97,7 +97,7 @@ def run_sweep(func, grid, *, n_jobs=None, verbose=0, **fixed):
 
 #: The parameters one batched run shares: those of the training loop.
 _SHARED = ("solver", "lr", "max_iter", "tol", "eps", "power_t", "mirror_p", "descent_norm",
-           "record_every", "backend", "device", "dtype", "loss")
+           "record_every", "backend", "device", "dtype", "loss", "compute_limits")
 
 
 def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None):
@@ -129,7 +129,7 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
         ``"mirror"`` or ``"nmirror"``); all must share the parameters of the
         training loop (``solver``, ``lr``, ``max_iter``, ``tol``, the
         solver's options, ``record_every``, ``backend``, ``device``,
-        ``dtype``, ``loss``).
+        ``dtype``, ``loss``, ``compute_limits``).
     datasets : sequence of (X, y) or (X, y, sample_weight)
         One dataset per trial.  Decoder trials need the same number of
         features and vocabulary size (pass ``vocabulary=V`` to the template
@@ -140,7 +140,7 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
         trial (trial ``b`` then starts where
         ``clone(estimator, random_state=seeds[b])`` starts); otherwise
         seeds are drawn with :func:`trial_seeds` (``None`` keeps each
-        estimator's ``random_state``).
+        estimator's ``random_state``, copied by ``clone`` as for ``fit``).
     max_elements : int, optional
         Chunk budget of the decoder's batched objective (logits per chunk).
 
@@ -148,7 +148,9 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
     -------
     estimators : list of NTPDecoderClassifier or NTPAttentionClassifier
         Fitted estimators, one per trial.  ``history_`` holds each trial's
-        own per-record values; ``n_iter_`` is the batch's iteration count.
+        own per-record values; ``n_iter_`` is the batch's iteration count.  A
+        trial that reaches ``tol`` stays at its point while the others go on,
+        and its ``history_`` goes on recording that point.
 
     Examples
     --------
@@ -192,9 +194,8 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
                 raise ValueError(
                     f"the estimators of one batched run share the parameters of its "
                     f"training loop; estimator {b} differs from estimator 0 in {differ}.")
-    if random_state is None:
-        seeds = ([est.random_state for est in estimators] if listed
-                 else [estimator.random_state] * B)
+    if random_state is None:  # each clone keeps its own (copied) random_state
+        seeds = [None] * B
     elif np.ndim(random_state) == 1:
         seeds = list(random_state)
         if len(seeds) != B:
@@ -204,8 +205,10 @@ def fit_ntp_trials(estimator, datasets, *, random_state=None, max_elements=None)
     for data in datasets:
         if len(data) not in (2, 3):
             raise ValueError("each dataset must be (X, y) or (X, y, sample_weight).")
-    estimators = [(est if listed else clone(estimator)).set_params(random_state=seed)
-                  for est, seed in zip(estimators or [None] * B, seeds)]
+    estimators = [est if listed else clone(estimator) for est in estimators or [None] * B]
+    if random_state is not None:
+        for est, seed in zip(estimators, seeds):
+            est.set_params(random_state=seed)
     options = {}
     if isinstance(template, NTPDecoderClassifier):
         options["max_elements"] = max_elements

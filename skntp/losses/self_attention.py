@@ -116,7 +116,15 @@ class SelfAttentionRisk:
         self.neg_inf = be.asarray(np.where(mask, 0.0, -np.inf))
         self.w = be.asarray(w[:, None])
         g = np.where(mask, gamma[trial[:, None], labels[:, None], ids], 0.0)
-        self.binary = bool(np.all((g == 0) | (g == 1)))
+        binary = np.all(((g == 0) | (g == 1)).reshape(B, -1), axis=1)
+        if loss == "log" and binary.any() and not binary.all():
+            have, lack = np.flatnonzero(binary)[:5].tolist(), np.flatnonzero(~binary)[:5].tolist()
+            raise ValueError(
+                "the trials of one batched run with loss='log' need heads of one kind: "
+                "C E^T with entries in {0, 1} (the identity head) in every trial or in "
+                f"none (the risk takes one form for all); trials {have} have one, trials "
+                f"{lack} not.")
+        self.binary = bool(binary.all())
         self.gamma = be.asarray(g)
         if loss == "log":
             if np.any(g[mask] < 0):
@@ -213,8 +221,12 @@ def stacked_risk(be, trials):
     if len({loss for *_, loss in trials}) != 1:
         raise ValueError("all trials need the same loss.")
     sizes = [np.shape(seqs[0]) for _, _, seqs, _, _ in trials]
-    if min(n for n, _ in sizes) == 0:
-        raise ValueError("a trial has no sample left to train on.")
+    empty = [b for b, (n, _) in enumerate(sizes) if n == 0]
+    if empty:
+        raise ValueError(
+            f"trial {empty[0]} has no sample left to train on (none is realizable with "
+            "the identity head, or every weight is 0): fit it alone, where W stays at "
+            "its initialization.")
     n, T = max(n for n, _ in sizes), max(t for _, t in sizes)
     stacked = [[] for _ in range(5)]
     for _, _, (ids, mask, query, labels), w, _ in trials:

@@ -483,7 +483,8 @@ def test_batched_attention_trials_follow_the_single_fits(kind, backend):
     for fit, (X, y, est), w in zip(fits, runs, weights):
         alone = clone(est).fit(X, y, sample_weight=w)
         assert _rel(fit.coef_, alone.coef_) <= RTOL64
-        for key in ("loss", "grad_norm", "norm", "alignment", "finite_distance"):
+        assert set(fit.history_) == set(alone.history_)  # alignment_fro included
+        for key in set(alone.history_) - {"time"}:
             np.testing.assert_allclose(fit.history_[key], alone.history_[key],
                                        rtol=1e-9, atol=1e-12, err_msg=key)
         assert fit.alignment_ == pytest.approx(alone.alignment_, rel=1e-9)
@@ -505,6 +506,22 @@ def test_batched_attention_trials_reject_what_one_run_cannot_share():
         fit_ntp_trials(ests, data, max_elements=100)
     with pytest.raises(ValueError, match="record_weights"):  # not silently left out
         fit_ntp_trials(clone(ests[0]).set_params(record_weights=True), data)
+    with pytest.raises(ValueError, match="max_iter"):  # validated as by fit
+        fit_ntp_trials(clone(ests[0]).set_params(max_iter=0), data)
+    with pytest.raises(ValueError, match=r"in \['compute_limits'\]"):
+        fit_ntp_trials([ests[0], clone(ests[1]).set_params(compute_limits=False)], data)
+    E = ests[1].embeddings  # C E^T binary (identity head) in one trial, not the other
+    with pytest.raises(ValueError, match="heads of one kind"):
+        fit_ntp_trials([ests[0], NTPAttentionClassifier(
+            np.abs(E) / np.linalg.norm(E, axis=1, keepdims=True), head="embeddings",
+            max_iter=5)], data)
+    # a RandomState of the template: each trial gets clone's copy, the caller's is left
+    rs = np.random.RandomState(0)
+    state = rs.get_state()[1].copy()
+    drawn = NTPAttentionClassifier(n_tokens=8, embedding_dim=8, max_iter=5, random_state=rs)
+    fits = fit_ntp_trials(drawn, data)
+    np.testing.assert_array_equal(rs.get_state()[1], state)
+    np.testing.assert_array_equal(fits[0].embeddings_, fits[1].embeddings_)
     with pytest.raises(TypeError):
         fit_ntp_trials([ests[0], NTPDecoderClassifier()], data)
     with pytest.raises(ValueError, match="descent solvers"):
