@@ -42,7 +42,7 @@ from ._backend import get_backend, to_numpy
 from ._optim import DESCENT_SOLVERS, OptimResult, check_descent_norm, limit_norm, minimize
 from ._progress import close_progress, make_limit_progress, make_progress
 from ._warnings import user_stacklevel
-from .metrics import alignment
+from .metrics import alignment, history_metrics
 from .svm import NotSeparableError, ProgramTooLargeError
 from .svm._problem import available_memory
 
@@ -535,10 +535,11 @@ class ImplicitBiasEstimator(BaseEstimator):
     def _fit_trials(cls, estimators, datasets, **options):
         """Fit ``estimators[b]`` on ``datasets[b]`` in one batched run of the loop.
 
-        Every trial is validated and gets its limits as in ``fit``; the
-        model's ``_batched_training`` stacks the trials along a leading
-        axis, the loop runs them together (``batched=True``: each trial
-        follows its own iterates), and each estimator is published from its
+        Every trial is validated and gets its limits and its start as in
+        ``fit``; the model's ``_batched_objective`` stacks the trials'
+        objectives along a leading axis, the loop runs them together
+        (``batched=True``: each trial follows its own iterates, recorded by
+        the trials' metrics), and each estimator is published from its
         trial's slice of the run (atomically, as in ``fit``).
         """
         template = estimators[0]
@@ -556,7 +557,14 @@ class ImplicitBiasEstimator(BaseEstimator):
             datas = [est._prepare(*data) for est, data in zip(estimators, datasets)]
             limits = [est._explicit_limits(data) if est.compute_limits else Limits()
                       for est, data in zip(estimators, datas)]
-            training = cls._batched_training(estimators, datas, limits, be, **options)
+            objective = cls._batched_objective(datas, be, **options)  # checks the shapes
+            starts = [est._training(data, lim, be).params0[0]
+                      for est, data, lim in zip(estimators, datas, limits)]
+            metrics = history_metrics(be, 0, [lim.direction for lim in limits],
+                                      [lim.finite for lim in limits],
+                                      [lim.projector for lim in limits], trials=True,
+                                      other_directions=trials_other_directions(limits))
+            training = Training(objective, (np.stack(starts),), metrics)
             result = minimize(
                 training.objective, tuple(be.asarray(p) for p in training.params0),
                 xp=be.xp, solver=template.solver, lr=template.lr, max_iter=template.max_iter,

@@ -28,7 +28,6 @@ from ._base import (
     descent_parameters_doc,
     other_limit_directions,
     saturation_radius,
-    trials_other_directions,
     unit,
 )
 from ._progress import close_progress, make_limit_progress
@@ -358,7 +357,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         return Training(objective, (W0,), metrics)
 
     @classmethod
-    def _batched_training(cls, estimators, datas, limits, be, max_elements=None):
+    def _batched_objective(cls, datas, be, max_elements=None):
         """The trials stacked: contexts padded with zero-weight rows to the largest ``m``."""
         shapes = {(data["probs"].shape[1], data["contexts"].shape[1]) for data in datas}
         if len(shapes) != 1:
@@ -372,14 +371,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
                             for data in datas])
         probs = sp.vstack([sp.vstack([data["probs"], sp.csr_matrix(
             (m - data["probs"].shape[0], data["probs"].shape[1]))]) for data in datas]).tocsr()
-        starts = [est._training(data, lim, be).params0[0]
-                  for est, data, lim in zip(estimators, datas, limits)]
-        metrics = history_metrics(be, 0, [lim.direction for lim in limits],
-                                  [lim.finite for lim in limits],
-                                  [lim.projector for lim in limits], trials=True,
-                                  other_directions=trials_other_directions(limits))
-        objective = CrossEntropy(be, contexts, weights, probs, max_elements=max_elements)
-        return Training(objective, (np.stack(starts),), metrics)
+        return CrossEntropy(be, contexts, weights, probs, max_elements=max_elements)
 
     def _fitted(self, data, limits, params, result):
         self.classes_ = data["classes"]

@@ -24,7 +24,6 @@ from ._base import (
     descent_parameters_doc,
     other_limit_directions,
     saturation_radius,
-    trials_other_directions,
 )
 from ._warnings import user_stacklevel
 from .graphs import (
@@ -372,17 +371,10 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         return Training(self._risk(data, be), (W0,), metrics)
 
     @classmethod
-    def _batched_training(cls, estimators, datas, limits, be):
+    def _batched_objective(cls, datas, be):
         """The trials' risks stacked (:func:`~skntp.losses.self_attention.stacked_risk`)."""
-        risk = stacked_risk(be, [(data["E"], data["gamma"], data["seqs"], data["weights"],
+        return stacked_risk(be, [(data["E"], data["gamma"], data["seqs"], data["weights"],
                                   data["loss"]) for data in datas])
-        starts = [est._training(data, lim, be).params0[0]
-                  for est, data, lim in zip(estimators, datas, limits)]
-        metrics = history_metrics(be, 0, [lim.direction for lim in limits],
-                                  [lim.finite for lim in limits],
-                                  [lim.projector for lim in limits], trials=True,
-                                  other_directions=trials_other_directions(limits))
-        return Training(risk, (np.stack(starts),), metrics)
 
     def _fitted(self, data, limits, params, result):
         self.embeddings_, self.head_ = data["E"], data["C"]
