@@ -8,18 +8,19 @@ contexts ``h_j`` with weights ``pi_j`` and next-token distributions
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils import column_or_1d
+from sklearn.utils import assert_all_finite, column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, validate_data
 
 from .._backend import exp_, get_backend, row_chunks, scatter_add
 
-__all__ = ["CrossEntropy", "aggregate_contexts", "next_token_data", "next_token_targets",
-           "ntp_cross_entropy", "ntp_logit_gaps", "vocabulary_array"]
+__all__ = ["CrossEntropy", "aggregate_contexts", "check_next_tokens", "next_token_data",
+           "next_token_targets", "ntp_cross_entropy", "ntp_logit_gaps", "vocabulary_array"]
 
 
 def aggregate_contexts(X, Y, sample_weight=None):
@@ -230,7 +231,7 @@ def next_token_targets(y, n, vocabulary=None):
             raise ValueError("soft labels need at least 2 columns (tokens).")
         return classes, Y
     y_arr = y_arr.ravel() if y_arr.ndim == 2 else y_arr
-    check_classification_targets(y_arr)
+    check_next_tokens(y_arr)
     if vocabulary is None:
         classes, idx = np.unique(y_arr, return_inverse=True)
         if classes.shape[0] < 2:
@@ -251,6 +252,39 @@ def next_token_targets(y, n, vocabulary=None):
     Y = sp.csr_matrix((np.ones(n), (np.arange(n), idx.ravel())),
                       shape=(n, classes.shape[0]))
     return classes, Y
+
+
+#: scikit-learn's warning that ``y`` may be a regression target; many distinct next tokens
+#: (more than half the samples) is what NTP data look like, not a mistake of the user
+_MANY_CLASSES = "The number of unique classes is greater than 50% of the number of samples"
+
+
+def check_next_tokens(y):
+    """Check next tokens ``y`` (1-D) as classification targets, NaN and infinity first.
+
+    A NaN or an infinity raises scikit-learn's own ``ValueError`` ("Input y
+    contains NaN.") before :func:`~sklearn.utils.multiclass.type_of_target`
+    casts ``y`` to integers (NumPy's "invalid value encountered in cast"
+    would be printed first).  scikit-learn's warning that more than half
+    of the samples have distinct labels is not raised: many distinct next
+    tokens is normal for NTP data.
+
+    Parameters
+    ----------
+    y : ndarray of shape (n,)
+        The next tokens.
+
+    Raises
+    ------
+    ValueError
+        ``y`` holds NaN or infinity, or is not a classification target.
+    """
+    if y.dtype.kind in "fc":
+        assert_all_finite(y, input_name="y")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_MANY_CLASSES, category=UserWarning)
+        check_classification_targets(y)
+
 
 def vocabulary_array(vocabulary):
     """The sorted tokens of a ``vocabulary`` parameter (an int ``V`` or tokens)."""
