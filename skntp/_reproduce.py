@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 import warnings
 from dataclasses import dataclass, field
 
@@ -83,7 +84,25 @@ def register(name):
 
 
 def run(name, *, plot=None, seed=0, quick=False):
-    """Run a reproduction, print its table and optionally save its plot."""
+    """Run a reproduction, print its table and optionally save its plot.
+
+    Parameters
+    ----------
+    name : str
+        A key of ``REPRODUCTIONS``.
+    plot : str or None, default=None
+        The file to save the figure to (its extension names the format). The
+        command line checks it before computing; a file that cannot be written
+        all the same (the disk filled up meanwhile) is reported in one line on
+        stderr, with exit status 1, after the table.
+    seed : int, default=0
+    quick : bool, default=False
+
+    Returns
+    -------
+    int
+        The exit status: 0, or 1 when the figure could not be saved.
+    """
     rep = REPRODUCTIONS[name](seed=seed, quick=quick)
     print(rep.table)
     if plot is not None:
@@ -91,7 +110,14 @@ def run(name, *, plot=None, seed=0, quick=False):
             print(f"(no plot for {name})")
         else:
             fig = rep.plot()
-            fig.savefig(plot, dpi=120, bbox_inches="tight")
+            try:
+                fig.savefig(plot, dpi=120, bbox_inches="tight")
+            except OSError as exc:
+                print(f"error: the figure could not be saved to {plot!r}: "
+                      f"{exc.strerror or exc}", file=sys.stderr)
+                return 1
+            finally:
+                _pyplot().close(fig)
             print(f"saved {plot}")
     return 0
 
@@ -480,7 +506,8 @@ def joint_fig3(seed=0, quick=False):
 @register("transformers-svm")
 def transformers_svm(seed=0, quick=False):
     """Transformers as SVMs Thms. 1-2: GD on W -> W^fro, on the factors Q K^T -> W^nuc."""
-    seeds = range(seed, seed + (2 if quick else 5))
+    # consecutive seeds, wrapped below 2**32 (any --seed of the command line works)
+    seeds = [(seed + k) % 2**32 for k in range(2 if quick else 5)]
     iters = 500 if quick else 2000
     fits = {"W": [], "KQ": []}
     for s in seeds:
@@ -770,7 +797,8 @@ def self_attention_figs(seed=0, quick=False):
                 X, y, E = make_token_priority_data(8 if "Fig. 3" in kind else 6, 8,
                                                    4 if "Fig. 3" in kind else 6,
                                                    6 if "Fig. 3" in kind else 4,
-                                                   acyclic="Fig. 3" in kind, random_state=rs)
+                                                   acyclic="Fig. 3" in kind,
+                                                   random_state=rs % 2**32)
                 if "Fig. 3" in kind or not is_acyclic(token_priority_graphs(X, y)):
                     break
                 rs += 10_000

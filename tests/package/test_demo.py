@@ -1,13 +1,22 @@
 """The main job (``python -m skntp demo``): every row of its table against an independent
 computation from the fitted estimators and the NTP paper's definitions (Thrampoulidis
-2024, eq. (2), (3), (5))."""
+2024, eq. (2), (3), (5)); every quantity it prints is defined in its output."""
+
+import re
 
 import numpy as np
 import pytest
 from scipy.special import log_softmax
 
+import skntp.__main__ as cli
 from skntp.__main__ import demo_table
 from skntp.datasets import make_ntp_data
+
+
+@pytest.fixture(scope="module")
+def demo_400():
+    """The demo's fits and rows at 400 iterations (computed once for this file)."""
+    return demo_table(max_iter=400, seed=0)
 
 
 def _distinct(X, y):
@@ -34,8 +43,8 @@ def _subspace_F(H, P):
     return np.array(rows), np.array(rhs)
 
 
-def test_every_row_of_the_demo_is_what_its_label_says():
-    fits, rows = demo_table(max_iter=400, seed=0)
+def test_every_row_of_the_demo_is_what_its_label_says(demo_400):
+    fits, rows = demo_400
     table = dict(rows)
     X, y = make_ntp_data(random_state=0)
     H, pi, P = _distinct(X, y)
@@ -63,3 +72,28 @@ def test_every_row_of_the_demo_is_what_its_label_says():
         assert table["time (s)"][k] == seconds > 0
     # the two cosines differ: the row labelled cos(W, W^mm) is not the corrected one
     assert table["cos(W, W^mm)"][0] < table["cos(W - W*, W^mm)"][0] - 1e-3
+
+
+def test_the_demo_defines_every_quantity_it_prints(demo_400, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "demo_table", lambda max_iter, seed: demo_400)
+    assert cli.main(["demo", "--max-iter", "400"]) == 0
+    out = capsys.readouterr().out
+    table, legend = out.split("What the rows are")
+    defined = {line[2:21].strip() for line in legend.splitlines()
+               if line.startswith("  ") and line[2] != " "}
+    labels = [label for label, _ in demo_400[1]]
+    for label in labels:  # each row of the table, as printed
+        assert label in table
+    # the rows, without their parenthesized note ("CE - H (entropy bound H = ...)")
+    printed = {re.sub(r" \(.*\)$", "", label) for label in labels}
+    # the quantities of the line under the table ("NTP-separable: True   ...")
+    flags = next(line for line in table.splitlines() if line.startswith("NTP-separable"))
+    printed |= {re.sub(r" 1/.*", "", part.split(":")[0].strip())
+                for part in re.split(r"\s{3,}", flags)}
+    assert printed == {"CE - H", "||W||", "cos(W, W^mm)", "cos(W - W*, W^mm)",
+                       "||P_F(W) - W*||", "iterations", "time", "NTP-separable",
+                       "NTP_H-compatible", "NTP-margin"}
+    assert printed <= defined, printed - defined
+    svm = demo_400[0]["SVM limit"][0]
+    assert f"(method '{svm.svm_result_.method}'), not gradient steps" in legend
+    assert f"R = {svm.svm_radius_:.4g}" in legend
