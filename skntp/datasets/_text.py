@@ -35,10 +35,10 @@ _CORPORA = ("sklearn", "python", "stdlib-docstrings")
 def _sentences(lines, out):
     """Append to ``out`` the sentences (lists of lowercase words) of ``lines``.
 
-    The one tokenizer of every corpus: sentences break at punctuation
-    (``. ! ? ; : ( ) [ ] " `````) and blank lines, words are runs of ASCII
-    letters (with one inner apostrophe) lowercased, and sentences of fewer
-    than two words are dropped.
+    The one tokenizer of every corpus: sentences break at blank lines and at
+    the punctuation ``.!?;:()[]"`` and backticks, words are the runs of ASCII
+    letters of the lowercased text (with one inner apostrophe), and sentences
+    of fewer than two words are dropped.
     """
     for chunk in _SENTENCE_BREAK.split("\n".join(lines)):
         words = _WORD.findall(chunk.lower())
