@@ -1,26 +1,18 @@
 """Every Python snippet of the README runs on its own, as written, from a folder outside
-the repository, and prints the same numbers every time; the numbers its comments quote
-are the ones it prints."""
+the repository, prints no warning and the same numbers every time; the numbers its
+comments quote are the ones it prints (``doc_snippets.py``)."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from doc_snippets import check_quoted_values, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text("utf-8"),
                       flags=re.S)
 #: snippets that take more than a few seconds (10 000 GD steps; the text examples)
 SLOW = {0, 3, 4}
-
-
-def _run(code, cwd):
-    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
 
 
 def test_the_readme_has_its_snippets():
@@ -31,16 +23,17 @@ def test_the_readme_has_its_snippets():
                                for k in range(len(SNIPPETS))])
 def test_readme_snippet_runs_as_written(k, tmp_path):
     code = SNIPPETS[k]
-    first = _run(code, tmp_path)
-    assert _run(code, tmp_path) == first  # the same numbers every time
-    # a number quoted in a print line's comment ("...: 0.943") is what that line prints
-    printed = iter(first.splitlines())
-    for line in code.splitlines():
-        if not line.startswith("print("):
-            continue
-        out = next(printed)
-        quoted = re.search(r"#.*:\s*([-+0-9.e]+)\s*$", line)
-        if quoted and not quoted.group(1).startswith("~"):
-            value = quoted.group(1)
-            assert f"{float(out):.{len(value.split('.')[-1])}f}" == value \
-                if "e" not in value else float(out) == pytest.approx(float(value), rel=0.5)
+    first = run_script(code, tmp_path)
+    assert run_script(code, tmp_path) == first  # the same numbers every time
+    check_quoted_values(code, first)
+
+
+def test_the_numbers_of_a_snippet_are_checked():
+    """The comparison itself: a quoted value that is not printed fails."""
+    code = 'print(x)  # x: 0.943\nprint(y)  # y: 3.3e-4\nprint(z)  # z: [\'a\' \'b\']\n' \
+           'print(w)  # the order: ~1e-11\n'
+    assert check_quoted_values(code, "0.9431\n0.0004\n['a' 'b']\n5e-12\n") == (4, 3)
+    for wrong in ("0.9441\n0.0004\n['a' 'b']\n1\n", "0.943\n0.004\n['a' 'b']\n1\n",
+                  "0.943\n0.0004\n['a' 'c']\n1\n"):
+        with pytest.raises(AssertionError):
+            check_quoted_values(code, wrong)
