@@ -23,8 +23,8 @@ from threadpoolctl import ThreadpoolController
 
 from ._warnings import user_stacklevel
 
-__all__ = ["Backend", "CHUNK_ELEMENTS", "blas_threads", "exp_", "get_backend", "lifted_keys",
-           "row_chunks",
+__all__ = ["Backend", "CHUNK_ELEMENTS", "SCORE_MAGNITUDES", "blas_threads", "check_score_scale",
+           "exp_", "get_backend", "lifted_keys", "row_chunks", "scaled_norm",
            "sparse_rows_matmul", "to_numpy"]
 
 _DTYPES = {"float64", "float32"}
@@ -343,6 +343,68 @@ def to_numpy(a):
     if array_api_compat.is_torch_array(a):
         return a.detach().cpu().numpy()
     return np.asarray(a)
+
+
+def scaled_norm(a):
+    """The Frobenius norm of an array, as a float, at any magnitude of its entries.
+
+    Computed as ``max|a| * ||a / max|a|||``: the plain ``sqrt(sum a^2)`` is 0 for
+    entries below 1e-154 (their squares underflow) and ``inf`` for entries above
+    1e154, although the norm itself is representable.  ``0.0`` for an empty or zero
+    array, ``inf`` with an infinite entry, ``nan`` with a NaN (never a warning).
+    """
+    if array_api_compat.is_torch_array(a):  # on its device: no copy to the host
+        if a.numel() == 0:
+            return 0.0
+        top = float(a.abs().max())
+        if top == 0.0 or not np.isfinite(top):
+            return top
+        u = a / top
+        return top * float((u * u).sum().sqrt())
+    a = np.asarray(a, dtype=np.float64)
+    top = float(np.max(np.abs(a))) if a.size else 0.0
+    if top == 0.0 or not np.isfinite(top):
+        return top
+    with np.errstate(over="ignore"):  # a norm above float64's largest number is inf
+        return top * float(np.linalg.norm(a / top))
+
+
+#: The magnitudes of attention scores that are products of two data factors
+#: (``e_x^T W e_k``: the embeddings twice; ``z_i^T W x_it``: a query and a token) for
+#: which a model is fitted (:func:`check_score_scale`).
+SCORE_MAGNITUDES = (1e-290, 1e290)
+
+
+def check_score_scale(magnitude, what):
+    """Refuse data whose attention scores ``a^T W b`` leave float64's room.
+
+    ``magnitude`` is the product of the largest entries of the two factors a
+    score multiplies.  The key-query matrices of the limits scale as its inverse
+    (and their radius ``20 ||W^mm||``, the gradient, the squares of the metrics
+    as more), so outside :data:`SCORE_MAGNITUDES` a fit would return zeros,
+    infinities or NaN, never the scaled answer: it is refused instead.
+
+    Parameters
+    ----------
+    magnitude : float
+        ``max|a| * max|b|``, as a Python float (``inf`` or ``0.0`` beyond float64).
+    what : str
+        The factors, for the message (e.g. ``"the embeddings have entries of
+        magnitude 1e-150"``).
+
+    Raises
+    ------
+    FloatingPointError
+        When ``magnitude`` lies outside :data:`SCORE_MAGNITUDES`.
+    """
+    low, high = SCORE_MAGNITUDES
+    if not low <= magnitude <= high:
+        raise FloatingPointError(
+            f"{what}: the attention scores, products of two of them, have magnitude "
+            f"{magnitude:.3g}, outside [{low:.0e}, {high:.0e}], where the key-query "
+            "matrices of the limits (about its inverse), their radius and the gradient "
+            "leave float64; rescale the data (e.g. to unit norm: the model and its "
+            "limits are scale-covariant).")
 
 
 def row_chunks(n_rows, n_cols, max_elements=None):

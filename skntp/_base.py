@@ -38,7 +38,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._backend import get_backend, to_numpy
+from ._backend import get_backend, scaled_norm, to_numpy
 from ._optim import DESCENT_SOLVERS, OptimResult, check_descent_norm, limit_norm, minimize
 from ._progress import close_progress, make_limit_progress, make_progress
 from ._warnings import user_stacklevel
@@ -55,6 +55,7 @@ __all__ = [
     "Training",
     "backend_of",
     "descent_parameters_doc",
+    "finite_radius",
     "norm_name",
     "other_limit_directions",
     "saturation_radius",
@@ -158,13 +159,32 @@ def saturation_radius(direction_gaps, base_gaps=0.0, nats=SATURATION_NATS):
     the selected ones.  Gaps the direction does not separate (``<= 0``,
     e.g. ties it keeps) and infinite ones (nothing to separate) are ignored;
     ``0.0`` when none is left.
+
+    The gaps have the data's units (``R`` their inverse): a radius beyond float64
+    (gaps below about ``20 / 1.8e308``) raises ``FloatingPointError``, never an
+    ``inf`` radius.
     """
     d = np.asarray(direction_gaps, dtype=float)
     b = np.broadcast_to(np.asarray(base_gaps, dtype=float), d.shape)
     keep = (d > 0) & np.isfinite(d) & np.isfinite(b)
     if not keep.any():
         return 0.0
-    return float(max(0.0, np.max((nats - b[keep]) / d[keep])))
+    with np.errstate(over="ignore"):
+        radius = float(max(0.0, np.max((nats - b[keep]) / d[keep])))
+    return finite_radius(radius, f"the gaps of the unit direction (down to "
+                                 f"{float(d[keep].min()):.3g})")
+
+
+def finite_radius(radius, cause):
+    """``radius`` of ``svm_radius="auto"``, or ``FloatingPointError`` naming ``cause``
+    when it is beyond float64 (data of extreme units: the limit scales inversely)."""
+    if not np.isfinite(radius):
+        raise FloatingPointError(
+            f"svm_radius='auto': the radius of the explicit limit overflows float64 "
+            f"({cause}): the data's scores are too small for its parameters to be "
+            "represented; rescale the data (the limits are scale-covariant), or pass a "
+            "numeric svm_radius.")
+    return radius
 
 
 def unit(w):
@@ -642,6 +662,6 @@ class ImplicitBiasEstimator(BaseEstimator):
         """The one-record history of ``solver="svm"``."""
         w = np.concatenate([np.ravel(p) for p in params])
         out = {"iteration": np.array([0.0]), "loss": np.array([float(loss)]),
-               "norm": np.array([float(np.linalg.norm(w))])}
+               "norm": np.array([scaled_norm(w)])}
         out.update({k: np.array([float(v)]) for k, v in extra.items()})
         return out

@@ -33,7 +33,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
 
-from ._backend import to_numpy
+from ._backend import scaled_norm, to_numpy
 from ._base import (
     BACKEND_CONSTRAINTS,
     SATURATION_NATS,
@@ -45,6 +45,7 @@ from ._base import (
     cosine,
     default_radii,
     descent_parameters_doc,
+    finite_radius,
     norm_name,
     saturation_radius,
     unit,
@@ -236,8 +237,8 @@ def _joint_directions(estimator, data, selected, head=None, relaxed=None, att=No
         other = mask.copy()
         other[rows, selected] = False
         gaps = gaps[other]
-        out["attention_gaps"] = gaps[gaps > 1e-9 * max(1.0, float(np.abs(gaps).max(
-            initial=0.0)))]
+        # roundoff of a unit p against the keys: relative to the keys' magnitude
+        out["attention_gaps"] = gaps[gaps > 1e-9 * float(np.abs(K[mask]).max(initial=0.0))]
     return out
 
 
@@ -395,9 +396,9 @@ class _TokenSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
         """``R p^mm*`` of ``solver="svm"`` (``R = svm_radius_``, "auto": ``20 + log T``
         nats of margin)."""
         T = int(data["mask"].sum(axis=1).max())  # tokens attended (not a query row)
-        R = (float(self.svm_radius) if self.svm_radius != "auto" else
-             (SATURATION_NATS + math.log(max(T, 1))) * float(np.linalg.norm(
-                 limits.attributes["gmm"])))
+        R = (float(self.svm_radius) if self.svm_radius != "auto" else finite_radius(
+            (SATURATION_NATS + math.log(max(T, 1))) * unit(limits.attributes["gmm"])[1],
+            "the margin-1 solution's norm is beyond it"))
         self.svm_radius_ = R
         return R * limits.direction
 
@@ -417,12 +418,12 @@ class _TokenSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
 
         def metrics(params):
             q = problem.effective(params)
-            nq = float(xp.sqrt(xp.sum(q * q)))
+            nq = scaled_norm(q)
             s = attention_weights(xp, problem.keys, q, problem.mask)
             row = {"norm": nq, "saturation": float(xp.mean(xp.max(s, axis=1))), "query": q}
             row.update({k: getattr(problem, k) for k in extra})
-            if gmm is not None:
-                row["gmm_alignment"] = float(xp.sum(q * gmm)) / nq if nq > 0 else 0.0
+            if gmm is not None:  # (q / nq: q may have the data's inverse units)
+                row["gmm_alignment"] = float(xp.sum((q / nq) * gmm)) if nq > 0 else 0.0
             return row
 
         return metrics
@@ -691,6 +692,14 @@ class AttentionSelector(_TokenSelector):
         sequences of ``T`` scalar tokens, the form scikit-learn's generic
         checks use) the number of columns ``T``.
 
+    Raises
+    ------
+    FloatingPointError
+        From ``fit``, when the units of the tokens put the limit beyond float64
+        (its parameters scale as their inverse; e.g. a radius
+        ``svm_radius="auto"`` that overflows).  Tokens of any magnitude from
+        1e-150 to 1e150 give the same selections and predictions.
+
     Examples
     --------
     >>> from skntp.attention import AttentionSelector
@@ -787,7 +796,7 @@ class AttentionSelector(_TokenSelector):
         gmm = None if limits.direction is None else be.asarray(limits.direction)
         radii = None
         if self.solver == "regpath":
-            radii = (np.geomspace(0.1, 30.0, 16) * np.linalg.norm(limits.attributes["gmm"])
+            radii = (np.geomspace(0.1, 30.0, 16) * scaled_norm(limits.attributes["gmm"])
                      if self.path_radii is None and gmm is not None
                      else default_radii(self.path_radii)) / problem.norm_u
         # the path of the non-convex risk (2): every radius also from R p^mm* (Thm. 1),
@@ -998,6 +1007,14 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
         Token dimension ``d`` for 3-D and list inputs; for a 2-D input
         ``(n, T)`` of scalar tokens, its number of columns ``T``.
 
+    Raises
+    ------
+    FloatingPointError
+        From ``fit``, when the units of the tokens put the limit beyond float64
+        (its parameters scale as their inverse; e.g. a radius
+        ``svm_radius="auto"`` that overflows).  Tokens of any magnitude from
+        1e-150 to 1e150 give the same selections and predictions.
+
     Notes
     -----
     ``X`` is a 3-D array ``(n, T, d)`` or a list of ``(T_i, d)`` arrays (lengths
@@ -1116,8 +1133,8 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
             v, p = params
             s = attention_weights(xp, Kb, p, maskb)
             f = attention_decision(xp, Xb, Kb, v, p, maskb)
-            return {"norm": float(xp.sqrt(xp.sum(p * p))),
-                    "head_norm": float(xp.sqrt(xp.sum(v * v))),
+            return {"norm": scaled_norm(p),
+                    "head_norm": scaled_norm(v),
                     "attention_saturation": float(xp.mean(xp.max(s, axis=1))),
                     "label_probability": float(np.mean(expit(to_numpy(Yb * f)))),
                     "query": p, "head": v}
@@ -1179,7 +1196,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
                 (be.asarray(self.head_), be.asarray(self.query_)))[0])
             f = attention_decision(np, X, K, self.head_, self.query_, mask)
             self.history_ = self._svm_history(
-                loss, (self.query_,), head_norm=np.linalg.norm(self.head_),
+                loss, (self.query_,), head_norm=scaled_norm(self.head_),
                 attention_saturation=self.attention_saturation_,
                 label_probability=expit(Y * f).mean(),
                 alignment=1.0 if self.svm_radius_[1] > 0 else 0.0,

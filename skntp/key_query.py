@@ -18,7 +18,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._backend import lifted_keys, softmax
+from ._backend import check_score_scale, lifted_keys, softmax
 from ._base import (
     BACKEND_CONSTRAINTS,
     TRAINING_CONSTRAINTS,
@@ -192,6 +192,10 @@ def _add_queries(data, query_index, fixed_query, rank):
                 f"with per-input queries z_i (rows of X, dimension {d}) the key-query "
                 f"matrix must be ({d}, {d}), got key_query of shape {W.shape}.")
     k = Z.shape[1]
+    top_z, top_x = float(np.abs(Z).max(initial=0.0)), float(np.abs(Xp).max(initial=0.0))
+    if top_z > 0 and top_x > 0:  # (zero data: refused by name where it is fitted)
+        check_score_scale(top_z * top_x, f"the queries and the tokens have entries of "
+                                         f"magnitude {top_z:.3g} and {top_x:.3g}")
     check_program_size("the lifted keys vec(z_i x_it^T)", n * T,
                        "use fewer or shorter inputs, or a smaller token dimension.",
                        bytes_per_constraint=8 * k * d * 3)
@@ -206,7 +210,7 @@ def _path(gmm, shape, factored, path_radii, rank):
     if gmm is None:
         return default_radii(path_radii), None
     gmm_W = gmm.reshape(shape)
-    size = np.linalg.svd(gmm_W, compute_uv=False).sum() if factored else np.linalg.norm(gmm_W)
+    size = norm_value(gmm_W, "nuclear" if factored else "fro")
     if path_radii is None:
         radii = np.geomspace(0.1, 30.0, 16) * size
         radii = np.sqrt(radii) if factored else radii
@@ -461,6 +465,17 @@ class KeyQuerySelector(_TokenSelector):
         sequences of ``T`` scalar tokens, the form scikit-learn's generic
         checks use) the number of columns ``T``.
 
+    Raises
+    ------
+    FloatingPointError
+        From ``fit``, when the largest entry of the queries times the largest
+        entry of the tokens lies outside ``[1e-290, 1e290]``
+        (:data:`skntp._backend.SCORE_MAGNITUDES`; e.g. tokens of magnitude
+        1e-150 with ``query_index=0``): the scores ``z_i^T W x_it`` multiply
+        two data factors, and the key-query matrices of the limits (about their
+        inverse) would leave float64.  Inside that range the selections and
+        predictions do not depend on the units of the data.
+
     Examples
     --------
     >>> from skntp import KeyQuerySelector
@@ -646,7 +661,7 @@ class KeyQuerySelector(_TokenSelector):
                 fin, D = _kept_token_limit(self, data, q, kept, own)
                 out.finite = fin.reshape(W.shape)
                 if D is not None and np.any(D):
-                    out.attributes["mm_direction"] = D.reshape(W.shape) / np.linalg.norm(D)
+                    out.attributes["mm_direction"] = unit(D.reshape(W.shape))[0]
         return out
 
     def _fitted(self, data, limits, params, result):

@@ -8,7 +8,7 @@ import numpy as np
 import scipy.linalg
 from scipy.sparse.linalg import lsqr
 
-from ._backend import to_numpy
+from ._backend import scaled_norm, to_numpy
 from .svm._ntp_logits import check_support, ntp_logit_svm, support_proxy
 from .svm._problem import constraint_operator
 
@@ -65,14 +65,27 @@ def numerical_rank(W, rtol=RANK_RTOL):
 def alignment(w, direction):
     """Cosine ``<w, direction> / (||w|| ||direction||)`` (Frobenius inner product).
 
-    Returns 0.0 when either argument is zero.
+    Returns 0.0 when either argument is zero, nan when one has a NaN or an
+    infinite entry.  Each argument is first divided by its largest entry, so the
+    cosine is exact at any magnitude (the plain ``||w||`` is 0 for entries below
+    1e-154 and ``inf`` above 1e154).
     """
-    w = np.asarray(to_numpy(w), dtype=float).ravel()
-    d = np.asarray(to_numpy(direction), dtype=float).ravel()
+    w, d = _by_largest_entry(w), _by_largest_entry(direction)
+    if w is None or d is None:
+        return float("nan")
     nw, nd = np.linalg.norm(w), np.linalg.norm(d)
     if nw == 0 or nd == 0:
         return 0.0
     return float(w @ d / (nw * nd))
+
+
+def _by_largest_entry(a):
+    """``a / max|a|`` flattened (``a`` when zero), ``None`` with a NaN or an infinity."""
+    a = np.asarray(to_numpy(a), dtype=float).ravel()
+    top = float(np.max(np.abs(a))) if a.size else 0.0
+    if not np.isfinite(top):
+        return None
+    return a / top if top > 0 else a
 
 
 class SubspaceProjector:
@@ -226,41 +239,70 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
                 stacked[b, :, : p.basis.shape[1]] = p.basis
         basis = be.asarray(stacked)
         f_coords = _coords(xp, basis, F)
-        f_off = xp.maximum(_trial_dot(xp, F, F) - xp.sum(f_coords * f_coords, axis=1), 0.0)
+        # ||f - P(f)||, from f divided by its largest entry (f has the data's units)
+        f_top = _trial_top(xp, F)
+        f_unit, fc_unit = F / _row_shape(xp, f_top, F), f_coords / f_top[:, None]
+        f_off = f_top * xp.sqrt(xp.maximum(
+            _trial_dot(xp, f_unit, f_unit) - xp.sum(fc_unit * fc_unit, axis=1), 0.0))
     # one problem on NumPy: coordinates through the sparse constraint rows when cheaper
     sparse_coords = (not trials and with_basis and be.name == "numpy"
                      and getattr(projs[0], "_from_rows", None) is not None)
 
     def metrics(params):
+        # norms and cosines of each trial's block divided by its largest entry: the
+        # parameters have the inverse units of the data (1e-150 data: entries of 1e150)
         W = params[param_index] if trials else params[param_index][None]
-        nw = xp.sqrt(_trial_dot(xp, W, W))
-        out = {"norm": nw}
+        top, Wu = _by_trial_top(xp, W)
+        nw_unit = xp.sqrt(_trial_dot(xp, Wu, Wu))
+        out = {"norm": top * nw_unit}
         if D is not None:
-            out["alignment"] = _ratio(xp, _trial_dot(xp, W, D), nw) + no_dir
-            if F is not None:
-                R = W - F
-                raw = out["alignment"]
-                out["alignment"] = _ratio(xp, _trial_dot(xp, R, D),
-                                          xp.sqrt(_trial_dot(xp, R, R))) + no_dir
-                out["alignment_uncorrected"] = raw
+            out["alignment"] = _ratio(xp, _trial_dot(xp, Wu, D), nw_unit) + no_dir
         R = W if F is None else W - F
+        Ru = Wu if F is None else _by_trial_top(xp, R)[1]
+        nr_unit = nw_unit if F is None else xp.sqrt(_trial_dot(xp, Ru, Ru))
+        if D is not None and F is not None:
+            out["alignment_uncorrected"] = out["alignment"]
+            out["alignment"] = _ratio(xp, _trial_dot(xp, Ru, D), nr_unit) + no_dir
         for name, O in others.items():
-            out[f"alignment_{name}"] = _ratio(xp, _trial_dot(xp, R, O),
-                                              xp.sqrt(_trial_dot(xp, R, R)))
+            out[f"alignment_{name}"] = _ratio(xp, _trial_dot(xp, Ru, O), nr_unit)
         if F is not None and all(p is not None for p in projs):
             if with_basis:
                 c = (xp.asarray(projs[0].coordinates(W[0]))[None] if sparse_coords
                      else _coords(xp, basis, W)) - f_coords
-                out["finite_distance"] = xp.sqrt(xp.sum(c * c, axis=1) + f_off)
+                c_top = _trial_top(xp, c)
+                cu = c / c_top[:, None]
+                out["finite_distance"] = np.hypot(
+                    to_numpy(c_top * xp.sqrt(xp.sum(cu * cu, axis=1))), to_numpy(f_off))
             else:  # LSQR projectors (large programs)
                 Wn = to_numpy(W)
                 out["finite_distance"] = np.array([
-                    float(np.linalg.norm(p.project(Wn[b]) - fins[b]))
-                    for b, p in enumerate(projs)])
+                    scaled_norm(p.project(Wn[b]) - fins[b]) for b, p in enumerate(projs)])
         out = {prefix + k: np.asarray(to_numpy(v), dtype=float) for k, v in out.items()}
         return out if trials else {k: float(v[0]) for k, v in out.items()}
 
     return metrics
+
+
+def _trial_top(xp, a):
+    """``max|a|`` of each trial (leading axis), 1 where that is 0 or not finite (so a
+    division by it changes nothing there)."""
+    flat = xp.reshape(a, (a.shape[0], -1))
+    if flat.shape[1] == 0:  # (the coordinates in a zero subspace)
+        return xp.ones((a.shape[0],), dtype=a.dtype, device=getattr(a, "device", None))
+    top = xp.max(xp.abs(flat), axis=1)
+    ok = (top > 0) & (top < float("inf"))
+    return xp.where(ok, top, xp.ones_like(top))
+
+
+def _row_shape(xp, values, like):
+    """Per-trial ``values`` broadcast over the trials of ``like``."""
+    return xp.reshape(values, (like.shape[0],) + (1,) * (like.ndim - 1))
+
+
+def _by_trial_top(xp, a):
+    """``(top, a / top)`` with ``top`` of :func:`_trial_top`."""
+    top = _trial_top(xp, a)
+    return top, a / _row_shape(xp, top, a)
 
 
 def _trial_dot(xp, a, b):

@@ -12,7 +12,7 @@ from sklearn.utils import Bunch, column_or_1d
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_random_state
 
-from ._backend import get_backend, softmax
+from ._backend import get_backend, scaled_norm, softmax
 from ._base import (
     BACKEND_CONSTRAINTS,
     TRAINING_CONSTRAINTS,
@@ -208,6 +208,16 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
     svm_radius_ : float
         ``R`` used by ``solver="svm"``.
 
+    Raises
+    ------
+    FloatingPointError
+        From ``fit``, when the square of the largest entry of the embeddings
+        lies outside ``[1e-290, 1e290]`` (:data:`skntp._backend.SCORE_MAGNITUDES`;
+        embeddings of magnitude 1e-150 or 1e150): the scores ``e_x^T W e_k``
+        multiply two embeddings, and ``W^mm`` and ``W^cyc`` (about their
+        inverse) would leave float64.  Inside that range the predictions do not
+        depend on the units of the embeddings.
+
     See Also
     --------
     skntp.metrics.make_vocabulary_log_loss_scorer : The log-loss scorer for
@@ -391,9 +401,9 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         proj = limits.projector.project(self.coef_)
         self.n_iter_ = self.svm_result_.n_iter
         self.history_ = self._svm_history(
-            loss, params, grad_norm=np.linalg.norm(grad), alignment=self.alignment_,
+            loss, params, grad_norm=scaled_norm(grad), alignment=self.alignment_,
             alignment_uncorrected=cosine(self.coef_, limits.direction),
-            finite_distance=np.linalg.norm(proj - limits.finite))
+            finite_distance=scaled_norm(proj - limits.finite))
 
     # -------------------------------------------------------------- predict
     def _check_X(self, X):
@@ -486,7 +496,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
                             **backend_kwargs(self))
         proj = out.pop("projector").project(self.coef_)
         return Bunch(**out, selected=selected, alignment=cosine(self.coef_, out.mm_direction),
-                     finite_distance=float(np.linalg.norm(proj - out.finite_component)))
+                     finite_distance=scaled_norm(proj - out.finite_component))
 
     def _attention(self, ids, mask, last):
         risk = SelfAttentionRisk(get_backend(), self.embeddings_, self._gamma, ids, mask,

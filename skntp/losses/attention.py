@@ -66,6 +66,7 @@ __all__ = [
     "attention_loss_grad",
     "attention_weights",
     "compute_keys",
+    "gradient_units",
     "loss_and_derivative",
 ]
 
@@ -245,7 +246,7 @@ def _saturation_shift(xp, K, p, mask, s=None):
 
 def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
                         sample_weight=None, wrt=("p",), log=False, saturation_scale=False,
-                        forward=None):
+                        forward=None, units=None):
     """Risk (ERM) and its closed-form gradients.
 
     Parameters
@@ -275,8 +276,14 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         to them, underflows to zero) return the ``"p"`` and ``"W"`` gradients
         multiplied by ``e^{-sigma}`` (``sigma`` the log of the largest such
         attention plus 300): a positive factor, so the *direction* is exact,
-        which is all normalized GD uses.  The factor is returned as a third
-        element, ``-sigma`` (0 when not saturated).
+        which is all normalized GD uses.  The log of the factor is returned as
+        a third element, ``-sigma`` (0 when not saturated), less
+        ``log(h_unit * k_unit)`` with ``units``.
+    units : tuple of two floats or None, default=None
+        With ``saturation_scale``: ``(h_unit, k_unit)``, positive divisors of the
+        head outputs and of the keys (``"p"``) or tokens (``"W"``) in the
+        attention gradient, so that it neither underflows nor overflows where
+        the data's units would take it out of float64 (:func:`gradient_units`).
     forward : callable or None
         The head's forward pass ``(xp, X, K, v, p, mask) -> (s, dh, df, f, k_ref)``
         (:func:`_anchored_forward`'s outputs); ``None``: the linear head ``v^T X^T s``.
@@ -314,6 +321,11 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         risk = xp.sum(w * value, axis=-1) / total[..., 0]
         c = w * y * deriv / total
     grads = []
+    log_scale = -sigma
+    h_unit, k_unit = units if units is not None and saturation_scale else (1.0, 1.0)
+    if h_unit != 1.0 or k_unit != 1.0:
+        dh, df = dh / h_unit, df / h_unit
+        log_scale -= math.log(h_unit) + math.log(k_unit)
     if any(name in ("p", "W") for name in wrt):
         if s_scaled is None:
             r = c[..., None] * s * (dh - df)                   # (..., n, T), sums to 0
@@ -325,6 +337,7 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
     for name in wrt:
         if name == "p":
             rel = K - k_ref[..., None, :]
+            rel = rel if k_unit == 1.0 else rel / k_unit
             grads.append(xp.sum((r[..., None, :] @ rel)[..., 0, :], axis=-2))
         elif name == "v":
             cs = c[..., None] * s
@@ -335,6 +348,7 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
             top = xp.astype(s >= xp.max(s, axis=-1, keepdims=True), s.dtype)
             x_ref = (top[..., None, :] @ X)[..., 0, :] / xp.sum(top, axis=-1, keepdims=True)
             rel = X - x_ref[..., None, :]
+            rel = rel if k_unit == 1.0 else rel / k_unit
             g = xp.sum((r[..., None, :] @ rel)[..., 0, :], axis=-2)   # (..., d)
             grads.append(p[..., :, None] * g[..., None, :])
         else:
@@ -343,8 +357,32 @@ def attention_loss_grad(xp, X, K, y, v, p, *, mask=None, loss="logistic",
         if s_scaled is not None and "v" in wrt:
             raise ValueError("saturation_scale=True scales the attention gradients only; "
                              "it cannot be combined with the head's gradient 'v'.")
-        return risk, tuple(grads), -sigma
+        return risk, tuple(grads), log_scale
     return risk, tuple(grads)
+
+
+#: the head outputs times the keys within this range: the attention gradient (their
+#: products, summed) is computed as is
+_WELL_SCALED_GRADIENT = (1e-100, 1e100)
+
+
+def gradient_units(xp, X, K, train):
+    """``units`` of :func:`attention_loss_grad` for tokens ``X`` and keys ``K``: ``None``
+    when the gradient is in float64's range as is, else ``(max|X|, max|K|)`` (``max|X|``
+    for the tokens of ``"W"``), the magnitudes of the head outputs and of the keys.
+
+    Where the scores multiply two data factors (the key-query model's lifted keys
+    ``vec(z_i x_it^T)``) the gradient is cubic in the data: tokens of magnitude
+    1e-140 make it 1e-420, zero in float64, however far from its minimizer.
+    """
+    def top(a):
+        m = float(xp.max(xp.abs(a))) if a is not None and math.prod(a.shape) else 0.0
+        return m if 0.0 < m < float("inf") else 1.0
+
+    h_unit = top(X)
+    k_unit = top(X) if "W" in train or K is None else top(K)
+    low, high = _WELL_SCALED_GRADIENT
+    return None if low <= h_unit * k_unit <= high else (h_unit, k_unit)
 
 
 class AttentionObjective:
@@ -387,9 +425,10 @@ class AttentionObjective:
         :class:`skntp.losses.key_query.KeyQueryProblem`) instead of ``X W^T``.
     saturation_scale : bool, default=False
         Return the attention gradients times a positive factor once the
-        softmax saturates beyond float64 (see :func:`attention_loss_grad`; for
-        normalized GD, which only uses their direction).  The log of the last
-        factor is ``log_grad_scale``.
+        softmax saturates beyond float64, or where the data's units would take
+        them out of float64 (:func:`gradient_units`, fixed at construction; see
+        :func:`attention_loss_grad`; for normalized GD, which only uses their
+        direction).  The log of the last factor is ``log_grad_scale``.
     forward : callable or None
         The head's forward pass (see :func:`attention_loss_grad`).
     """
@@ -411,6 +450,9 @@ class AttentionObjective:
         self.forward = forward
         self.K = keys if keys is not None else (
             None if "W" in self.train else compute_keys(xp, X, W))
+        # (the attention gradients only: saturation_scale excludes the head's)
+        self.units = (gradient_units(xp, X, self.K, self.train)
+                      if saturation_scale and "v" not in self.train else None)
         # multiply-adds of a call (BLAS threads: skntp._backend.blas_threads)
         self.work_size = int(math.prod(X.shape)) * (1 if W is None else int(W.shape[0]))
 
@@ -423,7 +465,7 @@ class AttentionObjective:
         out = attention_loss_grad(
             xp, self.X, K, self.y, v, p, mask=self.mask, loss=self.loss,
             sample_weight=self.sample_weight, wrt=self.train, log=self.log,
-            saturation_scale=self.saturation_scale, forward=self.forward,
+            saturation_scale=self.saturation_scale, forward=self.forward, units=self.units,
         )
         risk, grads = out[:2]
         if self.saturation_scale:

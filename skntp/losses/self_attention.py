@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 from sklearn.utils.validation import check_random_state
 
-from .._backend import logsumexp, scatter_add, softmax
+from .._backend import check_score_scale, logsumexp, scatter_add, softmax
 from .._sequences import _real
 from .._warnings import user_stacklevel
 
@@ -307,12 +307,8 @@ def head_matrix(head, E):
         raise ValueError(
             "the embeddings are all zero: every attention score e_x^T W e_k is 0 for every "
             "W, so attention cannot prefer any token; pass nonzero embeddings.")
-    square = scale * scale  # a Python float: inf or 0.0 past float64's range, no warning
-    if not np.isfinite(square) or square < 1e-290:
-        raise ValueError(
-            f"the embeddings have entries of magnitude {scale:.3g}: the attention scores "
-            "e_x^T W e_k (and E E^T) leave float64 for any W; rescale the embeddings (e.g. "
-            "to unit norm: the model and its limits are scale-covariant).")
+    # (a Python float: inf or 0.0 past float64's range, no warning)
+    check_score_scale(scale * scale, f"the embeddings have entries of magnitude {scale:.3g}")
     if isinstance(head, str):
         if head == "identity":
             return identity_head(E), np.eye(K), True
