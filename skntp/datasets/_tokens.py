@@ -155,7 +155,10 @@ class TokenEncoder(TransformerMixin, BaseEstimator):
         -------
         self
         """
-        seqs = self._split(X)
+        return self._fit_split(self._split(X))
+
+    def _fit_split(self, seqs):
+        """``fit`` on the lists of :meth:`_split`."""
         if not seqs:
             raise ValueError("TokenEncoder.fit got no sequences.")
         specials = self._specials()
@@ -188,11 +191,13 @@ class TokenEncoder(TransformerMixin, BaseEstimator):
         self.n_tokens_ = len(tokens)
         return self
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit_transform(self, X, y=None):
         """Learn the vocabulary and return the token ids of every sequence.
 
-        ``X`` is read once: a generator or any other one-pass iterable works (the
-        default ``fit(X).transform(X)`` would find it used up and return ``[]``).
+        ``X`` and each of its sequences are read once: generators or any other
+        one-pass iterables work, outside and inside (``fit(X).transform(X)``
+        would find them used up and return ``[]`` or empty arrays).
 
         Parameters
         ----------
@@ -204,9 +209,8 @@ class TokenEncoder(TransformerMixin, BaseEstimator):
         -------
         list of ndarray of int64
         """
-        if not isinstance(X, str) and iter(X) is X:  # an iterator: one pass only
-            X = list(X)
-        return self.fit(X).transform(X)
+        seqs = self._split(X)
+        return self._fit_split(seqs)._encode(seqs)
 
     # ----------------------------------------------------------- transform
     def transform(self, X):
@@ -227,12 +231,16 @@ class TokenEncoder(TransformerMixin, BaseEstimator):
             On words outside the vocabulary with ``handle_unknown="error"``.
         """
         check_is_fitted(self)
+        return self._encode(self._split(X))
+
+    def _encode(self, seqs):
+        """``transform`` of the lists of :meth:`_split`."""
         vocab = self.vocabulary_
         unk = vocab.get(self.unknown_token) if self.handle_unknown == "use_unknown" else None
         head = [vocab[self.bos_token]] if self.bos_token is not None else []
         tail = [vocab[self.eos_token]] if self.eos_token is not None else []
         out, unknown = [], set()
-        for words in self._split(X):
+        for words in seqs:
             ids = []
             for w in words:
                 i = vocab.get(w)

@@ -107,3 +107,17 @@ def test_words_to_decoder_and_self_attention_data():
     clf = NTPAttentionClassifier(n_tokens=enc.n_tokens_, random_state=0, max_iter=5)
     clf.fit([prefixes[i] for i in realizable], y2[realizable])
     assert clf.classes_.shape == (enc.n_tokens_,)
+
+
+@pytest.mark.parametrize("one_pass", [
+    lambda seqs: [iter(s) for s in seqs],
+    lambda seqs: (iter(s) for s in seqs),
+    lambda seqs: [(w for w in s) for s in seqs],
+], ids=["list-of-iterators", "generator-of-iterators", "list-of-generators"])
+def test_fit_transform_reads_one_pass_sequences_once(one_pass):
+    # each sequence was read by fit and then found used up by transform: empty arrays
+    seqs = [s.split() for s in SENTENCES]
+    want = TokenEncoder(bos_token="<s>").fit_transform(seqs)
+    got = TokenEncoder(bos_token="<s>").fit_transform(one_pass(seqs))
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    assert all(len(g) == len(s) + 1 for g, s in zip(got, seqs))
