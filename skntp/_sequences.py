@@ -14,7 +14,8 @@ from sklearn.utils import column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-__all__ = ["binary_labels", "check_attention_input", "check_sequences", "key_query_matrix"]
+__all__ = ["binary_labels", "check_attention_input", "check_sequences", "key_query_matrix",
+           "reject_token_sequences"]
 
 
 def check_sequences(X, *, n_features=None, dtype=np.float64, name="X"):
@@ -108,6 +109,52 @@ def check_sequences(X, *, n_features=None, dtype=np.float64, name="X"):
             f"{n_features} features."
         )
     return arr, mask
+
+
+def reject_token_sequences(X, estimator):
+    """Raise a ``ValueError`` that names the right call when ``X`` is text, not vectors.
+
+    For the estimators whose ``X`` is one context embedding per row
+    (:class:`~skntp.NTPDecoderClassifier`, :class:`~skntp.NTPEmbeddingClassifier`):
+    called before :func:`~sklearn.utils.validation.validate_data`, it catches
+    raw sentences and :class:`~skntp.datasets.TokenEncoder`'s output (a list
+    of 1-D integer arrays, one per sentence), which would otherwise end in
+    NumPy's "inhomogeneous shape" error or, when every sentence has the same
+    length, be fitted silently with token ids as features.  Arrays and lists
+    of numeric rows pass untouched (nothing is converted).
+
+    Parameters
+    ----------
+    X : object
+        The estimator's input.
+    estimator : estimator instance or str
+        Named in the message.
+    """
+    name = estimator if isinstance(estimator, str) else type(estimator).__name__
+    if isinstance(X, np.ndarray) and X.dtype != object:
+        return
+    if isinstance(X, str):
+        found = "a string"
+    elif isinstance(X, (list, tuple, np.ndarray)) and len(X):
+        rows = list(X)
+        if any(isinstance(r, str) for r in rows):
+            found = "text (strings)"
+        elif all(isinstance(r, np.ndarray) and r.ndim == 1 and r.dtype.kind in "iu"
+                 for r in rows):
+            found = "a list of 1-D integer arrays (TokenEncoder's output)"
+        elif all(np.ndim(r) == 1 for r in rows) and len({len(r) for r in rows}) > 1:
+            found = "sequences of different lengths"
+        else:
+            return
+    else:
+        return
+    raise ValueError(
+        f"{name} fits context embeddings, an array (n_contexts, n_features) with the "
+        f"next token of each context as its label; got {found}. Make the contexts and "
+        "their next tokens of every prefix of your sequences with "
+        "X, y = skntp.datasets.ntp_from_sequences(TokenEncoder().fit_transform(sentences), "
+        "ContextEmbedder()); in a Pipeline whose samples are single contexts (y their "
+        "next words), put ContextEmbedder() between TokenEncoder() and the estimator.")
 
 
 def check_attention_input(estimator, X, *, reset):

@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
+from sklearn.exceptions import NotFittedError
 from sklearn.utils import Bunch
-from sklearn.utils.validation import check_random_state
+from sklearn.utils.validation import check_is_fitted, check_random_state
+
+from ._embedder import ContextEmbedder
 
 __all__ = ["make_ntp_2d_example", "make_ntp_data", "ntp_from_sequences"]
 
@@ -140,7 +143,7 @@ def make_ntp_2d_example(n_samples=None, *, probs=None):
     return X, y, np.ones(y.shape[0])
 
 
-def ntp_from_sequences(sequences, embed=None, *, context_size=None, pooling="last",
+def ntp_from_sequences(sequences, embed=None, *, context_size=None, pooling=None,
                        n_features=None, random_state=None):
     """Turn token sequences into NTP data over all prefixes (App. D).
 
@@ -149,37 +152,56 @@ def ntp_from_sequences(sequences, embed=None, *, context_size=None, pooling="las
     context when the decoder aggregates them.  Raw text is first encoded by
     :class:`TokenEncoder` (words to integer ids).
 
+    To fit a model on one text and predict on another, embed both with one
+    :class:`ContextEmbedder`: a context's vector then depends on its tokens
+    only, so a context of both texts gets the same vector in both.  The
+    string options ``"gaussian"`` and ``"onehot"`` number the distinct
+    contexts *of the given text* (by first appearance) and give every one
+    its own vector, which makes the data NTP-separable, but the same context
+    in another text (or in another call) gets another vector.
+
     Parameters
     ----------
     sequences : iterable of sequences of hashable tokens
         E.g. the id arrays of :meth:`TokenEncoder.transform`.
-    embed : None, "gaussian", "onehot", callable, mapping or ndarray of shape (V, d)
+    embed : None, ContextEmbedder, "gaussian", "onehot", callable, mapping or \
+ndarray of shape (V, d)
         How a context is given to the model:
 
         * ``None``: the prefixes themselves, as 1-D integer arrays (the
           input of :class:`~skntp.NTPAttentionClassifier`);
+        * a :class:`ContextEmbedder`: its ``transform`` of the prefixes, by
+          their tokens; an unfitted one is first fitted on them, in place, so
+          that the same object then embeds new text
+          (``ntp_from_sequences(new_ids, embedder)``);
         * ``"gaussian"``: an independent ``N(0, I/d)`` vector per distinct
-          context, ``d = n_features`` (default ``m + 8`` for ``m`` distinct
-          contexts, so ``d > m`` and the data are, almost surely,
-          NTP-separable and NTP_H-compatible: the overparameterized regime of
-          the NTP paper's Sec. 3);
+          context of this text, ``d = n_features`` (default ``m + 8`` for
+          ``m`` distinct contexts, so ``d > m`` and the data are, almost
+          surely, NTP-separable and NTP_H-compatible: the overparameterized
+          regime of the NTP paper's Sec. 3);
         * ``"onehot"``: the ``m`` standard basis vectors (``d = m``);
         * a callable ``embed(prefix_tuple) -> (d,)``, or a mapping from prefix
           tuples to vectors;
         * a token-embedding table indexed by integer tokens, in which case a
-          prefix is embedded by ``pooling`` of its tokens' rows.
+          prefix is embedded by ``pooling`` of its tokens' rows (as
+          ``ContextEmbedder(table, pooling=pooling, context_size=context_size)``
+          does).
     context_size : int, optional
         Keep only the last ``context_size`` tokens of each prefix (k-gram
-        contexts); ``None`` keeps the whole prefix.
-    pooling : {"last", "mean", "concat"}, default="last"
-        How a token table embeds a prefix: the last token, the mean of its
-        tokens, or the concatenation of the last ``context_size`` tokens
-        (left-padded with zeros; needs ``context_size``).
+        contexts); ``None`` keeps the whole prefix.  A :class:`ContextEmbedder`
+        then reads the last ``context_size`` tokens of what is kept.
+    pooling : {"last", "mean", "concat"}, optional
+        How a token table embeds a prefix: the last token (the default), the
+        mean of its tokens, or the concatenation of the last ``context_size``
+        tokens (left-padded with zeros; needs ``context_size``).  A
+        :class:`ContextEmbedder` has its own ``pooling``.
     n_features : int, optional
-        ``d`` of ``embed="gaussian"``.
+        ``d`` of ``embed="gaussian"``: a positive integer.  A
+        :class:`ContextEmbedder` has its own ``n_features``.
     random_state : int, RandomState instance or None
         Seeds ``embed="gaussian"`` (distinct contexts are drawn in order of
-        first appearance).
+        first appearance).  A :class:`ContextEmbedder` has its own
+        ``random_state``.
 
     Returns
     -------
@@ -188,19 +210,44 @@ def ntp_from_sequences(sequences, embed=None, *, context_size=None, pooling="las
     y : ndarray of shape (n_prefixes,)
         Next tokens.
 
+    Raises
+    ------
+    ValueError
+        On words instead of ids, a ``context_size`` or ``n_features`` that is
+        not a positive integer, sequences too short to hold a context, and
+        ``pooling``, ``n_features`` or ``random_state`` given with a
+        :class:`ContextEmbedder` (they are its parameters).
+
     Examples
     --------
-    >>> from skntp.datasets import TokenEncoder, ntp_from_sequences
+    >>> from skntp.datasets import ContextEmbedder, TokenEncoder, ntp_from_sequences
     >>> enc = TokenEncoder()
     >>> ids = enc.fit_transform(["the cat sat", "the dog sat"])
     >>> X, y = ntp_from_sequences(ids, "onehot", context_size=1)
     >>> X.shape, enc.inverse_transform(y).tolist()
     ((4, 3), ['cat', 'sat', 'dog', 'sat'])
+    >>> emb = ContextEmbedder("onehot", context_size=1, n_tokens=enc.n_tokens_)
+    >>> X, y = ntp_from_sequences(ids, emb)          # fits emb
+    >>> enc.vocabulary_["the"]
+    1
+    >>> ntp_from_sequences(enc.transform(["the dog"]), emb)[0].tolist()  # new text
+    [[0.0, 1.0, 0.0, 0.0]]
     """
-    if context_size is not None and (isinstance(context_size, (bool, np.bool_)) or not (
-            isinstance(context_size, (int, np.integer)) and context_size >= 1)):
+    if not _positive_integer(context_size):
         raise ValueError(f"context_size must be None or an integer >= 1 (tokens per "
                          f"context), got {context_size!r}.")
+    if not _positive_integer(n_features):
+        raise ValueError(f"n_features must be None or a positive integer (the dimension d "
+                         f"of embed='gaussian'), got {n_features!r}; it is not rounded.")
+    if isinstance(embed, ContextEmbedder):
+        given = [name for name, value in (("pooling", pooling), ("n_features", n_features),
+                                          ("random_state", random_state))
+                 if value is not None]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} set the embedding of embed='gaussian' or of a token "
+                "table; with a ContextEmbedder they are its own parameters: "
+                "ContextEmbedder(pooling=..., n_features=..., random_state=...).")
     prefixes, targets = [], []
     for seq in sequences:
         seq = list(seq)
@@ -213,6 +260,13 @@ def ntp_from_sequences(sequences, embed=None, *, context_size=None, pooling="las
     y = np.asarray(targets)
     if embed is None:
         return [np.asarray(p, dtype=np.int64) for p in _integer_prefixes(prefixes)], y
+    if isinstance(embed, ContextEmbedder):
+        contexts = _integer_prefixes(prefixes)
+        try:
+            check_is_fitted(embed)
+        except NotFittedError:
+            embed.fit(contexts)
+        return embed.transform(contexts), y
     if isinstance(embed, str):
         distinct = list(dict.fromkeys(prefixes))
         m = len(distinct)
@@ -220,13 +274,11 @@ def ntp_from_sequences(sequences, embed=None, *, context_size=None, pooling="las
             rows = np.eye(m)
         elif embed == "gaussian":
             d = m + 8 if n_features is None else int(n_features)
-            if d < 1:
-                raise ValueError(f"n_features must be a positive integer, got {n_features!r}.")
             rows = check_random_state(random_state).standard_normal((m, d)) / np.sqrt(d)
         else:
             raise ValueError(
-                f"embed must be None, 'gaussian', 'onehot', a callable, a mapping or an "
-                f"array; got {embed!r}."
+                f"embed must be None, a ContextEmbedder, 'gaussian', 'onehot', a callable, "
+                f"a mapping or an array; got {embed!r}."
             )
         index = {p: j for j, p in enumerate(distinct)}
         return rows[[index[p] for p in prefixes]], y
@@ -242,28 +294,22 @@ def ntp_from_sequences(sequences, embed=None, *, context_size=None, pooling="las
         table = np.asarray(embed, dtype=float)
         if table.ndim != 2:
             raise ValueError("a token-embedding table must be 2-D (V, d).")
+        pooling = "last" if pooling is None else pooling
         if pooling not in ("last", "mean", "concat"):
             raise ValueError(f"pooling must be 'last', 'mean' or 'concat', got {pooling!r}.")
         if pooling == "concat" and context_size is None:
             raise ValueError("pooling='concat' needs context_size.")
-        prefixes = _integer_prefixes(prefixes)
-        if max(max(p) for p in prefixes) >= table.shape[0]:
-            raise ValueError(
-                f"a token id is out of range of the embedding table with "
-                f"{table.shape[0]} rows."
-            )
-
-        def fn(prefix):
-            rows = table[np.asarray(prefix, dtype=int)]
-            if pooling == "last":
-                return rows[-1]
-            if pooling == "mean":
-                return rows.mean(axis=0)
-            pad = np.zeros((context_size - len(prefix), table.shape[1]))
-            return np.concatenate([pad, rows]).ravel()
+        embedder = ContextEmbedder(table, pooling=pooling, context_size=context_size)
+        return embedder.fit_transform(_integer_prefixes(prefixes)), y
     cache = {}
     X = np.stack([cache.setdefault(p, np.asarray(fn(p), dtype=float)) for p in prefixes])
     return X, y
+
+
+def _positive_integer(value):
+    """``value`` is None or an integer >= 1 (not a bool, not a float such as 2.5)."""
+    return value is None or (not isinstance(value, (bool, np.bool_))
+                             and isinstance(value, (int, np.integer)) and value >= 1)
 
 
 def _integer_prefixes(prefixes):
