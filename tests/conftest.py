@@ -16,6 +16,9 @@
   counterexamples.
 * Every test starts with NumPy's global random state seeded, so an estimator
   left at ``random_state=None`` still fits the same model on every run.
+* Warnings are errors (``filterwarnings`` in ``pyproject.toml``, with its
+  commented exceptions): a test that provokes one says so with ``pytest.warns``.
+  Every test ends with the matplotlib figures it left open closed.
 * ``--cov-fail-under-lines=L --cov-fail-under-branches=B`` (with pytest-cov's
   ``--cov``) print the line and the branch coverage of the run separately and
   fail it when either is below its goal (coverage's own ``fail_under`` only
@@ -126,6 +129,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close the matplotlib figures a test leaves open.
+
+    pyplot keeps every figure until it is closed, and past 20 open figures it warns
+    (a RuntimeWarning, an error under the suite's ``filterwarnings``) in whichever
+    later test of the same worker opens the next one.
+    """
+    yield
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        plt.close("all")
 
 
 @pytest.fixture(autouse=True)

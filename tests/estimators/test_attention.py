@@ -284,7 +284,8 @@ def test_lemma1_training_W_gives_the_same_iterates(solver):
     v = rng.standard_normal(d)
     p0 = rng.standard_normal(d)
     u = rng.standard_normal(d) * 2.0
-    common = {"head": v, "solver": solver, "lr": 0.3, "max_iter": 60}
+    # the iterates only: no limit (ATT-SVM is infeasible on these inputs, and would warn)
+    common = {"head": v, "solver": solver, "lr": 0.3, "max_iter": 60, "compute_limits": False}
     a = AttentionSelector(train="p", init=p0, **common).fit(X, y)
     b = AttentionSelector(train="W", key_query=np.outer(u, p0) / (u @ u), fixed_query=u,
                           **common).fit(X, y)
@@ -368,7 +369,7 @@ def test_bad_inputs_give_clear_errors():
     rng = np.random.default_rng(8)
     X = rng.standard_normal((6, 4, 3))
     y = np.array([0, 1] * 3)
-    est = AttentionSelector(max_iter=20).fit(X, y)
+    est = AttentionSelector(max_iter=20, compute_limits=False).fit(X, y)  # ATT-SVM infeasible
     with pytest.raises(ValueError, match="dimension 2.*3 features"):
         est.predict([rng.standard_normal((3, 2)), rng.standard_normal((2, 2))])
     with pytest.raises(ValueError, match="different token dimensions"):

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pytest
 from helpers import key_query_setup, relu_setup
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
@@ -144,9 +145,10 @@ def test_factors_start_where_asked_and_keep_the_previous_fit_on_error():
     X, y, Z, v = key_query_setup(2)
     rng = np.random.default_rng(0)
     Q0, K0 = rng.standard_normal((10, 3)), rng.standard_normal((10, 3))
-    est = KeyQuerySelector(head=v, query_index=0, parameterization="KQ", rank=3,
-                           init=(Q0, K0), solver="gd", lr=1e-12, max_iter=1, compute_limits=False,
-                           classes=[-1, 1]).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match="lr=1e-12 is far too small"):  # stay at init
+        est = KeyQuerySelector(head=v, query_index=0, parameterization="KQ", rank=3,
+                               init=(Q0, K0), solver="gd", lr=1e-12, max_iter=1,
+                               compute_limits=False, classes=[-1, 1]).fit(X, y)
     np.testing.assert_allclose(est.key_query_, Q0 @ K0.T, rtol=1e-9)
     before = est.key_query_.copy()
     with pytest.raises(ValueError, match="shape"):
@@ -305,7 +307,7 @@ def test_relu_head_attributes_and_predictions():
     # W^fin reproduces the trained log-odds of the kept tokens
     Z = X[:, -1]
     logits = np.einsum("itd,kd,ik->it", X, fin, Z)
-    log_s = np.log(s)
+    log_s = np.log(np.where(est.kept_tokens_, s, 1.0))  # the kept tokens' (s >= 1e-3)
     for i in range(4):
         kept = np.flatnonzero(est.kept_tokens_[i])
         for o in kept[1:]:
@@ -380,8 +382,11 @@ def test_fixed_query_with_factors_and_starts_from_key_query():
     # rank-one u p^T / ||u||^2 (the two programs coincide)
     X, y, Z, v = key_query_setup(1)
     W0 = np.random.default_rng(1).standard_normal((10, 10)) / 10
-    est = KeyQuerySelector(head=v, parameterization="KQ", key_query=W0,
-                           max_iter=400, classes=[-1, 1]).fit(X, y)
+    # the optimal tokens are not separable by a common W: no GMM direction (the selected
+    # tokens' limits exist)
+    with pytest.warns(UserWarning, match=r"ATT-SVM \(nuclear norm.*gmm_direction_ is None"):
+        est = KeyQuerySelector(head=v, parameterization="KQ", key_query=W0,
+                               max_iter=400, classes=[-1, 1]).fit(X, y)
     assert est.query_.shape == (10,) and est.limit_ranks_ == {"fro": 1, "nuclear": 1}
     np.testing.assert_allclose(est.limit_directions_["fro"],
                                est.limit_directions_["nuclear"], atol=1e-4)

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 from helpers import att_svm_by_hand, joint_instance, key_query_setup, relu_setup
+from sklearn.exceptions import ConvergenceWarning
 
 import skntp._base as base_module
 import skntp.attention as attention_module
@@ -324,7 +325,8 @@ def test_joint_one_token_inputs_have_no_attention_margin():
         assert est.mm_direction_ is None and est.att_svm_direction_ is None
         assert est.head_mm_margin_ > 0
         assert est.predict(X).tolist() == y.tolist()
-    assert AttentionSelector(max_iter=3).fit(X, y).mm_direction_ is None
+    with pytest.warns(ConvergenceWarning, match="gradient is exactly zero at the initial"):
+        assert AttentionSelector(max_iter=3).fit(X, y).mm_direction_ is None
 
 
 def test_joint_attention_limits_in_the_max_norm_against_cvxpy():

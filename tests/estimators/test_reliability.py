@@ -285,7 +285,10 @@ def test_selector_rejects_bad_sample_weight(sample_weight, match):
     ({"head": np.full(3, NAN)}, "head contains NaN or infinity"),
     ({"train": "v"}, "'train' parameter"),
     ({"loss": "hinge"}, "'loss' parameter"),
-    ({"init": np.ones(5)}, r"init must have shape \(3,\), got \(5,\)"),
+    # without the limit: fit solves ATT-SVM (infeasible here: a UserWarning) before it
+    # checks init's shape (issue #48)
+    ({"init": np.ones(5), "compute_limits": False},
+     r"init must have shape \(3,\), got \(5,\)"),
     ({"max_enumeration": 0}, "'max_enumeration' parameter"),
 ])
 def test_selector_rejects_bad_parameters(params, match):
@@ -745,7 +748,9 @@ def test_float32_saturation_stops_with_warning():
 # out-of-support mass that a plain subtraction would round away.
 def test_decoder_gradient_direction_at_large_norm():
     factory, X, y, _ = EXTREME_MODELS["decoder-one-hot"]
-    est = factory("float64", 10_000, 500).fit(X, y)
+    # at lr 500 the softmax saturates in float64 too, as it does in float32 above
+    with pytest.warns(ConvergenceWarning, match="underflowed to exactly zero"):
+        est = factory("float64", 10_000, 500).fit(X, y)
     assert est.alignment_ > 0.9
 
 

@@ -1518,7 +1518,7 @@ def test_methods_run_under_the_blas_threads_they_ask_for(own, pool, monkeypatch)
 
     monkeypatch.setattr(_solve, "blas_threads", spy)
     attrs = {} if own is False else {"blas_threads": own}
-    _fake_methods(monkeypatch, [_answer(0.0)], m0=attrs)
+    _fake_methods(monkeypatch, [_answer()], m0=attrs)  # the optimum: certified, no warning
     problem = _one_row()
     solve_max_margin(problem)
     assert sizes == [(problem.scores.work_size if pool == "size" else pool, "numpy")]
@@ -1546,7 +1546,7 @@ def test_methods_run_under_the_blas_threads_they_ask_for(own, pool, monkeypatch)
 def test_solve_max_margin_validates_the_array_layer_and_upcasts_float32(monkeypatch):
     from skntp.svm import solve_max_margin
 
-    calls = _fake_methods(monkeypatch, [_answer(0.0)])
+    calls = _fake_methods(monkeypatch, [_answer()])  # the optimum: certified, no warning
     solve_max_margin(_one_row(), dtype="float32")
     assert calls[0][3:] == ("numpy", 0, np.float64)  # explicit programs run in float64
     with pytest.raises(ValueError, match="dtype"):
@@ -1712,7 +1712,7 @@ def test_solve_max_margin_keeps_the_requested_device_and_names_the_program(monke
         return real(backend, device, dtype)
 
     monkeypatch.setattr(_solve, "get_backend", spy)
-    calls = _fake_methods(monkeypatch, [_answer(0.5), _answer(0.0)])
+    calls = _fake_methods(monkeypatch, [_answer(), _answer(0.0)])  # m0: the optimum
     small = MaxMarginProblem(KeyScores(1e-7 * np.array([[[1.0, 0.0], [0.0, 1.0]]])),
                              Constraints([0], [0], [1], [1.0], [False]))
     seen = []

@@ -114,7 +114,11 @@ KINDS = {
 
 def is_feasible_reference(problem):
     try:
-        return solve_max_margin(problem, method="cvxpy")
+        with warnings.catch_warnings():
+            # an uncertified answer (gap a little above tol) is expected of the reference:
+            # the comparison allows for its reported gap
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return solve_max_margin(problem, method="cvxpy")
     except NotSeparableError:
         return None
 
