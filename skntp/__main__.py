@@ -219,7 +219,8 @@ def build_parser(prog="skntp"):
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    rep.add_argument("name", metavar="NAME", choices=sorted(_reproduce.REPRODUCTIONS))
+    rep.add_argument("name", metavar="NAME", choices=sorted(_reproduce.REPRODUCTIONS),
+                     help="one of the reproductions listed above")
     rep.add_argument("--plot", metavar="OUT.png", default=None, type=plot_path,
                      help="save the figure, in the format of its extension (.png, .pdf, "
                           ".svg, ...; needs matplotlib); checked before computing")
