@@ -28,10 +28,11 @@ def test_import_does_not_import_torch_or_matplotlib():
 
 
 def test_demo_runs():
-    out = subprocess.run([sys.executable, "-m", "skntp", "demo", "--max-iter", "300"],
+    out = subprocess.run([sys.executable, "-m", "skntp", "demo", "--max-iter", "20"],
                          cwd=ROOT, capture_output=True, text=True, check=True)
     assert "cos(W - W*, W^mm)" in out.stdout
-    assert "SVM limit" in out.stdout
+    assert "SVM limit" in out.stdout and "What the rows are" in out.stdout
+    assert out.stderr == ""  # no warning, no progress: the table is the whole output
 
 
 def test_ci_runs_exactly_the_readme_test_command():
