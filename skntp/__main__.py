@@ -2,8 +2,8 @@
 
 Installed, the same program is the ``skntp`` console script (``skntp demo``).
 Every argument is checked before anything is computed: a wrong one ends the
-program with one line naming it (``skntp demo: error: argument --seed: ...``)
-and exit status 2, as argparse does for an unknown option.
+program with argparse's usage line and one error line naming it (``skntp demo:
+error: argument --seed: ...``), exit status 2, as for an unknown option.
 """
 
 from __future__ import annotations
