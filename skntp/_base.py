@@ -36,14 +36,16 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ._backend import get_backend, scaled_norm, to_numpy
 from ._optim import DESCENT_SOLVERS, OptimResult, check_descent_norm, limit_norm, minimize
 from ._progress import close_progress, make_limit_progress, make_progress
-from ._warnings import user_stacklevel
+from ._warnings import reemit, user_stacklevel
 from .metrics import alignment, history_metrics
-from .svm import NotSeparableError, ProgramTooLargeError
+from .svm import NotSeparableError, ProgramTooLargeError, UndecidedError
+from .svm._certificate import STATUSES
 from .svm._problem import available_memory
 
 __all__ = [
@@ -474,11 +476,17 @@ class ImplicitBiasEstimator(BaseEstimator):
         training.metrics = with_weights
 
     def _solve_limit(self, program, solve, consequence, *, required=None,
-                     failures=(NotSeparableError, ProgramTooLargeError), quiet=()):
-        """``solve(callback)`` with a progress bar; infeasible or too large: warn.
+                     failures=(NotSeparableError, ProgramTooLargeError, UndecidedError),
+                     quiet=()):
+        """``solve(callback)`` with a progress bar; infeasible, undecided, too large or
+        not certified: warn.
 
         Every limit program of every estimator is solved through this method,
-        so the policy on a failed solve is written once.
+        so the policy on a failed solve is written once.  A
+        :class:`~skntp.svm.MaxMarginResult` whose certificate did not come out
+        ``"optimal"`` is never used (as if the solve had failed, whatever
+        ``required`` says): one ConvergenceWarning names its status, and the
+        estimator goes on without the limit.
 
         Parameters
         ----------
@@ -504,15 +512,20 @@ class ImplicitBiasEstimator(BaseEstimator):
         -------
         result : object or None
             ``None`` when the program has no solution here (an error when
-            ``required``).
+            ``required``), or none that is certified.
         failure : Exception or None
-            The exception behind a ``None`` result.
+            The exception behind a ``None`` result (a RuntimeError for an
+            uncertified one).
         """
         required = self.solver == "svm" if required is None else required
         progress = make_limit_progress(self.verbose, desc=f"limit {program}")
+        caught = []
         try:
-            return solve(progress), None
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = solve(progress)
         except failures as exc:
+            reemit(caught)
             if required:
                 raise type(exc)(f"solver='svm' needs the {program} solution: {exc}") from exc
             if not isinstance(exc, quiet):
@@ -521,6 +534,18 @@ class ImplicitBiasEstimator(BaseEstimator):
             return None, exc
         finally:
             close_progress(progress)
+        status = getattr(result, "status", "optimal")
+        if status == "optimal":
+            reemit(caught)
+            return result, None
+        # the dispatcher's "no answer could be certified" is folded into one warning
+        reemit(w for w in caught if not issubclass(w.category, ConvergenceWarning))
+        message = (
+            f"{program}: no certified answer (status {status!r}: {STATUSES.get(status, '')}; "
+            f"relative duality gap {result.gap:.2e}, largest constraint violation "
+            f"{result.max_violation:.2e}), so it is not used. {consequence}")
+        warnings.warn(message, ConvergenceWarning, stacklevel=user_stacklevel())
+        return None, RuntimeError(message)
 
     def _train(self, training):
         """Run the one training loop with the estimator's solver parameters."""
@@ -665,3 +690,4 @@ class ImplicitBiasEstimator(BaseEstimator):
                "norm": np.array([scaled_norm(w)])}
         out.update({k: np.array([float(v)]) for k, v in extra.items()})
         return out
+

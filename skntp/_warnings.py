@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 
 import joblib
 import sklearn
@@ -38,3 +39,10 @@ def user_stacklevel():
     finally:
         del frame
     return max(level, 1)
+
+
+def reemit(caught):
+    """Warn again, at their own file and line, warnings recorded by
+    :class:`warnings.catch_warnings` (``record=True``)."""
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)

@@ -31,6 +31,7 @@ from ._base import (
     unit,
 )
 from ._progress import close_progress, make_limit_progress
+from ._sequences import reject_token_sequences
 from ._warnings import user_stacklevel
 from .losses.decoder import (
     CrossEntropy,
@@ -59,17 +60,19 @@ __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
 
 def _separability(contexts, probs):
-    """The separable rows by :func:`~skntp.svm.ntp_separability`; ``None`` when the
-    contexts are linearly independent (every row is separable), or when the program is
-    too large or HiGHS fails on it (the NTP-SVM then decides, as without the diagnosis;
-    the log of ``skntp.svm`` says which)."""
+    """The separable rows by :func:`~skntp.svm.ntp_separability`, when certified both
+    ways; ``None`` when the contexts are linearly independent (every row is
+    separable), when the program is too large or HiGHS fails on it, or when the split
+    is undecided (the NTP-SVM then decides, as without the diagnosis; the log of
+    ``skntp.svm`` says which, and an undecided split warns)."""
     m, d = contexts.shape
     if m <= d and np.linalg.matrix_rank(contexts) == m:
         return None
     try:
-        return ntp_separability(contexts, probs)
+        found = ntp_separability(contexts, probs)
     except (ProgramTooLargeError, RuntimeError):  # too large, or HiGHS failed: unknown
         return None
+    return found if found.status == "certified" else None
 
 
 _DENSE_PROBS_MAX = 1_000_000
@@ -216,6 +219,11 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         ``alignment_uncorrected`` (cosine of ``W_k``), ``finite_distance``
         (``||P_F(W_k) - W*||``) and ``time``.
     n_iter_ : int
+        The iterations run: gradient steps of the descent for an iterative
+        ``solver``; with ``solver="svm"``, the iterations of the method that
+        solved the NTP-SVM (``svm_result_.n_iter``, e.g. passes over the
+        contexts of ``method="dcd"``), not gradient steps; 0 when no program
+        was solved.
     svm_result_ : MaxMarginResult or None
         Duals, gap and iterations of the NTP-SVM solve.
     svm_radius_ : float
@@ -409,6 +417,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
     # ------------------------------------------------------------- predict
     def _logits(self, X):
         check_is_fitted(self)
+        reject_token_sequences(X, self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return X @ self.coef_.T
 

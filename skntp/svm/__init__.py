@@ -57,6 +57,7 @@ from ._problem import (
     NotSeparableError,
     ProgramTooLargeError,
     QueryKeyScores,
+    UndecidedError,
 )
 from ._solve import solve_max_margin, solve_min_norm
 
@@ -78,6 +79,7 @@ __all__ = [
     "NotSeparableError",
     "ProgramTooLargeError",
     "QueryKeyScores",
+    "UndecidedError",
     "NORMS",
     "check_norm",
     "cyclic_correction",

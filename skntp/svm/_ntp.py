@@ -14,6 +14,8 @@ from ._problem import (
     Constraints,
     MaxMarginProblem,
     MaxMarginResult,
+    NotSeparableError,
+    ProgramTooLargeError,
     check_program_size,
     real_array,
 )
@@ -109,7 +111,7 @@ def ntp_svm_problem(contexts, support, *, norm="fro"):
     return MaxMarginProblem(
         BilinearScores(contexts, None, n_outputs=V),
         cons,
-        infeasibility_proof=(partial(_no_separable_row, contexts, support)
+        infeasibility_proof=(partial(_no_separable_row, contexts, support, cons)
                              if contexts.shape[0] > contexts.shape[1] else None),
         name="NTP-SVM",
         infeasible_message="data are not NTP-separable (no W in F-perp separates "
@@ -120,16 +122,50 @@ def ntp_svm_problem(contexts, support, *, norm="fro"):
     )
 
 
-def _no_separable_row(contexts, support):
-    """The message of :func:`spanning_proof` when it proves that no margin row of the
-    NTP-SVM is separable (the program is then infeasible), else ``None``."""
-    scale = max(float(np.abs(contexts).max(initial=0.0)), np.finfo(float).tiny)
-    if not spanning_proof(contexts / scale, support):
+def _no_separable_row(contexts, support, constraints):
+    """``(message, multipliers)`` when the loss's stationary point proves that no margin
+    row of the NTP-SVM is separable (the program is then infeasible), else ``None``.
+
+    Its table is the Farkas certificate (:func:`~skntp.svm.no_row_is_separable`); it is
+    computed when the contexts of the frequent tokens positively span (a cheap sign
+    that no row is separable, :func:`spanning_proof`) or the work is at most
+    :data:`~skntp.svm._ntp_partial.MAX_PROOF_WORK`.
+    """
+    from ._ntp_partial import (
+        MAX_PROOF_WORK,
+        _dense_support,
+        _stationary_table,
+        _table_at_zero,
+        orthonormal_contexts,
+        table_multipliers,
+    )
+
+    try:
+        support = _dense_support(support)
+    except ProgramTooLargeError:
         return None
-    return ("No margin row is separable: the contexts of the frequent tokens positively "
-            "span R^d (skntp.svm.spanning_proof). skntp.svm.ntp_separability and "
-            "NTPDecoderClassifier give the limits of such data (W_fin, the minimizer of "
-            "the loss).")
+    m, V = support.shape
+    scale = max(float(np.abs(contexts).max(initial=0.0)), np.finfo(float).tiny)
+    H = contexts / scale
+    Q = orthonormal_contexts(H)
+    if Q.shape[1] == m:
+        return None
+    if Q.shape[1] == 0:
+        return ("No margin row is separable: every context is zero.",
+                table_multipliers(constraints, support, _table_at_zero(support)))
+    spans = spanning_proof(Q, support)
+    if not spans and m * V * contexts.shape[1] > MAX_PROOF_WORK:
+        return None
+    table = _stationary_table(Q, H, support, np.ones_like(support), require="image")
+    if table is None:
+        return None
+    why = ("the contexts of the frequent tokens positively span R^d "
+           "(skntp.svm.spanning_proof), and " if spans else "")
+    return (f"No margin row is separable: {why}the loss has a stationary point, whose "
+            "table is the Farkas certificate (skntp.svm.no_row_is_separable). "
+            "skntp.svm.ntp_separability and NTPDecoderClassifier give the limits of such "
+            "data (W_fin, the minimizer of the loss).",
+            table_multipliers(constraints, support, table))
 
 
 def _out_of_support(support, rows_per_chunk=None):
@@ -341,9 +377,13 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
     Raises
     ------
     NotSeparableError
-        Before any solve when :func:`spanning_proof` shows that no margin row is
-        separable (``m > d`` only); otherwise when the method finds the program
-        infeasible.
+        Before any solve when the loss's stationary point proves that no margin row
+        is separable (``m > d`` only, :func:`~skntp.svm.no_row_is_separable`), or
+        when a method's multipliers certify the program infeasible; either way a
+        Farkas certificate that the dispatcher has checked (``exc.result``).
+    UndecidedError
+        When every method tried called the program infeasible without a
+        certificate.
     """
     problem = ntp_svm_problem(contexts, support, norm=norm)
     contexts = problem.scores.queries
@@ -358,20 +398,33 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
     reduced = ntp_svm_problem(contexts, support[:, representative])
     scale = 1.0 / np.sqrt(counts)
     reduced.scores = BilinearScores(contexts, None, n_outputs=counts.size, output_scale=scale)
-    res = solve_max_margin(reduced, method=method, **kwargs)
-    primal = (res.primal * scale[:, None])[token_class]
-    # dual table of the reduced program -> the full one: C[j, v] = C'[j, c(v)] / n_c
-    c = reduced.constraints
+    c, full = reduced.constraints, problem.constraints
     size = support.shape[0] * counts.size
-    table = (np.bincount(c.block * counts.size + c.pos, res.dual, minlength=size)
-             - np.bincount(c.block * counts.size + c.ref, res.dual, minlength=size))
-    table = (table.reshape(-1, counts.size) / counts)[:, token_class]
-    full = problem.constraints
-    # equalities (z, anchor) carry C[j, z]; inequalities (anchor, v) carry -C[j, v]
-    dual = np.where(full.equality, table[full.block, full.pos], -table[full.block, full.ref])
+
+    def full_dual(dual):
+        # the reduced program's table -> the full one: C[j, v] = C'[j, c(v)] / n_c (a
+        # Farkas table stays one: its rows still sum to zero and its image vanishes)
+        table = (np.bincount(c.block * counts.size + c.pos, dual, minlength=size)
+                 - np.bincount(c.block * counts.size + c.ref, dual, minlength=size))
+        table = (table.reshape(-1, counts.size) / counts)[:, token_class]
+        # equalities (z, anchor) carry C[j, z]; inequalities (anchor, v) carry -C[j, v]
+        return np.where(full.equality, table[full.block, full.pos],
+                        -table[full.block, full.ref])
+
+    try:
+        res = solve_max_margin(reduced, method=method, **kwargs)
+    except NotSeparableError as exc:
+        if exc.result is not None:
+            exc.result.primal = np.zeros(problem.shape)
+            exc.result.dual = full_dual(exc.result.dual)
+        raise
+    primal = (res.primal * scale[:, None])[token_class]
+    # the reduction is exact: ||W|| = ||U'||, and the reduced program's bound is the
+    # full program's
     return problem, MaxMarginResult(
-        primal=primal, dual=dual, method=res.method, status=res.status, n_iter=res.n_iter,
-        gap=res.gap, max_violation=res.max_violation,
+        primal=primal, dual=full_dual(res.dual), method=res.method, status=res.status,
+        n_iter=res.n_iter, gap=res.gap, max_violation=res.max_violation,
+        objective=res.objective, bound=res.bound,
     )
 
 

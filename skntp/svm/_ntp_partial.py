@@ -47,14 +47,18 @@ import logging
 import math
 import os
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
 import scipy.optimize
 import scipy.sparse as sp
 
 from .._backend import blas_threads
+from .._warnings import user_stacklevel
+from ._certificate import ROW_ULPS
 from ._newton import newton_cg
 from ._ntp import _anchors, _check_contexts, exchangeable_tokens, spanning_proof
 from ._problem import (
@@ -65,9 +69,10 @@ from ._problem import (
     available_memory,
 )
 
-__all__ = ["FiniteComponent", "NTPSeparability", "finite_side_problem", "no_row_is_separable",
-           "ntp_separability", "partial_finite_component", "partial_ntp_svm_problem",
-           "separable_row_gaps"]
+__all__ = ["NOT_SEPARABLE_MARGIN", "SEPARABILITY_TOL", "FiniteComponent", "NTPSeparability",
+           "farkas_row_bounds", "finite_side_problem", "image_vanishes", "no_row_is_separable",
+           "ntp_separability", "orthonormal_contexts", "partial_finite_component",
+           "partial_ntp_svm_problem", "separable_row_gaps", "table_multipliers"]
 
 _log = logging.getLogger("skntp.svm")
 
@@ -83,6 +88,23 @@ REFRESH_EVERY = 2
 #: The relative gradient norm below which :func:`no_row_is_separable` tries its
 #: proof at each Newton step.
 NEAR_STATIONARY = 1e-6
+
+#: The separable side's tolerance, on an orthonormal basis of the contexts' span
+#: (:func:`orthonormal_contexts`): the rows of ``I`` are certified separable by a
+#: direction that meets every other row of the recession cone to this fraction of
+#: its smallest margin on them (the relative violation of a certified optimum).
+SEPARABILITY_TOL = 1e-8
+
+#: The other side's: a row is certified not separable when a Farkas table bounds
+#: every recession direction's margin on it by this fraction of ``||D|| ||a_jv||``,
+#: on the same basis (:func:`farkas_row_bounds`).  A table's bound on a row is its
+#: image's size (rounding, ~1e-17 of the table's mass) over the row's entry, so rows
+#: whose softmax probability at the stationary point is tiny get weak bounds: on
+#: real text (3,889 contexts, V = 298) the weakest is 1.1e-6 and the 99th
+#: percentile 1.8e-9; with tokens never next (400 contexts, V = 50, probabilities
+#: down to 1.5e-8) the weakest is 1.6e-6.  The linear program's multipliers, which
+#: weigh every row off ``I`` by at least 1, bound them by about 1e-13.
+NOT_SEPARABLE_MARGIN = 1e-5
 
 #: The largest linear program (out-of-support rows after merging exchangeable
 #: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on
@@ -103,18 +125,34 @@ class NTPSeparability:
     method : str
         ``"rank"`` (linearly independent contexts: every row separable, Lemma 1 of
         the NTP paper's Sec. 3; or no row at all), ``"positive spanning"`` (no row
-        separable, :func:`~skntp.svm.spanning_proof`), ``"stationary point"`` (no row separable,
+        separable, :func:`~skntp.svm.spanning_proof`, certified by a stationary
+        point), ``"stationary point"`` (no row separable,
         :func:`no_row_is_separable`) or ``"highs"`` (the linear program).
     direction : ndarray of shape (V, d) or None
-        The program's point of the recession cone, positive on every row of
-        ``I`` (for the contexts divided by their largest entry; ``None`` unless
-        the program ran).
+        A point of the recession cone, positive on every row of ``I``, for the
+        contexts divided by their largest entry (``None`` unless the program
+        ran).
+    status : {"certified", "undecided"}
+        ``"certified"``: every row of ``I`` is certified separable (``direction``,
+        or linearly independent contexts) and every other row certified not
+        separable (``farkas``); ``"undecided"``: some row is neither (the split
+        is the candidate that was found).
+    farkas : ndarray of shape (m, V) or None
+        The Farkas table of the rows certified not separable
+        (:func:`farkas_row_bounds`): ``-pi_j (softmax_j - p_j)`` at a stationary
+        point of the loss restricted to the rows off ``I``, on an orthonormal
+        basis of the contexts' span.
+    certified : ndarray of shape (m, V), bool or None
+        The out-of-support rows whose side is certified (``None``: all of them).
     """
 
     separable: np.ndarray
     support: np.ndarray
     method: str
     direction: np.ndarray | None = None
+    status: str = "certified"
+    farkas: np.ndarray | None = None
+    certified: np.ndarray | None = None
 
     @property
     def n_rows(self):
@@ -125,6 +163,13 @@ class NTPSeparability:
     def n_separable(self):
         """The number of separable rows ``|I|``."""
         return int(np.count_nonzero(self.separable))
+
+    @property
+    def n_undecided(self):
+        """The number of out-of-support rows whose side is not certified."""
+        if self.certified is None:
+            return 0
+        return int(np.count_nonzero(~self.support & ~self.certified))
 
     @property
     def fraction(self):
@@ -159,23 +204,188 @@ def _dense_support(support):
     return support
 
 
-def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
-    """Find the separable margin rows ``I`` of NTP data by one linear program.
+def orthonormal_contexts(contexts):
+    """The contexts on an orthonormal basis of their span: ``Q`` of shape (m, r).
 
-    The program (in ``W`` of shape (V, d), one common in-support logit ``c_j``
+    Separability depends on the contexts only through their span (the rows of ``W H^T``
+    are the same set for ``H`` and ``H A``, ``A`` invertible), so the diagnosis runs on
+    ``Q``, whose conditioning is 1 whatever that of ``H``.  A column-pivoted QR
+    (``H P = Q R``) keeps every direction whose ``|R_ii|`` is above ``max(m, d) eps
+    |R_00|`` (the rank convention of :func:`numpy.linalg.matrix_rank`): at condition
+    1e8 every direction stays, where a cut-off on ``H^T H`` would drop those below
+    1e-8.
+    """
+    H = np.asarray(contexts, dtype=float)
+    m, d = H.shape
+    if m == 0 or d == 0:
+        return np.zeros((m, 0))
+    Q, R, _ = scipy.linalg.qr(H, mode="economic", pivoting=True)
+    diag = np.abs(np.diag(R))
+    rank = int(np.count_nonzero(diag > max(m, d) * np.finfo(float).eps * diag[0])) if (
+        diag.size and diag[0] > 0) else 0
+    return np.ascontiguousarray(Q[:, :rank])
+
+
+def farkas_row_bounds(contexts, support, table):
+    """The margin bound that a Farkas table proves for every out-of-support row.
+
+    A table ``T`` (m, V) combines the rows of the recession cone ``K`` (module
+    docstring): with its rows summed to zero on an anchor of each support and
+    ``E = T^T H``, every ``D in K`` has
+    ``sum_{v not in S_j} (-T[j, v]) r_{jv}(D) = <D, E>``, and every term on the left is
+    ``>= 0`` where ``T <= 0``.  So each row with ``T[j, v] < 0`` has, for every ``D``
+    in ``K``,
+
+    .. math::
+
+        \\frac{r_{jv}(D)}{\\|D\\| \\, \\|a_{jv}\\|} \\le
+        \\frac{\\|E\\| + \\sum_{T_{ik} > 0} T_{ik} \\|a_{ik}\\| + \\delta}
+        {-T[j, v] \\, \\|a_{jv}\\|},
+
+    ``a_{jv}`` the row's coefficients (``||a_jv|| = sqrt(2) ||h_j||``), positive
+    off-support entries counted against it and ``delta`` a rounding allowance: one
+    unit of roundoff of the image's magnitude, ``eps || |T|^T |H| ||`` (the
+    computed image of a projected table is of that order; the worst case of
+    ``m``-term sums, ``m`` times more, would leave no row of a large table
+    certified), and the row sums left after the anchor's correction, times the
+    contexts' norms.
+    :func:`ntp_separability` applies it on an orthonormal basis of the contexts'
+    span, where the bound does not depend on the conditioning of the contexts, and
+    certifies a row not separable when it is at most :data:`NOT_SEPARABLE_MARGIN`.
+
+    Parameters
+    ----------
+    contexts : ndarray of shape (m, d)
+    support : ndarray of shape (m, V), bool
+    table : ndarray of shape (m, V)
+
+    Returns
+    -------
+    ndarray of shape (m, V)
+        The bound of every out-of-support row (``inf`` where ``T >= 0``, and on the
+        supports).
+    """
+    H = np.asarray(contexts, dtype=float)
+    top = float(np.max(np.abs(H), initial=0.0))
+    m, V = support.shape
+    bounds = np.full((m, V), np.inf)
+    if top == 0.0 or m == 0:
+        return bounds
+    H = H / top
+    T = _zero_sum(table, support)
+    off = ~support
+    E = T.T @ H
+    hn = np.linalg.norm(H, axis=1)
+    a = math.sqrt(2.0) * hn
+    against = float(np.where(off & (T > 0), T, 0.0).sum(axis=1) @ a)
+    numerator = float(np.linalg.norm(E)) + against + _image_rounding(T, H)
+    neg = off & (T < 0)
+    j = np.nonzero(neg)[0]
+    with np.errstate(divide="ignore"):
+        bounds[neg] = numerator / ((-T[neg]) * a[j])
+    return bounds
+
+
+def _zero_sum(table, support):
+    """A copy of ``table`` with each row summed to zero on its anchor's entry (the sums
+    in extended precision, where the platform has it)."""
+    T = np.array(table, dtype=float)
+    T[np.arange(T.shape[0]), _anchors(support)] -= T.sum(axis=1, dtype=np.longdouble)
+    return T
+
+
+def _image_rounding(T, H):
+    """The rounding allowance of the computed ``T^T H``: one unit of roundoff of its
+    magnitude, and the row sums left (``c_j`` times each, ``|c_j| <= ||D|| ||h_j||``)."""
+    absT = np.abs(T)
+    left = np.abs(T.sum(axis=1, dtype=np.longdouble)).astype(float)
+    return (np.finfo(float).eps * float(np.linalg.norm(absT.T @ np.abs(H)))
+            + float(left @ np.linalg.norm(H, axis=1)))
+
+
+def image_vanishes(contexts, support, table):
+    """Whether the table's image ``T^T H`` on the contexts themselves (not a basis)
+    vanishes: ``||T^T H|| <= SEPARABILITY_TOL || |T|^T |H| ||`` above its rounding.
+
+    The check of a table found on an orthonormal basis against the program's own rows.
+    """
+    H = np.asarray(contexts, dtype=float)
+    top = float(np.max(np.abs(H), initial=0.0))
+    if top == 0.0:
+        return False
+    H = H / top
+    T = _zero_sum(table, support)
+    scale = float(np.linalg.norm(np.abs(T).T @ np.abs(H)))
+    return bool(float(np.linalg.norm(T.T @ H)) <= SEPARABILITY_TOL * scale
+                + _image_rounding(T, H))
+
+
+def table_multipliers(constraints, support, table):
+    """The multipliers of a program's rows (NTP-SVM, :func:`partial_ntp_svm_problem`)
+    that a Farkas table ``T`` (m, V) stands for: ``T[j, z]`` on an equality
+    ``(z, z_j)``, ``-T[j, v]`` on a row ``(z_j, v)`` (``z_j`` the anchor); the anchor's
+    entry is implied by the zero row sum."""
+    c = constraints
+    anchor = _anchors(support)
+    on_ref = anchor[c.block] == c.ref
+    return np.where(on_ref, table[c.block, c.pos], -table[c.block, np.maximum(c.ref, 0)])
+
+
+def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY_TOL):
+    """Which rows of ``separable`` the direction certifies, on the contexts ``Q``.
+
+    ``D`` (``direction`` for the contexts ``Q``) divided by its smallest margin on
+    those rows must meet the rest of the recession cone's rows as any certified
+    solution meets its program's (violation at most ``tol`` of the margin, above the
+    rounding floor): in-support logits equal, the other rows ``>= 0``.  Returns a
+    mask: every row of ``separable``, or none.
+    """
+    none = np.zeros_like(separable)
+    if direction is None or not separable.any():
+        return none
+    L = Q @ direction.T
+    anchor = L[np.arange(len(Q)), _anchors(support)]
+    gaps = anchor[:, None] - L
+    smallest = float(gaps[separable].min())
+    if not smallest > 0:
+        return none
+    scale = ROW_ULPS * np.finfo(float).eps * (np.abs(Q) @ np.abs(direction).T)
+    floor = (scale + scale[np.arange(len(Q)), _anchors(support)][:, None]) / smallest
+    gaps = gaps / smallest
+    eq_ok = np.all(np.abs(gaps[support]) <= tol + floor[support])
+    rest = ~support & ~separable
+    rest_ok = np.all(gaps[rest] >= -(tol + floor[rest]))
+    return separable.copy() if (eq_ok and rest_ok) else none
+
+
+def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
+    """Find the separable margin rows ``I`` of NTP data, and certify both sides.
+
+    The split is found on an orthonormal basis ``Q`` of the contexts' span
+    (:func:`orthonormal_contexts`; separability is invariant under ``H -> H A``), and
+    reported as ``"certified"`` only when both sides verify: the rows of ``I`` by a
+    point of the recession cone positive on them (``direction``, checked row by row),
+    the other rows by a Farkas table (``farkas``, the stationary point of the loss
+    restricted to them, checked by :func:`farkas_row_bounds` on the contexts
+    themselves).  Otherwise ``status="undecided"``, with a warning, and
+    ``certified`` marks the rows that did verify.
+
+    The linear program (in ``W`` of shape (V, r), one common in-support logit ``c_j``
     per context and one ``s_{jv}`` per out-of-support row)::
 
-        max  sum s_{jv}   s.t.  w_z^T h_j = c_j            (z in S_j)
-                                w_v^T h_j <= c_j - s_{jv}  (v not in S_j)
+        max  sum s_{jv}   s.t.  w_z^T q_j = c_j            (z in S_j)
+                                w_v^T q_j <= c_j - s_{jv}  (v not in S_j)
                                 0 <= s_{jv} <= 1
 
     Cheaper answers come first.  Linearly independent contexts: every row is
     separable (Lemma 1 of the NTP paper's Sec. 3).  No row separable, the common
     case of real text with ``d << m``: the contexts of the frequent tokens
-    positively span ``R^d`` (:func:`spanning_proof`, a few non-negative least
-    squares of ``d`` rows), or the loss has a minimizer and the gradient's table
-    there proves it (:func:`no_row_is_separable`, tried when ``m * V * d`` is at
-    most 2e8).  Otherwise the program decides.
+    positively span the basis's space (:func:`spanning_proof`, a few non-negative
+    least squares of ``d`` rows; each is a Gordan certificate whose residual is
+    checked against the smallest singular value of its points, with its rounding),
+    or the loss has a minimizer whose table certifies every row
+    (:func:`no_row_is_separable`, tried when ``m * V * d`` is at most 2e8).
+    Otherwise the program decides.
 
     Its feasible ``W`` are the recession cone ``K`` of the loss (2) (see the
     module docstring), scaled.  As ``K`` is a cone, a ``W`` in it makes every
@@ -183,8 +393,7 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     rest, and ``I = {s_{jv} > 1/2}`` exactly.  Tokens with identical support
     columns (:func:`~skntp.svm.exchangeable_tokens`) share their rows, an exact
     reduction: the cone is symmetric under their exchange, so the average of a
-    maximal ``W`` and its exchange is maximal too.  Linearly independent
-    contexts skip the program: every row is separable.
+    maximal ``W`` and its exchange is maximal too.
 
     Parameters
     ----------
@@ -225,25 +434,69 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
         raise ValueError(f"method must be 'auto' or 'highs', got {method!r}.")
     if not (~support).any():  # every context's support is the vocabulary: no row
         return NTPSeparability(~support, support, "rank")
-    if method == "auto" and m <= d and np.linalg.matrix_rank(contexts) == m:
+    Q = orthonormal_contexts(contexts)
+    if method == "auto" and Q.shape[1] == m:
+        # linearly independent contexts: every logit table is W Q^T for some W
         return NTPSeparability(~support, support, "rank")
+    none = np.zeros_like(support)
+    if Q.shape[1] == 0:  # every context is zero: every W is a stationary point
+        return NTPSeparability(none, support, "stationary point",
+                               farkas=_table_at_zero(support))
     if method == "auto":
         start = time.perf_counter()
-        proven = spanning_proof(contexts, support)
+        spans = spanning_proof(Q, support)
         _log.info("separability of %d contexts x %d tokens (d=%d): %s in %.2f s", m, V, d,
-                  "no row separable, by spanning contexts" if proven else
+                  "no row separable, by spanning contexts" if spans else
                   "the contexts' cones do not prove it", time.perf_counter() - start)
-        if proven:
-            return NTPSeparability(np.zeros_like(support), support, "positive spanning")
+        if spans:
+            return NTPSeparability(none, support, "positive spanning")
     if method == "auto" and m * V * d <= MAX_PROOF_WORK:
         start = time.perf_counter()
-        proven = no_row_is_separable(contexts, support)
+        table = _stationary_table(Q, contexts, support, ~none)
         _log.info("separability of %d contexts x %d tokens (d=%d): %s in %.2f s", m, V, d,
-                  "no row separable, by a stationary point" if proven
-                  else "no stationary point, the linear program decides",
+                  "no row separable, by a stationary point" if table is not None
+                  else "no certifying stationary point, the linear program decides",
                   time.perf_counter() - start)
-        if proven:
-            return NTPSeparability(np.zeros_like(support), support, "stationary point")
+        if table is not None:
+            return NTPSeparability(none, support, "stationary point", farkas=table)
+    separable, direction, lp_table = _separability_program(Q, support, max_rows)
+    # the direction on the unit-scaled contexts: D_H h_j = D_Q q_j
+    direction_h = np.linalg.lstsq(contexts, Q @ direction.T, rcond=None)[0].T
+    proven = _separable_rows_certified(Q, support, separable, direction)
+    rest = ~support & ~separable
+    # the program's multipliers are a Farkas table of the rows off I (-1 or less on
+    # them), up to HiGHS's tolerance: projected, and checked; the rows they leave
+    # open get the stationary point of the loss without I
+    table = lp_table - Q @ (Q.T @ lp_table)
+    table[separable] = np.minimum(table[separable], 0.0)
+    refuted = np.zeros_like(support)
+    if rest.any() and image_vanishes(contexts, support, table):
+        refuted = rest & (farkas_row_bounds(Q, support, table) <= NOT_SEPARABLE_MARGIN)
+    if (rest & ~refuted).any():
+        second = _stationary_table(Q, contexts, support, ~separable, require="some")
+        if second is not None:
+            refuted |= rest & (farkas_row_bounds(Q, support, second) <= NOT_SEPARABLE_MARGIN)
+            if not refuted[rest].all() or not image_vanishes(contexts, support, table):
+                table = second
+    certified = proven | refuted
+    status = "certified" if np.all(certified | support) else "undecided"
+    if status == "undecided":
+        n_open = int(np.count_nonzero(~support & ~certified))
+        warnings.warn(
+            f"ntp_separability: undecided. Of the {int(np.count_nonzero(~support))} "
+            f"out-of-support rows, {n_open} are neither certified separable (a recession "
+            "direction positive on them) nor certified not separable (a Farkas table); "
+            "the split reported is the linear program's, uncertified.", UserWarning,
+            stacklevel=user_stacklevel())
+    return NTPSeparability(separable, support, "highs", direction_h, status=status,
+                           farkas=table, certified=certified)
+
+
+def _separability_program(Q, support, max_rows):
+    """The linear program of :func:`ntp_separability` on the contexts ``Q``: returns
+    ``(separable, direction, table)``, the direction of shape (V, r) and the table
+    (m, V) of its multipliers (``<= -1`` on the rows off ``I``: a Farkas table)."""
+    m, r = Q.shape
     representative, token_class, _ = exchangeable_tokens(support)
     reduced = support[:, representative]
     Vc = reduced.shape[1]
@@ -256,31 +509,33 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
             f"a smaller vocabulary, or raise max_rows (HiGHS time grows fast with the "
             f"rows).")
     j_in, z_in = np.nonzero(reduced)
-    n_w = Vc * d
+    n_w = Vc * r
 
     def rows(j, v, extra_cols=None):
         n = j.size
-        r = [np.repeat(np.arange(n), d), np.arange(n)]
-        c = [(v[:, None] * d + np.arange(d)).ravel(), n_w + j]
-        x = [contexts[j].ravel(), -np.ones(n)]
+        rr = [np.repeat(np.arange(n), r), np.arange(n)]
+        cc = [(v[:, None] * r + np.arange(r)).ravel(), n_w + j]
+        x = [Q[j].ravel(), -np.ones(n)]
         if extra_cols is not None:
-            r.append(np.arange(n))
-            c.append(extra_cols)
+            rr.append(np.arange(n))
+            cc.append(extra_cols)
             x.append(np.ones(n))
-        return sp.csr_matrix((np.concatenate(x), (np.concatenate(r), np.concatenate(c))),
+        return sp.csr_matrix((np.concatenate(x), (np.concatenate(rr), np.concatenate(cc))),
                              shape=(n, n_w + m + n_out))
 
     A_eq = rows(j_in, z_in)
     A_ub = rows(j_out, v_out, n_w + m + np.arange(n_out))
     cost = np.concatenate([np.zeros(n_w + m), -np.ones(n_out)])
     bounds = np.array([(-np.inf, np.inf)] * (n_w + m) + [(0.0, 1.0)] * n_out)
+    options = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
     # HiGHS's own choice (the dual simplex) first; its interior point where that fails:
     # on 400 random contexts (d = 20, V = 50, 19,600 rows) the simplex stopped after
     # 75 s with "Not Set" and the interior point solved the program in 26 s (quiet)
     for solver in ("highs", "highs-ipm"):
         start = time.perf_counter()
         res = scipy.optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(n_out), A_eq=A_eq,
-                                     b_eq=np.zeros(j_in.size), bounds=bounds, method=solver)
+                                     b_eq=np.zeros(j_in.size), bounds=bounds, method=solver,
+                                     options=options)
         _log.info("separability program (%d rows, %d variables): %s %s in %.2f s", n_out,
                   A_ub.shape[1], solver, res.message, time.perf_counter() - start)
         if res.status == 0:
@@ -290,27 +545,124 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     s = res.x[n_w + m:]
     separable_reduced = np.zeros((m, Vc), dtype=bool)
     separable_reduced[j_out, v_out] = s > 0.5
-    direction = res.x[:n_w].reshape(Vc, d)[token_class]
-    return NTPSeparability(separable_reduced[:, token_class], support, "highs", direction)
+    direction = res.x[:n_w].reshape(Vc, r)[token_class]
+    # the multipliers: a table over the classes, each class's entry shared by its tokens
+    # (rows of w_v: sum_j T[j, v] q_j = 0; of c_j: rows summing to zero)
+    table = np.zeros((m, Vc))
+    table[j_out, v_out] = res.ineqlin.marginals
+    table[j_in, z_in] = res.eqlin.marginals
+    counts = np.bincount(token_class)
+    return separable_reduced[:, token_class], direction, (table / counts)[:, token_class]
+
+
+def _table_at_zero(support):
+    """The table ``-pi (softmax - p)`` at ``W = 0`` (uniform weights and probabilities on
+    the supports): a Farkas table of every row when every context is zero."""
+    m, V = support.shape
+    return -(1.0 / V - support / support.sum(axis=1, keepdims=True)) / m
+
+
+def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="all"):
+    """The Farkas table of a stationary point of the loss restricted to ``allowed``.
+
+    Newton-CG on the loss (2) with uniform weights and probabilities on the
+    supports and the tokens off ``allowed`` dropped from each softmax, on the
+    orthonormal contexts ``Q``.  At a minimizer ``T = -pi (softmax - p)`` is a
+    Farkas table for every allowed out-of-support row; at an approximate one its
+    image ``T^T Q`` is removed by projection (``T - Q (Q^T T)``, exact on an
+    orthonormal basis, where ``pinv(H^T H)`` on ill-conditioned contexts is not).
+    The table is checked at every Newton step once the relative gradient is below
+    ``1e-6``: its image on ``contexts`` must vanish (:func:`image_vanishes`), its
+    entries off the supports must be negative, and, row by row,
+    :func:`farkas_row_bounds` on ``Q`` is compared with :data:`NOT_SEPARABLE_MARGIN`.
+    The attempt ends when it certifies what ``require`` asks, or when five such
+    steps have not halved the gradient (the loss's precision is reached, or the
+    iterates drift along a separable direction).
+
+    Parameters
+    ----------
+    require : {"all", "some", "image"}
+        ``"all"``: every allowed out-of-support row certified; ``"some"``: the
+        table that certifies the most rows; ``"image"``: a table whose image
+        vanishes and whose entries off the supports are negative (a program's
+        Farkas multipliers, which the dispatcher checks as a whole).
+
+    Returns
+    -------
+    ndarray of shape (m, V) or None
+        The table, ``None`` when it does not certify what ``require`` asks.
+    """
+    m, V = support.shape
+    r = Q.shape[1]
+    rows = allowed & ~support
+    if not rows.any():
+        return np.zeros((m, V)) if require == "all" else None
+    P = support / support.sum(axis=1, keepdims=True)
+    scale = max(float(np.max(np.linalg.norm(Q, axis=1))), np.finfo(float).tiny)
+    watch = {"table": None, "count": 0, "best": math.inf, "flat": 0}
+    n_rows = int(np.count_nonzero(rows))
+
+    def table_at(w):
+        Z = Q @ w.reshape(V, r).T
+        Z = np.where(allowed, Z, -np.inf)
+        S = np.exp(Z - Z.max(axis=1, keepdims=True))
+        S /= S.sum(axis=1, keepdims=True)
+        T = -(S - P) / m
+        T -= Q @ (Q.T @ T)
+        T[~allowed] = np.minimum(T[~allowed], 0.0)
+        return T
+
+    def attempt(w):
+        T = table_at(w)
+        if not image_vanishes(contexts, support, T):
+            return False
+        if require == "image":
+            if not np.all(T[rows] < 0):
+                return False
+            watch["table"] = T
+            return True
+        proven = rows & (farkas_row_bounds(Q, support, T) <= NOT_SEPARABLE_MARGIN)
+        count = int(np.count_nonzero(proven))
+        if count > watch["count"]:
+            watch["table"], watch["count"] = T, count
+        return count == n_rows
+
+    def report(k, g, w):
+        if g > NEAR_STATIONARY * scale:
+            return
+        if attempt(w):
+            raise StopIteration
+        watch["flat"] = 0 if g <= 0.5 * watch["best"] else watch["flat"] + 1
+        watch["best"] = min(watch["best"], g)
+        if watch["flat"] >= 5:
+            raise StopIteration
+
+    _, w, _ = _restricted_newton(Q, P, np.full(m, 1.0 / m), allowed, tol=1e-13,
+                                 max_iter=max_iter, cg_iter=200, max_products="auto",
+                                 report=report)
+    if attempt(w) or (require == "some" and watch["count"] > 0):
+        return watch["table"]
+    return None
 
 
 def no_row_is_separable(contexts, support, *, max_iter=100):
     """Prove that no margin row is separable, by a stationary point of the loss, or fail.
 
-    A row ``(j, v)`` is not separable when some table ``Y`` (V, m) has
-    ``sum_j Y[:, j] h_j^T = 0``, columns summing to zero, entries ``<= 0`` off
-    the supports and ``Y[v, j] < 0`` (Farkas' lemma on the cone ``K``).  At a
+    A row ``(j, v)`` is not separable when some table ``T`` (m, V) has
+    ``sum_j T[j] h_j^T = 0``, rows summing to zero, entries ``<= 0`` off the
+    supports and ``T[j, v] < 0`` (Farkas' lemma on the cone ``K``).  At a
     minimizer of the loss (2) (uniform weights and probabilities on the
-    supports: any positive ones do), ``Y = -G^T`` with ``G = pi (softmax - p)``
-    is such a table for every row at once.  Newton-CG finds an approximate
-    minimizer; its gradient ``E = G^T H`` is then removed exactly,
-    ``Y' = Y + E (H^T H)^+ H^T`` (columns still sum to zero since ``1^T E = 0``),
-    and the proof holds if every off-support entry of ``Y'`` is still negative,
-    by more than the round-off of the check.  The proof is tried at every Newton
-    step once the relative gradient is below ``1e-6``; the attempt ends when it
-    holds, or when five such steps have not halved the gradient (Newton's
-    quadratic phase has stalled: the loss's precision is reached, or the iterates
-    drift along a separable direction).
+    supports: any positive ones do), ``T = -pi (softmax - p)`` is such a table for
+    every row at once.  Newton-CG finds an approximate minimizer on an orthonormal
+    basis of the contexts' span (:func:`orthonormal_contexts`); the table's image
+    is removed there exactly, and the proof holds when its image on the contexts
+    themselves vanishes (:func:`image_vanishes`) and :func:`farkas_row_bounds`, on
+    the basis, bounds the normalized margin of every row by
+    :data:`NOT_SEPARABLE_MARGIN`.  The proof is tried
+    at every Newton step once the relative gradient is below ``1e-6``; the attempt
+    ends when it holds, or when five such steps have not halved the gradient
+    (Newton's quadratic phase has stalled: the loss's precision is reached, or the
+    iterates drift along a separable direction).
 
     Parameters
     ----------
@@ -324,44 +676,15 @@ def no_row_is_separable(contexts, support, *, max_iter=100):
     bool
         True: proven, no row is separable.  False: not proven (some row may be).
     """
-    H = contexts
-    m, d = H.shape
-    V = support.shape[1]
-    P = support / support.sum(axis=1, keepdims=True)
-    pinv = np.linalg.pinv(H.T @ H)
-    scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
-    watch = {"proven": False, "best": math.inf, "flat": 0}
-
-    def proven_at(w):
-        Z = H @ w.reshape(V, d).T
-        S = np.exp(Z - Z.max(axis=1, keepdims=True))
-        S /= S.sum(axis=1, keepdims=True)
-        Y = -(S - P).T / m  # (V, m)
-        E = Y @ H  # = -gradient
-        Y = Y - (E @ pinv) @ H.T
-        slack = -Y.T[~support]
-        return bool(slack.size) and bool(
-            slack.min() > 1e3 * np.finfo(float).eps * np.abs(Y).max())
-
-    def report(k, g, w):
-        # near a minimizer (if one exists) Newton converges quadratically: try the
-        # proof there at each step, and give up once five steps have not halved the
-        # gradient (the precision of the loss is reached, or the iterates drift off
-        # along a separable direction)
-        if g > NEAR_STATIONARY * scale:
-            return
-        if proven_at(w):
-            watch["proven"] = True
-            raise StopIteration
-        watch["flat"] = 0 if g <= 0.5 * watch["best"] else watch["flat"] + 1
-        watch["best"] = min(watch["best"], g)
-        if watch["flat"] >= 5:
-            raise StopIteration
-
-    _, w, _ = _restricted_newton(H, P, np.full(m, 1.0 / m), np.ones_like(support), tol=1e-13,
-                              max_iter=max_iter, cg_iter=200, max_products="auto",
-                              report=report)
-    return watch["proven"] or proven_at(w)
+    contexts, support = _check_contexts(contexts, support)
+    support = _dense_support(support)
+    top = float(np.max(np.abs(contexts), initial=0.0))
+    if top == 0.0:
+        return False
+    contexts = contexts / top
+    Q = orthonormal_contexts(contexts)
+    return _stationary_table(Q, contexts, support, np.ones_like(support),
+                             max_iter=max_iter) is not None
 
 
 def partial_ntp_svm_problem(contexts, separability):

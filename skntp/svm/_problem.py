@@ -55,6 +55,7 @@ __all__ = [
     "NotSeparableError",
     "ProgramTooLargeError",
     "QueryKeyScores",
+    "UndecidedError",
     "available_memory",
     "check_program_size",
     "constraint_operator",
@@ -66,8 +67,29 @@ __all__ = [
 class NotSeparableError(ValueError):
     """The max-margin program is infeasible: the data are not separable.
 
-    The message names the program (e.g. "data are not NTP-separable").
+    The message names the program (e.g. "data are not NTP-separable").  Raised by
+    :func:`~skntp.svm.solve_max_margin` only with a verified Farkas certificate
+    (:mod:`skntp.svm._certificate`): its attribute ``result`` is then the
+    :class:`MaxMarginResult` of status ``"infeasible"`` whose ``dual`` holds the
+    multipliers.  A method of :mod:`skntp.svm.solvers` that concludes
+    infeasibility raises it with its multipliers in the attribute ``ray`` (a
+    claim, which the dispatcher checks).
     """
+
+    result = None
+    ray = None
+
+
+class UndecidedError(RuntimeError):
+    """No method decided a max-margin program: no answer is certified either way.
+
+    Raised by :func:`~skntp.svm.solve_max_margin` when every method tried called
+    the program infeasible and none of their multipliers is a verified Farkas
+    certificate.  ``results`` holds their :class:`MaxMarginResult` (status
+    ``"undecided"``).  Neither "separable" nor "not separable" can be reported.
+    """
+
+    results = ()
 
 
 class ProgramTooLargeError(MemoryError):
@@ -466,11 +488,13 @@ class MaxMarginProblem:
     info : dict
         What the builder knows about the program (selected tokens, masks, ...).
     infeasibility_proof : callable or None
-        ``proof() -> str or None``: a sufficient test of infeasibility that the
-        builder knows, far cheaper than a solve (e.g. :func:`skntp.svm.spanning_proof`
-        for the NTP-SVM of ``m > d`` contexts).  :func:`skntp.svm.solve_max_margin`
-        runs it before any method and raises :class:`NotSeparableError` with its
-        message when it proves the program infeasible; ``None`` proves nothing.
+        ``proof() -> (message, multipliers) or None``: a test of infeasibility that
+        the builder knows, cheaper than a solve (for the NTP-SVM of ``m > d``
+        contexts, the table of a stationary point of the loss,
+        :func:`skntp.svm.no_row_is_separable`).  :func:`skntp.svm.solve_max_margin`
+        runs it before any method, checks the multipliers as a Farkas certificate
+        from the rows, and raises :class:`NotSeparableError` with the message when
+        they certify; otherwise (and on ``None``) the methods decide.
     norm : {"fro", "nuclear", "spectral", "max", "l1"} or ("lp", p), default="fro"
         The norm minimized (see :func:`check_norm`): ``"fro"``, ``1/2 ||w||^2``
         (every program of the papers); ``"nuclear"``, ``||W||_*`` (the limit of
@@ -619,7 +643,10 @@ class MaxMarginResult:
         ``"optimal_inaccurate"`` (feasible, gap above ``tol``),
         ``"infeasible_point"`` (a violation beyond ``tol``, or a negative gap
         beyond ``tol``: the point lies below a lower bound on the optimum) or
-        ``"max_iter"`` (the method ran out of iterations uncertified).
+        ``"max_iter"`` (the method ran out of iterations uncertified); for a
+        method that called the program infeasible, ``"infeasible"`` (its
+        multipliers in ``dual`` are a verified Farkas certificate) or
+        ``"undecided"`` (they are not).
     n_iter : int
     gap : float
         Signed relative duality gap ``(||w|| - LB) / ||w||``, ``LB`` the lower
@@ -631,6 +658,10 @@ class MaxMarginResult:
         ``||primal||`` in the program's norm.
     bound : float
         The multipliers' lower bound ``LB`` on the optimal norm.
+    margin_bound : float
+        ``"infeasible"`` and ``"undecided"``: the multipliers' bound on the
+        normalized margin of every feasible point (at most
+        :data:`~skntp.svm._certificate.FARKAS_MARGIN` when certified).
     """
 
     primal: np.ndarray
@@ -642,6 +673,7 @@ class MaxMarginResult:
     max_violation: float = float("nan")
     objective: float = float("nan")
     bound: float = float("nan")
+    margin_bound: float = float("nan")
 
 
 def constraint_violation(problem, w):

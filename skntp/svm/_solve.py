@@ -15,8 +15,8 @@ from scipy.sparse.linalg import lsqr
 from sklearn.exceptions import ConvergenceWarning
 
 from .._backend import blas_threads, get_backend, to_numpy
-from .._warnings import user_stacklevel
-from ._certificate import certify
+from .._warnings import reemit, user_stacklevel
+from ._certificate import FARKAS_MARGIN, certify
 from ._norms import norm_kind, norm_label
 from ._problem import (
     BilinearScores,
@@ -24,6 +24,7 @@ from ._problem import (
     MaxMarginResult,
     NotSeparableError,
     QueryKeyScores,
+    UndecidedError,
     constraint_operator,
 )
 from .solvers import AUTO_ORDER, METHODS
@@ -145,16 +146,18 @@ def solve_max_margin(
     # max_iter without converging.  An estimator's float32 is for its training loop.
     get_backend(backend, device, dtype)  # validates the request
     be = get_backend(backend, device, "float64")
-    proof = None if problem.infeasibility_proof is None else problem.infeasibility_proof()
-    if proof is not None:
-        raise NotSeparableError(
-            f"{problem.name} is infeasible: {problem.infeasible_message}. {proof}")
     alpha = _unit_scale(problem.scores, problem.name)
     if alpha != 1.0 or getattr(problem.scores, "unbalanced", lambda: False)():
         scaled = _scaled_problem(problem, alpha)
-        result = solve_max_margin(scaled, method=method, tol=tol, max_iter=max_iter,
-                                  backend=backend, device=device, dtype=dtype,
-                                  verbose=verbose, callback=callback)
+        try:
+            result = solve_max_margin(scaled, method=method, tol=tol, max_iter=max_iter,
+                                      backend=backend, device=device, dtype=dtype,
+                                      verbose=verbose, callback=callback)
+        except NotSeparableError as exc:
+            # (Farkas multipliers do not depend on the scale of the rows)
+            if exc.result is not None:
+                exc.result.primal = np.zeros(problem.shape)
+            raise
         return _scale_back(problem, result, alpha)
     if method == "auto":
         names = list(AUTO_ORDER[program_class(problem)])
@@ -172,8 +175,11 @@ def solve_max_margin(
                 f"norm, not the {norm_label(problem.norm)} norm of {problem.name}; use "
                 f"one of {able + ['auto']}.")
         names = [method]
+    proof = _proof(problem)
+    if proof is not None:
+        return _infeasible(problem, proof, "")
     _log_program(problem, names)
-    answers = []  # (result, the warnings its method raised)
+    answers = []  # (result, the warnings its method raised, what the method said)
     for name in names:
         func = METHODS[name].solve
         # a method that sets its own BLAS threads (``func.blas_threads``: 1, or None
@@ -182,11 +188,28 @@ def solve_max_margin(
         size = ((0 if own == 1 else np.inf) if own is not False
                 else getattr(problem.scores, "work_size", np.inf))
         t0 = time.perf_counter()
+        said = ""
         with blas_threads(size, be), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
                 extra = {"frobenius": frobenius_solution} if METHODS[name].frobenius else {}
                 result = func(problem, tol, max_iter, be, verbose, callback, **extra)
+            except NotSeparableError as exc:
+                # a claim: its multipliers (the method's own, or the certificate of the
+                # Frobenius program it solved on the same rows) are checked below
+                ray = exc.ray if exc.ray is not None else (
+                    None if exc.result is None else exc.result.dual)
+                result = MaxMarginResult(primal=np.zeros(problem.shape),
+                                         dual=None if ray is None else to_numpy(ray),
+                                         method=name, status="infeasible")
+                said = str(exc)
+            except UndecidedError as exc:
+                # the Frobenius program on the same rows, left undecided: so is this
+                result = MaxMarginResult(primal=np.zeros(problem.shape), dual=None,
+                                         method=name, status="undecided",
+                                         margin_bound=min((r.margin_bound for r in exc.results),
+                                                          default=np.inf))
+                said = str(exc)
             except RuntimeError as exc:
                 # a solver that fails outright (not infeasibility, not memory: those
                 # raise their own errors) does not cost "auto" the answers it has
@@ -195,15 +218,16 @@ def solve_max_margin(
                 _log.info("%s (%s) failed: %s", problem.name, name, exc)
                 continue
         if result is None:  # declined
-            _reemit(caught)
+            reemit(caught)
             continue
         result.primal = to_numpy(result.primal)
-        result.dual = to_numpy(result.dual)
-        certify(problem, result, tol)
+        result.dual = None if result.dual is None else to_numpy(result.dual)
+        if result.status != "undecided":
+            certify(problem, result, tol)
         _log.info("%s (%s): %s in %.2f s (gap %.2e, violation %.2e)", problem.name, name,
                   result.status, time.perf_counter() - t0, result.gap, result.max_violation)
-        answers.append((result, caught))
-        if result.status == "optimal" or method != "auto":
+        answers.append((result, caught, said))
+        if result.status in ("optimal", "infeasible") or method != "auto":
             break
         # "auto": an answer that is not certified has not decided the program; the
         # next method of the list does
@@ -212,14 +236,34 @@ def solve_max_margin(
                   f" violation {result.max_violation:.2e}); trying the next method")
     if not answers:
         raise ValueError(f"no max-margin method accepts the problem {problem.name}.")
-    result, caught = min(answers, key=lambda a: _uncertainty(a[0], tol))
+    decided = [a for a in answers if a[0].status in ("optimal", "infeasible")]
+    points = [a for a in answers if a[0].status != "undecided"]
+    if not decided and not points:
+        reemit(w for a in answers for w in a[1]
+                if not issubclass(w.category, ConvergenceWarning))
+        tried = "; ".join(f"{r.method!r}: {said or 'infeasible'} (its multipliers bound the "
+                          f"normalized margin by {r.margin_bound:.2e} only)"
+                          for r, _, said in answers)
+        exc = UndecidedError(
+            f"{problem.name}: undecided. Every method tried called the program infeasible, "
+            f"and none of their multipliers is a Farkas certificate that bounds the "
+            f"normalized margin by {FARKAS_MARGIN:g} ({tried}). Neither a solution nor "
+            "infeasibility can be reported; pass another method, or rescale or "
+            "reparametrize the data (e.g. an orthonormal basis of the contexts' span).")
+        exc.results = tuple(r for r, _, _ in answers)
+        raise exc
+    result, caught, said = decided[-1] if decided else min(
+        points, key=lambda a: _uncertainty(a[0], tol))
+    if result.status == "infeasible":
+        reemit(w for w in caught if not issubclass(w.category, ConvergenceWarning))
+        return _infeasible(problem, result, said)
     # the methods' own convergence warnings give way to the certificate's verdict (which
     # quotes them when the answer is not certified)
-    said = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
-    _reemit(w for w in caught if not issubclass(w.category, ConvergenceWarning))
+    quoted = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    reemit(w for w in caught if not issubclass(w.category, ConvergenceWarning))
     if result.status != "optimal":
-        tried = ", ".join(f"{r.method!r}: {r.status}" for r, _ in answers)
-        quoted = "".join(f" The method said: {m}" for m in said)
+        tried = ", ".join(f"{r.method!r}: {r.status}" for r, _, _ in answers)
+        quoted = "".join(f" The method said: {m}" for m in quoted)
         warnings.warn(
             f"{problem.name}: no answer could be certified ({tried}); returning the one of "
             f"method {result.method!r}, status {result.status!r}: relative duality gap "
@@ -229,6 +273,41 @@ def solve_max_margin(
     if callback is not None:  # the final certificate, whatever the method
         callback(result.n_iter, result.gap, result.max_violation)
     return result
+
+
+def _proof(problem):
+    """The problem's own proof of infeasibility (``problem.infeasibility_proof``), as
+    a certified result, or ``None`` (no proof, or its multipliers do not certify)."""
+    if problem.infeasibility_proof is None:
+        return None
+    found = problem.infeasibility_proof()
+    if found is None:
+        return None
+    message, multipliers = found
+    result = certify(problem, MaxMarginResult(
+        primal=np.zeros(problem.shape), dual=multipliers, method="proof",
+        status="infeasible"), 0.0)
+    if result.status != "infeasible":
+        _log.info("%s: the proof of infeasibility (%s) did not certify (normalized margin "
+                  "bound %.2e); the methods decide", problem.name, message,
+                  result.margin_bound)
+        return None
+    result.method = message
+    return result
+
+
+def _infeasible(problem, result, said):
+    """Raise :class:`NotSeparableError` for a certified ``"infeasible"`` result."""
+    how = ("" if result.method in METHODS else f" {result.method}") + (
+        f" (method {result.method!r}: {said})" if said else "")
+    exc = NotSeparableError(
+        f"{problem.name} is infeasible: {problem.infeasible_message}. Certified by Farkas "
+        f"multipliers recomputed from the rows: every feasible point would have a "
+        f"normalized margin below {result.margin_bound:.2e}.{how}")
+    if result.method not in METHODS:
+        result.method = "proof"
+    exc.result = result
+    raise exc
 
 
 def frobenius_solution(problem):
@@ -258,12 +337,6 @@ def _uncertainty(result, tol):
         return 0.0
     t = max(tol, 1e-16)
     return max(result.max_violation / t, abs(result.gap) / t, 1.0)
-
-
-def _reemit(caught):
-    """Warn again, at their own file and line, warnings recorded by ``catch_warnings``."""
-    for w in caught:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 #: programs with more constraint-row entries than this announce their size and the
@@ -313,8 +386,9 @@ def _unit_scale(scores, name="the program"):
 
 
 def _scaled_problem(problem, alpha):
-    # (the infeasibility proof ran on the problem before it was rescaled)
-    return replace(problem, scores=problem.scores.rescaled(alpha), infeasibility_proof=None)
+    # (the infeasibility proof runs on the scaled program: its rows are those of the
+    # original divided by a constant, and so are its multipliers' images)
+    return replace(problem, scores=problem.scores.rescaled(alpha))
 
 
 def _scale_back(problem, result, alpha):

@@ -489,9 +489,11 @@ def test_kept_token_limit_of_inseparable_kept_tokens(monkeypatch):
         with pytest.warns(UserWarning) as caught:
             fin, D = key_query_module._kept_token_limit(est, data, q, kept, norm)
         assert len(caught) == 1 and re.fullmatch(
-            r"ATT-SVM of the kept tokens is infeasible( \(solver status '\w+'\))?: the "
-            r"kept tokens are not separable from the others by a common key-query matrix "
-            r"W\. mm_direction_ is None\.", str(caught[0].message))
+            r"ATT-SVM of the kept tokens is infeasible: the kept tokens are not separable "
+            r"from the others by a common key-query matrix W\. Certified by Farkas "
+            r"multipliers recomputed from the rows: every feasible point would have a "
+            r"normalized margin below [0-9.e+-]+\. \(method '\w+': .*\)\. "
+            r"mm_direction_ is None\.", str(caught[0].message))
         assert D is None
         W = fin.reshape(2, 2)
         scores = Z[0] @ W @ X[0].T

@@ -34,6 +34,7 @@ from skntp.svm import (
     KeyScores,
     MaxMarginProblem,
     NotSeparableError,
+    UndecidedError,
     att_svm,
     att_svm_prime,
     att_svm_problem,
@@ -83,7 +84,7 @@ DECODER_FIT_CASES = [
      "Input X contains infinity"),
     ("X-3d", {}, _X[:, :, None], _Y, {}, ValueError, "Found array with dim 3, while dim <= 2"),
     ("X-1d", {}, _X[:, 0], _Y, {}, ValueError, "Expected 2D array, got 1D array"),
-    ("X-ragged", {}, [[1.0, 2.0], [1.0]], [0, 1], {}, ValueError, "inhomogeneous shape"),
+    ("X-ragged", {}, [[1.0, 2.0], [1.0]], [0, 1], {}, ValueError, "got sequences of different lengths.*ntp_from_sequences"),
     ("X-empty", {}, np.zeros((0, 3)), np.zeros(0, int), {}, ValueError, "0 sample"),
     ("X-no-features", {}, np.zeros((4, 0)), [0, 1, 0, 1], {}, ValueError, "0 feature"),
     ("X-strings", {}, [["a", "b"], ["c", "d"]], [0, 1], {}, ValueError,
@@ -776,10 +777,11 @@ def _feasible_problem():
 
 
 @pytest.mark.parametrize("status", ["infeasible", "infeasible_inaccurate"])
-def test_cvxpy_infeasible_status_raises(monkeypatch, status):
+def test_cvxpy_infeasible_status_on_a_feasible_program_is_undecided(monkeypatch, status):
+    # a solver's status is a claim: on a feasible program no Farkas certificate
+    # verifies it, so the answer is "undecided", never NotSeparableError
     _force_cvxpy_status(monkeypatch, status)
-    with pytest.raises(NotSeparableError, match=f"NTP-SVM is infeasible.*'{status}'"
-                       ".*not NTP-separable"):
+    with pytest.raises(UndecidedError, match=f"NTP-SVM: undecided.*'cvxpy'.*'{status}'"):
         solve_max_margin(_feasible_problem(), method="cvxpy")
 
 
@@ -815,7 +817,8 @@ def test_cvxpy_solver_crash_raises(monkeypatch):
 
 def test_cvxpy_status_reaches_estimator(monkeypatch):
     _force_cvxpy_status(monkeypatch, "infeasible")
-    with pytest.raises(NotSeparableError, match="not NTP-separable"):
+    with pytest.raises(UndecidedError, match="solver='svm' needs the NTP-SVM solution: "
+                       "NTP-SVM: undecided"):
         NTPDecoderClassifier(solver="svm", svm_method="cvxpy").fit(_X, _Y)
 
 

@@ -97,16 +97,33 @@ def test_att_svm_prime_enumerates_at_most_4096_choices_by_default(monkeypatch):
 # ------------------------------------------------- least-distance programming by NNLS
 
 
-@pytest.mark.parametrize("norm_x, feasible", [(0.9e6, True), (1.2e6, False)])
-def test_solve_ldp_calls_a_margin_below_1e_6_infeasible(norm_x, feasible):
-    # solve_ldp 19 (f = 2 e_{d+1} halves the threshold): min |x| s.t. x / norm_x >= 1
-    # is x = norm_x, 1 - h^T u = 1 / (1 + norm_x^2) = 1.23e-12 resp. 6.9e-13
+@pytest.mark.parametrize("norm_x", [1e-3, 0.9e6, 1.2e6, 1e12, 1e17])
+def test_solve_ldp_finds_solutions_of_norm_up_to_1e18(norm_x):
+    # min |x| s.t. x / norm_x >= 1 is x = norm_x: beyond 1e6 the unit-scale NNLS leaves
+    # 1 - h^T u = 1 / (1 + norm_x^2) below 1e-12, and the rescaled solves find it
     x, lam = least_distance.solve_ldp([[1.0 / norm_x]], [1.0])
-    if feasible:
-        assert x == pytest.approx([norm_x], rel=1e-3)
-        assert lam == pytest.approx([norm_x ** 2], rel=1e-3)  # x = G^T lam
-    else:
-        assert x is None and lam is None
+    assert x == pytest.approx([norm_x], rel=1e-9)
+    assert lam == pytest.approx([norm_x ** 2], rel=1e-9)  # x = G^T lam
+
+
+def test_solve_ldp_returns_the_farkas_certificate_when_infeasible():
+    G, h = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]), np.ones(3)
+    x, ray = least_distance.solve_ldp(G, h)
+    assert x is None
+    np.testing.assert_allclose(G.T @ ray, 0.0, atol=1e-15)
+    assert h @ ray == pytest.approx(1.0) and np.all(ray >= 0)
+
+
+@pytest.mark.parametrize("h_scale", [1e-9, 1.0, 1e9])
+def test_solve_ldp_is_accurate_whatever_the_scale_of_its_solution(h_scale):
+    # the rhs is scaled to a unit solution: active rows met to 1e-12, the
+    # multipliers' primal equal to x (a first solve of norm 5e3 met them to 2e-8)
+    G = np.random.default_rng(1).standard_normal((40, 5))
+    G *= np.sign(G @ np.ones(5))[:, None]
+    h = np.full(40, h_scale)
+    x, lam = least_distance.solve_ldp(G, h)
+    assert np.min(G @ x) / h_scale == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(G.T @ lam, x, rtol=1e-12, atol=1e-12 * np.abs(x).max())
 
 
 def test_solve_ldp_allows_nnls_50_m_d_1_iterations(monkeypatch):
@@ -121,7 +138,7 @@ def test_solve_ldp_allows_nnls_50_m_d_1_iterations(monkeypatch):
     monkeypatch.setattr(least_distance, "nnls", spy)
     G = np.random.default_rng(1).standard_normal((7, 3))
     x, _ = least_distance.solve_ldp(G, np.ones(7))
-    assert seen == [50 * (7 + 3 + 1)]
+    assert seen and set(seen) == {50 * (7 + 3 + 1)}
     monkeypatch.setattr(least_distance, "nnls", exact)
     ref, _ = least_distance.solve_ldp(G, np.ones(7))
     np.testing.assert_array_equal(x, ref)

@@ -163,7 +163,7 @@ def test_graph_ldp_ties_that_leave_only_zero_are_infeasible():
     # (1 - 2) * w * 3 = 0, so w = 0, and 0 => 2 needs (1 - 3) * w * 3 >= 1.
     E = np.array([[1.0], [2.0], [3.0]])
     graphs = token_priority_graphs(np.array([[0, 1, 2], [1, 0, 2]]), np.array([0, 1]))
-    with pytest.raises(NotSeparableError, match="the ties leave W = 0 only"):
+    with pytest.raises(NotSeparableError, match=r"the equalities \(ties\) leave W = 0 only"):
         graph_svm(E, graphs, method="graph-ldp")
     with pytest.raises(NotSeparableError, match="Graph-SVM"):
         graph_svm(E, graphs, method="cvxpy")
@@ -171,14 +171,14 @@ def test_graph_ldp_ties_that_leave_only_zero_are_infeasible():
 
 def test_graph_ldp_declines_problems_above_its_size_limit(monkeypatch):
     # _solve_graph_ldp 10, 11: the dense method declines len(constraints) * d^2 above
-    # _LDP_MAX_ENTRIES and accepts it at the limit.
+    # LDP_MAX_ENTRIES and accepts it at the limit.
     X, y, E, graphs = _cyclic_instance(2)
     problem = graph_svm_problem(E, graphs)
     size = len(problem.constraints) * E.shape[1] ** 2
     be = None
-    monkeypatch.setattr(least_distance, "_LDP_MAX_ENTRIES", size)
+    monkeypatch.setattr(least_distance, "LDP_MAX_ENTRIES", size)
     assert least_distance.solve(problem, 1e-8, 100, be, 0) is not None
-    monkeypatch.setattr(least_distance, "_LDP_MAX_ENTRIES", size - 1)
+    monkeypatch.setattr(least_distance, "LDP_MAX_ENTRIES", size - 1)
     assert least_distance.solve(problem, 1e-8, 100, be, 0) is None
     # the core then answers with another method, the same W^mm
     ref = _graph_svm_by_hand(E, graphs_by_hand(list(X), y))

@@ -284,7 +284,7 @@ ACCEPTS = {
     "accelerated-dual": {"ntp", "att", "head", "graph"},
     "dual-active-set": {"att", "head"},
     "nnls": {"att", "head"},
-    "graph-ldp": {"graph"},
+    "graph-ldp": {"ntp", "att", "head", "graph"},
     "dcd": {"ntp"},
     "svt-admm": {"logit"},
 }

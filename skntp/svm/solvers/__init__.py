@@ -94,9 +94,13 @@ METHODS = {
 #: its status and a ConvergenceWarning.  The order follows the benchmarks cited in
 #: each method's module:
 #:
-#: * ``"decoder"`` (linear-decoder scores: the NTP-SVM, Crammer-Singer): the
-#:   sequential dual method on the CPU; the accelerated dual method on a GPU
-#:   (``"dcd"`` declines there) and where ``"dcd"`` hands over;
+#: * ``"decoder"`` (linear-decoder scores: the NTP-SVM, Crammer-Singer): the exact
+#:   least-distance NNLS while the constraint matrix has at most 4 million entries
+#:   (App. B.2's m = 50, d = 60, V = 10: 0.15 s against 1.3 s for ``"dcd"``; with the
+#:   contexts multiplied by a matrix of condition 1e6, 0.1 s where ``"dcd"`` ends
+#:   uncertified after 22 s; ``benchmarks/exact_methods.py``), then the sequential
+#:   dual method on the CPU; the accelerated dual method on a GPU (``"dcd"``
+#:   declines there) and where ``"dcd"`` hands over;
 #: * ``"keys"`` (key scores: ATT-SVM, relaxed ATT-SVM, the head SVM): the exact
 #:   dual active set; the working-set NNLS takes the programs on which the active
 #:   set's rank-one updates drift (it declines those rather than return an
@@ -112,7 +116,8 @@ METHODS = {
 #:   hundredth of ``tol``: on the logit NTP-SVM at m = V = 60 it is certified in
 #:   2.3 s where Clarabel takes 467 s in the same run;
 #: * ``"decoder-partial"`` (:func:`~skntp.svm.partial_ntp_svm_problem`, only built
-#:   when the separability program ran, so at most 20,000 rows): Clarabel first,
+#:   when the separability program ran, so at most 20,000 rows): the exact
+#:   least-distance NNLS when small (as for ``"decoder"``), then Clarabel,
 #:   as on real text the program's equalities on the non-separable rows leave
 #:   the dual ill-conditioned: 1.0 s against 60 s for ``dcd`` and ``accelerated-dual``
 #:   (117 contexts, 20 words, d = 28; ``benchmarks/ntp_separability.py``);
@@ -123,8 +128,8 @@ METHODS = {
 #:   faster than the barrier method; the barrier answers where Clarabel's answer
 #:   is not certified.
 AUTO_ORDER = {
-    "decoder": ("dcd", "accelerated-dual", "cvxpy"),
-    "decoder-partial": ("cvxpy", "dcd", "accelerated-dual"),
+    "decoder": ("graph-ldp", "dcd", "accelerated-dual", "cvxpy"),
+    "decoder-partial": ("graph-ldp", "cvxpy", "dcd", "accelerated-dual"),
     "keys": ("dual-active-set", "nnls", "accelerated-dual", "cvxpy"),
     "bilinear": ("graph-ldp", "accelerated-dual", "cvxpy"),
     "nuclear": ("svt-admm", "nuclear-ipm", "scs", "cvxpy"),

@@ -576,12 +576,16 @@ def _cg_on_face(space, x0, mask, xp, max_iter, L):
     return scatter(z), None, k
 
 
-def infeasible_error(problem, it):
-    return NotSeparableError(
+def infeasible_error(problem, it, lam=None):
+    """The method's claim of infeasibility, its multipliers (``lam``) as the ray that
+    :func:`~skntp.svm.solve_max_margin` checks."""
+    exc = NotSeparableError(
         f"{problem.name} is infeasible: {problem.infeasible_message}. "
-        f"(The dual certifies a normalized margin below {INFEASIBLE_MARGIN:g}; "
-        f"method 'accelerated-dual', {it} iterations.)"
+        f"(The dual bounds the normalized margin by {INFEASIBLE_MARGIN:g}; "
+        f"{it} iterations.)"
     )
+    exc.ray = None if lam is None else np.asarray(to_numpy(lam), dtype=float)
+    return exc
 
 
 def _raise_if_ray(problem, space, check, xp, x, ray, a_scale, it):
@@ -592,9 +596,9 @@ def _raise_if_ray(problem, space, check, xp, x, ray, a_scale, it):
         return
     for s in (1e4, 1e8, 1e12):
         xs = space.project(x + (s * nx / nr) * ray)
-        _, _, _, bound = check(xs, space.adjoint(xs))
+        lam, _, _, bound = check(xs, space.adjoint(xs))
         if bound * a_scale > 1.0 / INFEASIBLE_MARGIN:
-            raise infeasible_error(problem, it)
+            raise infeasible_error(problem, it, lam)
 
 
 #: CG iterations per polish cycle
@@ -697,7 +701,7 @@ def fista(problem, st, be, tol, max_iter, verbose, check_every, polish, x0=None,
                 status = "optimal"
                 break
             if bound * a_scale > 1.0 / INFEASIBLE_MARGIN:
-                raise infeasible_error(problem, it)
+                raise infeasible_error(problem, it, lam)
             if it >= max_iter:
                 break
             # polish while its CG iterations are at most 3x the FISTA iterations
@@ -886,8 +890,18 @@ def _solve_working_set(problem, st, be, tol, max_iter, verbose, check_every, pol
         sub, index = _restrict(problem, keep)
         st_sub = anchored_structure(sub)
         x0 = None if x_full is None else _table_from_full(be, x_full, sub.scores)
-        res, x, L = fista(sub, st_sub, be, inner_tol, max(max_iter - total, 1), verbose,
-                           check_every, polish, x0=x0, L=L, callback=callback, it0=total)
+        try:
+            res, x, L = fista(sub, st_sub, be, inner_tol, max(max_iter - total, 1),
+                              verbose, check_every, polish, x0=x0, L=L, callback=callback,
+                              it0=total)
+        except NotSeparableError as exc:
+            # a ray of the working set's rows is one of the whole program's (zero on
+            # the rows left out)
+            if exc.ray is not None:
+                ray = np.zeros(len(c))
+                ray[keep] = exc.ray
+                exc.ray = ray
+            raise
         total += res.n_iter
         w = xp.reshape(res.primal, problem.shape)
         v = values(w) - rhs
@@ -976,8 +990,9 @@ def solve_accelerated_dual(problem, tol=1e-8, max_iter=100_000, be=None, verbose
     Raises
     ------
     NotSeparableError
-        When the dual certifies that the normalized margin is below
-        :data:`INFEASIBLE_MARGIN`.
+        When the dual bounds the normalized margin below :data:`INFEASIBLE_MARGIN`:
+        a claim, its multipliers in the attribute ``ray``, that
+        :func:`~skntp.svm.solve_max_margin` checks as a Farkas certificate.
     """
     if be is None:
 

@@ -84,10 +84,14 @@ def _solve(problem, tol, max_iter, verbose, solver):
         raise RuntimeError(f"{problem.name}: {name} failed: {exc}") from exc
     status = prob.status
     if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
-        raise NotSeparableError(
+        # a claim: cvxpy's duals are then the solver's certificate of infeasibility,
+        # which the dispatcher checks from the rows
+        exc = NotSeparableError(
             f"{problem.name} is infeasible (solver status {status!r}): "
             f"{problem.infeasible_message}."
         )
+        exc.ray = _duals(cons, c, ineq, eq)
+        raise exc
     if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
         raise RuntimeError(f"{problem.name}: cvxpy returned status {status!r}.")
     if status == cp.OPTIMAL_INACCURATE and solver == "clarabel":
@@ -98,11 +102,7 @@ def _solve(problem, tol, max_iter, verbose, solver):
             stacklevel=user_stacklevel(),
         )
     wv = np.asarray(w.value, dtype=float)
-    dual = np.zeros(len(c))
-    if ineq.any():
-        dual[ineq] = np.asarray(cons[0].dual_value, dtype=float).ravel()
-    if eq.any():
-        dual[eq] = -np.asarray(cons[-1].dual_value, dtype=float).ravel()
+    dual = _duals(cons, c, ineq, eq)
     if nuclear:
         wv = np.asarray(W.value, dtype=float).ravel()
     if problem.norm != "fro":
@@ -122,6 +122,19 @@ def _solve(problem, tol, max_iter, verbose, solver):
         gap=float(gap),
         max_violation=float(viol.max()) if viol.size else 0.0,
     )
+
+
+def _duals(cons, c, ineq, eq):
+    """The multipliers of the rows from cvxpy's constraints (``None`` if it has none)."""
+    dual = np.zeros(len(c))
+    try:
+        if ineq.any():
+            dual[ineq] = np.asarray(cons[0].dual_value, dtype=float).ravel()
+        if eq.any():
+            dual[eq] = -np.asarray(cons[-1].dual_value, dtype=float).ravel()
+    except (TypeError, ValueError):  # no dual values
+        return None
+    return dual
 
 
 def _solve_clarabel(prob, tol, verbose):

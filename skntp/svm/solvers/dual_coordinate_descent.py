@@ -66,8 +66,9 @@ duality gap and largest violation below ``tol``.  Infeasible programs make
 the dual unbounded: when the multipliers grow while ``w`` does not, the
 direction of their growth is tested as a Farkas ray (the lower bound
 ``||w*|| >= r^T lam / ||A^T lam||`` of any dual-feasible ``lam``) and
-:class:`NotSeparableError` is raised once it proves a normalized margin below
-:data:`skntp.svm.solvers.accelerated_dual.INFEASIBLE_MARGIN`.
+:class:`NotSeparableError` is raised once it bounds the normalized margin below
+:data:`skntp.svm.solvers.accelerated_dual.INFEASIBLE_MARGIN`, with the multipliers
+as its ``ray``: a claim, which :func:`~skntp.svm.solve_max_margin` checks.
 """
 
 from __future__ import annotations
@@ -375,8 +376,9 @@ def solve_dcd(problem, tol=1e-8, max_iter=100_000, be=None, verbose=0, *, callba
     Raises
     ------
     NotSeparableError
-        When a Farkas ray of the dual certifies a normalized margin below
-        :data:`~skntp.svm.solvers.accelerated_dual.INFEASIBLE_MARGIN`.
+        When a Farkas ray of the dual bounds the normalized margin below
+        :data:`~skntp.svm.solvers.accelerated_dual.INFEASIBLE_MARGIN` (a claim, its
+        multipliers in ``ray``).
     """
     sc = problem.scores
     if not isinstance(sc, BilinearScores) or sc.outputs is not None:
@@ -450,7 +452,7 @@ def _run(dual, problem, tol, max_iter, verbose, callback, omega, random_state, h
             status = "optimal"
             break
         if bound * dual.a_scale > 1.0 / INFEASIBLE_MARGIN:
-            raise infeasible_error(problem, epochs)
+            raise infeasible_error(problem, epochs, lam)
         merit = max(gap, viol / dual.rscale)
         history.append((epochs, merit))
         reason = None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._problem import KeyScores, MaxMarginResult
+from .._problem import KeyScores, MaxMarginResult, NotSeparableError
 from .least_distance import KeyRows, solve_ldp_checked
 
 __all__ = ["MAX_DIM", "solve"]
@@ -96,7 +96,14 @@ def solve(problem, tol, max_iter, be, verbose, callback=None):
         work = np.sort(_initial_working_set(rows, h, _WS_INITIAL))
         for rnd in range(1, _WS_MAX_ROUNDS + 1):
             n_rounds = rnd
-            solved = solve_ldp_checked(rows.rows(work), h[work], problem)
+            try:
+                solved = solve_ldp_checked(rows.rows(work), h[work], problem)
+            except NotSeparableError as exc:  # the working set's ray, on every row
+                if exc.ray is not None:
+                    ray = np.zeros(m)
+                    ray[work] = exc.ray
+                    exc.ray = ray
+                raise
             if solved is None:
                 return None
             x, lam_w = solved

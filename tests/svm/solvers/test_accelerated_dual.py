@@ -174,9 +174,14 @@ def test_anchored_detection():
     assert_kkt(p, res)
 
 
-def test_auto_uses_dcd_for_ntp_and_the_accelerated_dual_on_torch():
+def test_auto_uses_dcd_for_ntp_and_the_accelerated_dual_on_torch(monkeypatch):
+    from skntp.svm.solvers import least_distance
+
     rng = np.random.default_rng(1)
     problem = ntp_problem(rng, 6, 8, 5)
+    # a small program goes to the exact least-distance NNLS, a larger one to dcd
+    assert solve_max_margin(problem).method == "graph-ldp"
+    monkeypatch.setattr(least_distance, "LDP_MAX_ENTRIES", 0)
     assert solve_max_margin(problem).method == "dcd"
     pytest.importorskip("torch")
     from skntp._backend import get_backend
