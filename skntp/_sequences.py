@@ -10,7 +10,7 @@ sequences of ``T`` scalar tokens (``d = 1``).
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils import column_or_1d
+from sklearn.utils import assert_all_finite, column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -208,6 +208,8 @@ def binary_labels(y, n, classes=None, model="the estimator"):
     y = column_or_1d(y, warn=True)
     if y.shape[0] != n:
         raise ValueError(f"X has {n} sequences but y has {y.shape[0]} labels.")
+    if y.dtype.kind in "fc":
+        assert_all_finite(y, input_name="y")  # before type_of_target's cast warning
     check_classification_targets(y)
     if classes is not None:
         labels = np.unique(np.asarray(classes))

@@ -94,7 +94,7 @@ default="gaussian"
 
     Attributes
     ----------
-    embeddings_ : ndarray of shape (n_tokens_, d_tok)
+    embeddings_ : ndarray of shape (V, d_tok)
         The token table.
     unknown_vector_ : ndarray of shape (d_tok,) or None
         The vector of a token without a row (``None`` with

@@ -18,6 +18,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, validate_data
 
 from .._backend import exp_, get_backend, row_chunks, scatter_add
+from .._sequences import reject_token_sequences
 
 __all__ = ["CrossEntropy", "aggregate_contexts", "check_next_tokens", "next_token_data",
            "next_token_targets", "ntp_cross_entropy", "ntp_logit_gaps", "vocabulary_array"]
@@ -341,6 +342,7 @@ def next_token_data(estimator, X, y, sample_weight=None):
         (m, V)) and ``entropy``, the entropy lower bound of the loss (eq. (2)).
     """
     # (+ 0.0: a -0.0 entry is the same context as 0.0)
+    reject_token_sequences(X, estimator)
     X = validate_data(estimator, X, reset=True, dtype=np.float64, ensure_min_samples=1) + 0.0
     n = X.shape[0]
     y = y if sp.issparse(y) else np.asarray(y)

@@ -25,9 +25,24 @@ TRAIN = ["the quick fox ran home", "the cat sat on the mat", "a dog sat on the r
 NEW = ["the cat sleeps on the rug", "a fox saw the dog"]
 
 
-def _table(ids):
-    """A token table as a function of the ids (module level: picklable)."""
-    return np.c_[np.cos(ids), np.sin(ids), ids / 10.0]
+class _Table:
+    """A token table as a function of the ids (module level: picklable), with a repr
+    free of memory addresses: the test ids of every pytest-xdist worker are the same."""
+
+    def __call__(self, ids):
+        return np.c_[np.cos(ids), np.sin(ids), ids / 10.0]
+
+    def __repr__(self):
+        return "_table"
+
+    def __eq__(self, other):  # clone deep-copies it: every copy is the same table
+        return isinstance(other, _Table)
+
+    def __hash__(self):
+        return hash(_Table)
+
+
+_table = _Table()
 
 
 class _EmbeddingLayer:
@@ -296,10 +311,6 @@ def test_vectors_pass(X):
     assert reject_token_sequences(X, "NTPDecoderClassifier") is None
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "the decoder's validation does not call skntp._sequences.reject_token_sequences yet "
-    "(skntp/losses/decoder.py, next_token_data; issue #48): NumPy's 'inhomogeneous shape' "
-    "error instead. Remove this marker when it does."))
 def test_a_text_pipeline_that_cannot_work_says_what_to_call():
     y = np.arange(len(TRAIN))
     pipe = make_pipeline(TokenEncoder(), NTPDecoderClassifier(max_iter=5))

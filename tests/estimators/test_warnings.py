@@ -112,10 +112,6 @@ def test_a_nan_label_is_one_clear_error_and_no_cast_warning(estimator, bad):
     assert str(raised).startswith("Input y contains " + ("NaN" if bad != np.inf else "inf"))
 
 
-@pytest.mark.xfail(strict=True, reason="skntp/_sequences.py binary_labels calls scikit-learn's "
-                   "check_classification_targets before any NaN check: NumPy's 'invalid value "
-                   "encountered in cast' comes first (issue #48; pyproject.toml ignores it "
-                   "until then)")
 @pytest.mark.parametrize("estimator", [AttentionSelector, JointAttentionSVM, KeyQuerySelector])
 def test_a_nan_binary_label_is_one_clear_error_and_no_cast_warning(estimator):
     X = np.random.default_rng(0).standard_normal((6, 3, 2))
