@@ -2,6 +2,7 @@
 Zhao, Behnia, Vakilian, Thrampoulidis 2024), against the theory and by value."""
 
 import importlib.util
+import re
 import warnings
 
 import numpy as np
@@ -157,10 +158,43 @@ def test_small_weight_decay_aligns_with_lmm_on_fresh_instances(seed):
     assert h["word_gram_alignment"][-1] > 0.98 and h["context_gram_alignment"][-1] > 0.975
 
 
-@pytest.mark.parametrize("params", [{"path_radii": [1.0, 2.0]}, {"descent_norm": "max"}])
-def test_parameters_it_cannot_use_are_refused(params):
-    with pytest.raises(ValueError, match="parameter of NTPEmbeddingClassifier must be"):
+@pytest.mark.parametrize(("params", "reason"), [
+    ({"path_radii": [1.0, 2.0]}, "no solver='regpath'; its regularization path is weight_decay"),
+    ({"descent_norm": "max"}, "no solver='nsd'"),
+    ({"descent_norm": ("lp", 3.0)}, "no solver='nsd'"),
+    ({"mirror_p": 3.0}, "no solver='mirror' or 'nmirror'"),
+])
+def test_parameters_it_cannot_use_are_refused_with_the_reason(params, reason):
+    # the parameters of solvers this estimator does not run take their default only;
+    # scikit-learn's message (what check_param_validation matches), then why
+    with pytest.raises(ValueError, match=r"parameter of NTPEmbeddingClassifier must be .* "
+                                         r"Got .* instead\. NTPEmbeddingClassifier has " +
+                                         re.escape(reason)):
         NTPEmbeddingClassifier(**params).fit(np.arange(4.0)[:, None], [0, 1, 0, 1])
+    # their defaults (and 2 for 2.0) are accepted
+    NTPEmbeddingClassifier(max_iter=2, descent_norm="fro", mirror_p=2, path_radii=None,
+                           random_state=0).fit(np.arange(4.0)[:, None], [0, 1, 0, 1])
+
+
+def test_ngd_default_does_not_slow_down_with_the_number_of_contexts():
+    # why the defaults are ("ngd", lr=0.1) and not the decoder's ("gd", lr=0.5): each
+    # free context embedding gets its context's gradient weighted by pi_j ~ 1/m, so GD
+    # with a fixed step slows down with m, NGD does not (docstring's numbers:
+    # m = 10: GD 2.7e-3, NGD 3.0e-3; m = 200: GD 0.195, NGD 1.1e-3)
+    rng = np.random.default_rng(1)
+    excess = {}
+    for m in (10, 200):
+        S = random_supports(1, m=m, V=20, density=0.15)
+        P = np.where(S, rng.random(S.shape) + 0.2, 0.0)
+        X = np.arange(float(m))[:, None]
+        for solver, lr in (("ngd", 0.1), ("gd", 0.5)):
+            clf = NTPEmbeddingClassifier(solver, lr=lr, compute_limits=False,
+                                         random_state=0).fit(X, P)
+            excess[m, solver] = clf.history_["excess_loss"][-1]
+    assert NTPEmbeddingClassifier().get_params()["solver"] == "ngd"
+    assert NTPEmbeddingClassifier().get_params()["lr"] == 0.1
+    assert excess[10, "gd"] < 0.01 and excess[10, "ngd"] < 0.01, excess
+    assert excess[200, "ngd"] < 0.01 < 0.1 < excess[200, "gd"], excess
 
 
 def _decayed_ufm_logits(P, pi, lam):
