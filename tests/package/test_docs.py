@@ -5,6 +5,9 @@
   ``--runslow`` the gallery build below makes the same checks instead.
 * ``test_user_guide_code_runs`` (default run): every ``.. code-block::
   python`` of the user-guide pages runs, page by page.
+* ``test_user_guide_page_prints_what_it_quotes``: the pages of ``QUOTED_PAGES``
+  (NTP-UFM) run as one script each (``doc_snippets.py``), with the numbers their
+  comments quote.
 * ``test_getting_started_block_runs_as_a_script``: every block of the
   getting-started page runs on its own as a script (``doc_snippets.py``), with
   the numbers its comments quote (the plots block in the slow tier).
@@ -27,8 +30,8 @@ from doc_snippets import check_quoted_values, run_script
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
-PAGES = ["getting_started", "user_guide/decoder", "user_guide/attention",
-         "user_guide/key_query", "user_guide/joint",
+PAGES = ["getting_started", "user_guide/decoder", "user_guide/embeddings",
+         "user_guide/attention", "user_guide/key_query", "user_guide/joint",
          "user_guide/self_attention", "user_guide/optimizers", "user_guide/machinery"]
 
 
@@ -79,7 +82,8 @@ def _check_site(out):
         assert (out / "auto_examples" / f"{example.stem}.html").exists(), example.name
     api = (out / "api.html").read_text(encoding="utf-8")
     for name in ("NTPDecoderClassifier", "AttentionSelector", "JointAttentionSVM",
-                 "KeyQuerySelector", "NTPAttentionClassifier", "ntp_svm", "load_text_ntp",
+                 "KeyQuerySelector", "NTPAttentionClassifier", "NTPEmbeddingClassifier",
+                 "ntp_svm", "ntp_logit_svm", "logit_geometry", "load_text_ntp",
                  "TokenEncoder",
                  "plot_training_curves", "TrainingCurvesDisplay", "alignment",
                  "make_vocabulary_log_loss_scorer"):
@@ -123,13 +127,27 @@ def test_user_guide_code_runs(page, tmp_path, monkeypatch):
         exec(compile(code, f"{page}.rst", "exec"), namespace)  # noqa: S102
 
 
+#: user-guide pages whose code, run as one script, prints only numbers its comments quote
+QUOTED_PAGES = ["user_guide/embeddings"]
+
+
+@pytest.mark.parametrize("page", QUOTED_PAGES)
+def test_user_guide_page_prints_what_it_quotes(page, tmp_path):
+    """The page's blocks as one script, as a reader pastes them: no warning, and every
+    print line prints the value its comment quotes."""
+    code = "\n".join(_code_blocks(page))
+    n_prints, n_checked = check_quoted_values(code, run_script(code, tmp_path))
+    assert n_prints and n_checked == n_prints
+
+
 GETTING_STARTED = _code_blocks("getting_started")
 #: the Plots block: the GD fit of the first block again, and a 16 x 10 in figure (~8 s)
 SLOW_BLOCKS = {1}
 
 
 def test_getting_started_has_its_blocks():
-    assert len(GETTING_STARTED) == 3
+    assert len(GETTING_STARTED) == 4
+    assert "NTPEmbeddingClassifier" in GETTING_STARTED[3]
     assert "fig.savefig(" in GETTING_STARTED[1]
 
 
