@@ -6,11 +6,13 @@ import math
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse as sp
+from scipy.linalg.lapack import dpstrf
 from scipy.sparse.linalg import lsqr
 
-from ._backend import scaled_norm, to_numpy
+from ._backend import blas_threads, scaled_norm, to_numpy
 from .svm._ntp_logits import check_support, ntp_logit_svm, support_proxy
-from .svm._problem import constraint_operator
+from .svm._problem import BilinearScores, Constraints, MaxMarginProblem, constraint_operator
 
 __all__ = [
     "SubspaceProjector",
@@ -92,13 +94,30 @@ class SubspaceProjector:
     """Orthogonal projector onto the row space of a constraint matrix.
 
     For the NTP decoder the rows of the log-odds equations (3) span the
-    subspace ``F`` of eq. (5), so ``project(W) = P_F(W)``.  Small problems
-    keep an orthonormal basis (one matrix product per projection); large
-    ones solve a least-squares problem with LSQR per projection.  When the
-    constraint matrix ``A`` is sparse, the coordinates in the basis are
-    also available through ``A`` itself (:meth:`coordinates`), which is
-    cheaper than the dense basis when ``A`` has few non-zeros (the decoder's
-    rows have ``2 d`` each).
+    subspace ``F`` of eq. (5), so ``project(W) = P_F(W)``.  The basis is
+    computed once, and each projection is then one or two matrix products
+    (about one gradient step or less):
+
+    * at most as many rows as features (``n_rows <= n_features``, and
+      ``n_rows * n_features <= max_dense``): by the SVD of the rows;
+    * more rows than features (data that are not NTP-separable: the rows of
+      ``F_I`` number about ``m V``) with ``n_features ** 2 <= max_dense``: from
+      the Gram matrix ``A^T A`` of the rows (each scaled by its largest entry,
+      which keeps the row space), summed over chunks of rows, by a pivoted
+      Cholesky factorization (LAPACK ``dpstrf``, rank tolerance ``n eps``
+      times the largest pivot, i.e. singular values of the scaled rows above
+      about ``sqrt(n eps)`` times the largest count) and one QR factorization
+      of the range, or of the null space when that is smaller;
+    * otherwise (a parameter of more than ``sqrt(max_dense)`` entries and
+      more rows than a dense basis allows, or a
+      :class:`~scipy.sparse.linalg.LinearOperator`): no basis, and each
+      projection solves a least-squares problem with LSQR (tens to hundreds
+      of products with the rows).
+
+    When the constraint matrix ``A`` is sparse and has fewer rows than
+    features, the coordinates in the basis are also available through ``A``
+    itself (:meth:`coordinates`), which is cheaper than the dense basis when
+    ``A`` has few non-zeros (the decoder's rows have ``2 d`` each).
 
     Parameters
     ----------
@@ -109,7 +128,20 @@ class SubspaceProjector:
     shape : tuple
         Shape of the parameter the projector is applied to.
     max_dense : int, default=30_000_000
-        Largest ``n_features * rank`` for the dense basis.
+        Largest number of entries of a dense array the basis may need: the rows
+        (``n_rows * n_features``, SVD) or their Gram matrix
+        (``n_features ** 2``, pivoted Cholesky).
+
+    Attributes
+    ----------
+    basis : ndarray of shape (n_features, rank) or None
+        An orthonormal basis of the subspace; ``None`` on the LSQR path.
+    complement : ndarray of shape (n_features, n_features - rank) or None
+        An orthonormal basis of the orthogonal complement, when the Gram path
+        found it the smaller of the two (then :meth:`project` and the history's
+        ``finite_distance`` use it: ``P(w) = w - N N^T w``).
+    method : {"zero", "svd", "gram", "lsqr"}
+        How the projector was built (see above).
     """
 
     #: Largest ``n_rows * n_features`` for the dense basis by default.
@@ -119,29 +151,60 @@ class SubspaceProjector:
     def from_problem(cls, problem, max_dense=None):
         """Projector onto the row space of a program's constraints.
 
-        Small programs get their explicit sparse rows (and a dense basis);
-        large ones a matrix-free operator (LSQR per projection), so nothing
-        of size ``(n_rows, n_features)`` is ever formed.
+        Programs with few rows get their explicit sparse rows (and the SVD's
+        basis); those with more rows than features and a Gram matrix within
+        ``max_dense``, the basis from the Gram matrix, summed over chunks of
+        explicit rows; the rest a matrix-free operator (LSQR per projection).
+        Nothing of size ``(n_rows, n_features)`` is formed beyond ``max_dense``.
         """
         max_dense = cls.MAX_DENSE if max_dense is None else max_dense
         n_rows, n_features = len(problem.constraints), int(np.prod(problem.shape))
         if n_rows == 0:
             return cls(None, problem.shape)
-        if n_rows * n_features <= max_dense:
+        if n_rows <= n_features and n_rows * n_features <= max_dense:
             return cls(problem.constraint_matrix(), problem.shape, max_dense=max_dense)
+        if n_features * n_features <= max_dense:
+            sc = problem.scores
+            if isinstance(sc, BilinearScores) and sc.outputs is None:
+                gram = _decoder_gram(problem, max_dense)
+            else:
+                step = max(1, max_dense // n_features)
+                gram = _row_gram((_problem_rows(problem, slice(a, a + step))
+                                  for a in range(0, n_rows, step)), n_features)
+            return cls._from_basis(*_range_basis(gram), problem.shape, "gram")
         return cls(constraint_operator(problem), problem.shape, max_dense=max_dense)
+
+    @classmethod
+    def _from_basis(cls, basis, complement, shape, method):
+        """A projector with the orthonormal ``basis`` (n_features, rank) (and that of the
+        orthogonal complement, or None)."""
+        proj = cls(None, shape)
+        if basis.shape[1]:
+            proj.basis, proj.complement = basis, complement
+            proj.is_zero, proj.method = False, method
+        return proj
 
     def __init__(self, matrix, shape, max_dense=MAX_DENSE):
         self.shape = tuple(shape)
-        self.basis = None
+        self.basis = self.complement = None
         self.matrix = matrix
         self._from_rows = None
         self.is_zero = matrix is None or matrix.shape[0] == 0
+        self.method = "zero" if self.is_zero else "lsqr"
         if self.is_zero:
             return
         n_rows, n_features = matrix.shape
         explicit = hasattr(matrix, "toarray") or isinstance(matrix, np.ndarray)
-        if explicit and n_rows * n_features <= max_dense:
+        if explicit and n_rows > n_features and n_features * n_features <= max_dense:
+            step = max(1, max_dense // n_features)
+            rows = matrix.tocsr() if hasattr(matrix, "toarray") else np.asarray(matrix)
+            basis, self.complement = _range_basis(_row_gram(
+                (rows[a:a + step] for a in range(0, n_rows, step)), n_features))
+            self.basis = basis if basis.shape[1] else None
+            self.is_zero = basis.shape[1] == 0
+            self.method = "zero" if self.is_zero else "gram"
+        elif explicit and n_rows * n_features <= max_dense:
+            self.method = "svd"
             dense = matrix.toarray() if hasattr(matrix, "toarray") else np.asarray(matrix)
             # A = U S Vt: the basis is V (what scipy.linalg.orth(A.T) returns), and
             # V^T u = S^{-1} U^T (A u), one product with the sparse A
@@ -183,11 +246,114 @@ class SubspaceProjector:
             return xp.reshape(basis @ (basis.T @ flat), w.shape)
         if self.basis is not None:
             flat = np.asarray(to_numpy(w), dtype=float).ravel()
+            if self.complement is not None:  # the smaller of the two
+                return (flat - self.complement @ (self.complement.T @ flat)).reshape(self.shape)
             return (self.basis @ (self.basis.T @ flat)).reshape(self.shape)
 
         flat = np.asarray(to_numpy(w), dtype=float).ravel()
         coef = lsqr(self.matrix.T, flat, atol=1e-12, btol=1e-12)[0]
         return np.asarray(self.matrix.T @ coef).reshape(self.shape)
+
+
+def _problem_rows(problem, rows):
+    """The explicit sparse constraint rows ``rows`` (a slice) of ``problem``."""
+    c = problem.constraints
+    part = Constraints(c.block[rows], c.pos[rows], c.ref[rows], c.rhs[rows],
+                       c.equality[rows])
+    return MaxMarginProblem(problem.scores, part).constraint_matrix()
+
+
+def _decoder_gram(problem, max_dense):
+    """:func:`_row_gram` of the rows of a linear decoder's program, from their structure.
+
+    Row ``r`` is ``u_r (x) q_b`` with ``u_r = s_pos e_pos - s_ref e_ref`` (``W[t]`` scaled
+    by ``s_t``, :class:`~skntp.svm._problem.BilinearScores`), so the Gram matrix is
+    ``sum_b (sum_{r in b} u_r u_r^T) (x) q_b q_b^T``: a sparse ``(V^2, n_blocks)`` table
+    of the ``u_r u_r^T`` times the ``(n_blocks, q^2)`` table of the ``q_b q_b^T``, in
+    chunks of blocks; ``O(rows q^2)`` multiply-adds, no explicit row.  Each row is
+    divided by its largest entry ``max|u_r| max|q_b|``, as in :func:`_row_gram`.
+    """
+    sc, c = problem.scores, problem.constraints
+    T, q = sc.shape
+    scale = np.ones(T) if sc.output_scale is None else np.asarray(sc.output_scale, float)
+    two = c.ref >= 0
+    ref = np.where(two, c.ref, c.pos)
+    a, b = scale[c.pos], np.where(two, scale[ref], 0.0)
+    top = np.maximum(np.abs(a), np.abs(b))
+    a = np.divide(a, top, out=np.zeros_like(a), where=top > 0)
+    b = np.divide(b, top, out=np.zeros_like(b), where=top > 0)
+    pairs = np.concatenate([c.pos * T + c.pos, ref * T + ref, c.pos * T + ref,
+                            ref * T + c.pos])
+    outer = sp.csr_matrix((np.concatenate([a * a, b * b, -a * b, -a * b]),
+                           (np.tile(c.block, 4), pairs)), shape=(sc.n_blocks, T * T))
+    queries = np.asarray(sc.queries, dtype=float)
+    qtop = np.max(np.abs(queries), axis=1, initial=0.0)
+    queries = queries * np.divide(1.0, qtop, out=np.zeros_like(qtop), where=qtop > 0)[:, None]
+    G = np.zeros((T * T, q * q))
+    step = max(1, max_dense // max(q * q, 1))
+    for start in range(0, sc.n_blocks, step):
+        Q = queries[start:start + step]
+        G += outer[start:start + step].T @ (Q[:, :, None] * Q[:, None, :]).reshape(-1, q * q)
+    return G.reshape(T, T, q, q).transpose(0, 2, 1, 3).reshape(T * q, T * q)
+
+
+def _row_gram(chunks, n_features):
+    """``A^T A`` (dense) of the rows of ``A`` given in chunks, each row divided by its
+    largest entry first.
+
+    Scaling a row keeps the row space (the subspace of the projector) and makes
+    the Gram matrix safe at any data scale (rows of 1e-150 would square to 0).
+    """
+    G = np.zeros((n_features, n_features))
+    for rows in chunks:
+        if sp.issparse(rows):
+            rows = sp.csr_matrix(rows, dtype=float)
+            top = np.asarray(abs(rows).max(axis=1).todense()).ravel()
+            rows = sp.diags(np.divide(1.0, top, out=np.zeros_like(top), where=top > 0)) @ rows
+            G += (rows.T @ rows).toarray()
+        else:
+            rows = np.asarray(rows, dtype=float)
+            top = np.max(np.abs(rows), axis=1, initial=0.0)
+            rows = rows * np.divide(1.0, top, out=np.zeros_like(top), where=top > 0)[:, None]
+            G += rows.T @ rows
+    return G
+
+
+def _range_basis(G):
+    """Orthonormal bases of the range of the positive semidefinite ``G``, shape (n, rank),
+    and of its null space when that is the smaller (shape (n, n - rank), else None).
+
+    A pivoted Cholesky factorization ``Pi^T G Pi = L L^T`` (LAPACK ``dpstrf``, its
+    default tolerance ``n eps max(diag)``) gives the rank ``r`` and a factor
+    ``K = Pi L`` with ``G = K K^T``: the range is that of ``K``.  When the null
+    space is the smaller of the two (data that are not NTP-separable: ``F_I`` is
+    nearly the whole space), it is ``Pi [-L11^{-T} L21^T; I]`` and the range its
+    orthogonal complement, from one complete QR factorization; either way a QR
+    factorization of at most ``n * min(r, n - r)`` entries, ``O(n^3 / 3)`` in all.
+    """
+    n = G.shape[0]
+    if n == 0 or not np.any(G):
+        return np.zeros((n, 0)), None
+    # both factorizations spend much of their time in matrix-vector products with
+    # the n x n matrix (their panels): below blas_threads' size they run on one
+    # thread (a pool of two on a busy 2-core machine made them 10x slower at n = 1264)
+    with blas_threads(n * n):
+        factor, piv, rank, info = dpstrf(G, lower=1)
+        if info < 0:  # pragma: no cover - an argument error of LAPACK
+            raise ValueError(f"dpstrf: illegal argument {-info}.")
+        piv = piv - 1  # LAPACK's pivots are 1-based: (Pi^T G Pi)[i, j] = G[piv[i], piv[j]]
+        L = np.tril(factor[:, :rank])
+        if rank <= n - rank:
+            K = np.empty_like(L)
+            K[piv] = L
+            return np.linalg.qr(K)[0], None
+        k = n - rank
+        null = np.empty((n, k))
+        null[piv[:rank]] = -scipy.linalg.solve_triangular(L[:rank], L[rank:].T, lower=True,
+                                                           trans="T")
+        null[piv[rank:]] = np.eye(k)
+        Q = np.linalg.qr(null, mode="complete")[0]
+        return Q[:, k:], Q[:, :k]
 
 
 def history_metrics(be, param_index=0, direction=None, finite=None, projector=None,
@@ -229,7 +395,20 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
         F = be.asarray(np.stack(fins))
     with_basis = has_fin and all(p is not None and (p.is_zero or p.basis is not None)
                                  for p in projs)
-    if with_basis:
+    complement = None
+    if with_basis and all(not p.is_zero and p.complement is not None for p in projs):
+        # the orthogonal complement (basis N) is the smaller: P(w) = w - N N^T w, and
+        # ||P(w) - f||^2 = ||P(w - f)||^2 + ||N^T f||^2 (data that are not NTP-separable:
+        # F_I is nearly the whole space, N has few columns)
+        k = max(p.complement.shape[1] for p in projs)
+        stacked = np.zeros((len(projs), int(np.prod(shape)), k))
+        for b, p in enumerate(projs):
+            stacked[b, :, : p.complement.shape[1]] = p.complement
+        complement = be.asarray(stacked)
+        f_top = _trial_top(xp, F)
+        fc_unit = _coords(xp, complement, F / _row_shape(xp, f_top, F))
+        f_off = f_top * xp.sqrt(xp.sum(fc_unit * fc_unit, axis=1))
+    elif with_basis:
         # ||P(w) - f||^2 = ||B^T (w - f)||^2 + ||f - P(f)||^2 for an orthonormal basis B:
         # the coordinates of w per record, not a projection
         rank = max([0] + [p.basis.shape[1] for p in projs if not p.is_zero])
@@ -245,7 +424,7 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
         f_off = f_top * xp.sqrt(xp.maximum(
             _trial_dot(xp, f_unit, f_unit) - xp.sum(fc_unit * fc_unit, axis=1), 0.0))
     # one problem on NumPy: coordinates through the sparse constraint rows when cheaper
-    sparse_coords = (not trials and with_basis and be.name == "numpy"
+    sparse_coords = (not trials and with_basis and complement is None and be.name == "numpy"
                      and getattr(projs[0], "_from_rows", None) is not None)
 
     def metrics(params):
@@ -267,8 +446,11 @@ def history_metrics(be, param_index=0, direction=None, finite=None, projector=No
             out[f"alignment_{name}"] = _ratio(xp, _trial_dot(xp, Ru, O), nr_unit)
         if F is not None and all(p is not None for p in projs):
             if with_basis:
-                c = (xp.asarray(projs[0].coordinates(W[0]))[None] if sparse_coords
-                     else _coords(xp, basis, W)) - f_coords
+                if complement is not None:  # a vector of the norm of B^T (w - f)
+                    c = _complement_part(xp, complement, R)
+                else:
+                    c = (xp.asarray(projs[0].coordinates(W[0]))[None] if sparse_coords
+                         else _coords(xp, basis, W)) - f_coords
                 c_top = _trial_top(xp, c)
                 cu = c / c_top[:, None]
                 out["finite_distance"] = np.hypot(
@@ -314,6 +496,13 @@ def _coords(xp, basis, W):
     """``B_b^T w_b`` per trial, shape (trials, rank)."""
     flat = xp.reshape(W, (W.shape[0], -1, 1))
     return (xp.matrix_transpose(basis) @ flat)[..., 0]
+
+
+def _complement_part(xp, complement, W):
+    """``w_b - N_b N_b^T w_b`` per trial (the projection onto the complement of the
+    span of ``N_b``), flattened, shape (trials, n_features)."""
+    flat = xp.reshape(W, (W.shape[0], -1))
+    return flat - (complement @ _coords(xp, complement, W)[..., None])[..., 0]
 
 
 def _ratio(xp, num, den):
