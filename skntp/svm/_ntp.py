@@ -237,7 +237,7 @@ def _identical_columns_sparse(csc):
     return np.asarray(first, dtype=np.int64), inverse
 
 
-def positively_spans(points):
+def positively_spans(points, *, robustness=None):
     """Prove that the cone of ``points`` is all of ``R^d``, or fail.
 
     ``cone(C) = R^d`` exactly when ``C`` has rank ``d`` and some weights
@@ -247,9 +247,19 @@ def positively_spans(points):
     then stay below 1/2, which keeps every weight positive (the residual's
     rounding bound is added to ``r``).
 
+    With ``robustness``, the proof must also survive directions that meet the
+    cone's points only to a tolerance: any ``u`` with ``u^T c_i >= -eps ||u||
+    ||c_i||`` for every point has ``||u|| <= eps kappa ||u||`` with ``kappa =
+    (sum(lam) / min(lam)) sqrt(n) max ||c_i|| / sigma_min(C)`` (from ``sum_i lam_i
+    u^T c_i = 0``), so ``kappa <= robustness`` is asked: a point set that spans only
+    through a direction of size ``1 / kappa`` (contexts that reach a direction by
+    rounding) does not prove anything at a tolerance above that.
+
     Parameters
     ----------
     points : ndarray of shape (n, d)
+    robustness : float, optional
+        The largest ``kappa`` accepted (``None``: any).
 
     Returns
     -------
@@ -273,10 +283,16 @@ def positively_spans(points):
     lam = 1.0 + mu
     residual = float(np.linalg.norm(A @ lam))
     rounding = 1e3 * n * eps * float(lam @ np.abs(points).max(axis=1))
-    return bool((residual + math.sqrt(d) * rounding) / sigma_min < 0.5)
+    if not (residual + math.sqrt(d) * rounding) / sigma_min < 0.5:
+        return False
+    if robustness is None:
+        return True
+    top = float(np.max(np.linalg.norm(points, axis=1)))
+    kappa = float(lam.sum() / lam.min()) * math.sqrt(n) * top / sigma_min
+    return bool(kappa <= robustness)
 
 
-def spanning_proof(contexts, support, *, max_tests=24):
+def spanning_proof(contexts, support, *, max_tests=24, robustness=None):
     """Prove that no margin row is separable by contexts that positively span ``R^d``.
 
     On the recession cone ``K`` of the loss (2) (the directions ``D`` whose logits
@@ -305,6 +321,8 @@ def spanning_proof(contexts, support, *, max_tests=24):
     support : ndarray or sparse matrix of shape (m, V), bool
     max_tests : int, default=24
         The number of cone tests before giving up.
+    robustness : float, optional
+        Passed to every :func:`positively_spans` (``None``: exact cones).
 
     Returns
     -------
@@ -322,7 +340,7 @@ def spanning_proof(contexts, support, *, max_tests=24):
     in_class = np.zeros(H.shape[0], dtype=bool)
     in_class[contexts_of(order[0])] = True
     tests = 1
-    if positively_spans(H[in_class]):
+    if positively_spans(H[in_class], robustness=robustness):
         return True
     for b in order[1:]:
         if tests >= max_tests:
@@ -331,9 +349,9 @@ def spanning_proof(contexts, support, *, max_tests=24):
         if in_class[rows].all():  # nothing to add to the class
             continue
         tests += 2
-        if positively_spans(np.vstack([H[in_class], -H[rows]])):
+        if positively_spans(np.vstack([H[in_class], -H[rows]]), robustness=robustness):
             in_class[rows] = True
-            if positively_spans(H[in_class]):
+            if positively_spans(H[in_class], robustness=robustness):
                 return True
     return False
 

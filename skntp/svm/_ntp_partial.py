@@ -106,6 +106,10 @@ SEPARABILITY_TOL = 1e-8
 #: weigh every row off ``I`` by at least 1, bound them by about 1e-13.
 NOT_SEPARABLE_MARGIN = 1e-5
 
+#: A failure of HiGHS at tight tolerances within this many seconds is retried at its
+#: defaults before its interior point takes over (a slower failure is not).
+QUICK_FAILURE = 10.0
+
 #: The largest linear program (out-of-support rows after merging exchangeable
 #: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on
 #: 2 cores at 8,000 rows of real text (``benchmarks/ntp_separability.py``).
@@ -204,7 +208,7 @@ def _dense_support(support):
     return support
 
 
-def orthonormal_contexts(contexts):
+def orthonormal_contexts(contexts, *, return_condition=False):
     """The contexts on an orthonormal basis of their span: ``Q`` of shape (m, r).
 
     Separability depends on the contexts only through their span (the rows of ``W H^T``
@@ -214,19 +218,52 @@ def orthonormal_contexts(contexts):
     |R_00|`` (the rank convention of :func:`numpy.linalg.matrix_rank`): at condition
     1e8 every direction stays, where a cut-off on ``H^T H`` would drop those below
     1e-8.
+
+    With ``return_condition=True``, also the condition number of the contexts on
+    their span (the ratio of the extreme singular values of ``R``'s kept rows): the
+    span that float64 represents is known to about ``eps`` times it.
     """
     H = np.asarray(contexts, dtype=float)
     m, d = H.shape
     if m == 0 or d == 0:
-        return np.zeros((m, 0))
+        return (np.zeros((m, 0)), 1.0) if return_condition else np.zeros((m, 0))
     Q, R, _ = scipy.linalg.qr(H, mode="economic", pivoting=True)
     diag = np.abs(np.diag(R))
     rank = int(np.count_nonzero(diag > max(m, d) * np.finfo(float).eps * diag[0])) if (
         diag.size and diag[0] > 0) else 0
-    return np.ascontiguousarray(Q[:, :rank])
+    Q = np.ascontiguousarray(Q[:, :rank])
+    if not return_condition:
+        return Q
+    sv = np.linalg.svd(R[:rank], compute_uv=False) if rank else np.ones(1)
+    return Q, float(sv[0] / sv[-1])
 
 
-def farkas_row_bounds(contexts, support, table):
+#: Below this relative uncertainty of the contexts' span (:func:`_span_uncertainty`)
+#: a Farkas table's claims are not asked to survive it: rows whose margin could flip
+#: by such a perturbation are below 1e-5 of :data:`NOT_SEPARABLE_MARGIN`, while the
+#: robust bound weakens every row whose table entry is small (on 400 contexts of
+#: condition 2 with tokens never next, the weakest from 1.6e-6 to 2e-4).
+SPAN_UNCERTAINTY_FLOOR = 1e-10
+
+
+def _span_uncertainty(Q, cond):
+    """The relative perturbation of the contexts that their float64 span leaves open,
+    ``r eps cond`` (0 below :data:`SPAN_UNCERTAINTY_FLOOR`, contexts of condition
+    below about 1e5): a Farkas table's claims must survive it
+    (:func:`farkas_row_bounds`)."""
+    blur = Q.shape[1] * np.finfo(float).eps * cond
+    return blur if blur >= SPAN_UNCERTAINTY_FLOOR else 0.0
+
+
+def _refutation_margin(blur):
+    """The margin bound that certifies a row not separable for data whose span is known
+    to ``blur``: :data:`NOT_SEPARABLE_MARGIN`, or ``sqrt(blur)`` where that is larger
+    (contexts of condition above about 1e6): a claim is made no finer than the data
+    allow, halfway (in orders of magnitude) between their precision and 1."""
+    return max(NOT_SEPARABLE_MARGIN, math.sqrt(blur))
+
+
+def farkas_row_bounds(contexts, support, table, *, perturbation=0.0):
     """The margin bound that a Farkas table proves for every out-of-support row.
 
     A table ``T`` (m, V) combines the rows of the recession cone ``K`` (module
@@ -248,16 +285,23 @@ def farkas_row_bounds(contexts, support, table):
     computed image of a projected table is of that order; the worst case of
     ``m``-term sums, ``m`` times more, would leave no row of a large table
     certified), and the row sums left after the anchor's correction, times the
-    contexts' norms.
+    contexts' norms.  With ``perturbation=epsilon`` the bound holds for every set of
+    contexts within ``epsilon ||h_j||`` of these, each (the image moves by at most
+    ``epsilon sum_j ||T_j|| ||h_j||``): for data whose span float64 knows only to
+    that precision (ill-conditioned contexts), a row that only the rounding of the
+    data keeps from being separable is not called non-separable.
     :func:`ntp_separability` applies it on an orthonormal basis of the contexts'
     span, where the bound does not depend on the conditioning of the contexts, and
-    certifies a row not separable when it is at most :data:`NOT_SEPARABLE_MARGIN`.
+    certifies a row not separable when it is at most :data:`NOT_SEPARABLE_MARGIN`
+    (or the square root of the data's precision, when that is larger).
 
     Parameters
     ----------
     contexts : ndarray of shape (m, d)
     support : ndarray of shape (m, V), bool
     table : ndarray of shape (m, V)
+    perturbation : float, default=0.0
+        The relative uncertainty of each context.
 
     Returns
     -------
@@ -279,6 +323,8 @@ def farkas_row_bounds(contexts, support, table):
     a = math.sqrt(2.0) * hn
     against = float(np.where(off & (T > 0), T, 0.0).sum(axis=1) @ a)
     numerator = float(np.linalg.norm(E)) + against + _image_rounding(T, H)
+    if perturbation:
+        numerator += perturbation * float(np.linalg.norm(T, axis=1) @ hn)
     neg = off & (T < 0)
     j = np.nonzero(neg)[0]
     with np.errstate(divide="ignore"):
@@ -382,7 +428,9 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     case of real text with ``d << m``: the contexts of the frequent tokens
     positively span the basis's space (:func:`spanning_proof`, a few non-negative
     least squares of ``d`` rows; each is a Gordan certificate whose residual is
-    checked against the smallest singular value of its points, with its rounding),
+    checked against the smallest singular value of its points, with its rounding,
+    and whose weights must keep it robust at the tolerance
+    :data:`NOT_SEPARABLE_MARGIN`),
     or the loss has a minimizer whose table certifies every row
     (:func:`no_row_is_separable`, tried when ``m * V * d`` is at most 2e8).
     Otherwise the program decides.
@@ -434,7 +482,8 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
         raise ValueError(f"method must be 'auto' or 'highs', got {method!r}.")
     if not (~support).any():  # every context's support is the vocabulary: no row
         return NTPSeparability(~support, support, "rank")
-    Q = orthonormal_contexts(contexts)
+    Q, cond = orthonormal_contexts(contexts, return_condition=True)
+    blur = _span_uncertainty(Q, cond)
     if method == "auto" and Q.shape[1] == m:
         # linearly independent contexts: every logit table is W Q^T for some W
         return NTPSeparability(~support, support, "rank")
@@ -444,7 +493,7 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
                                farkas=_table_at_zero(support))
     if method == "auto":
         start = time.perf_counter()
-        spans = spanning_proof(Q, support)
+        spans = spanning_proof(Q, support, robustness=1.0 / _refutation_margin(blur))
         _log.info("separability of %d contexts x %d tokens (d=%d): %s in %.2f s", m, V, d,
                   "no row separable, by spanning contexts" if spans else
                   "the contexts' cones do not prove it", time.perf_counter() - start)
@@ -452,17 +501,18 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
             return NTPSeparability(none, support, "positive spanning")
     if method == "auto" and m * V * d <= MAX_PROOF_WORK:
         start = time.perf_counter()
-        table = _stationary_table(Q, contexts, support, ~none)
+        table = _stationary_table(Q, contexts, support, ~none, perturbation=blur)
         _log.info("separability of %d contexts x %d tokens (d=%d): %s in %.2f s", m, V, d,
                   "no row separable, by a stationary point" if table is not None
                   else "no certifying stationary point, the linear program decides",
                   time.perf_counter() - start)
         if table is not None:
             return NTPSeparability(none, support, "stationary point", farkas=table)
-    separable, direction, lp_table = _separability_program(Q, support, max_rows)
+    separable, direction, lp_table = _separability_program(Q, support, max_rows, blur)
     # the direction on the unit-scaled contexts: D_H h_j = D_Q q_j
     direction_h = np.linalg.lstsq(contexts, Q @ direction.T, rcond=None)[0].T
-    proven = _separable_rows_certified(Q, support, separable, direction)
+    proven = _separable_rows_certified(Q, support, separable, direction,
+                                       tol=max(SEPARABILITY_TOL, 10.0 * blur))
     rest = ~support & ~separable
     # the program's multipliers are a Farkas table of the rows off I (-1 or less on
     # them), up to HiGHS's tolerance: projected, and checked; the rows they leave
@@ -471,11 +521,14 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     table[separable] = np.minimum(table[separable], 0.0)
     refuted = np.zeros_like(support)
     if rest.any() and image_vanishes(contexts, support, table):
-        refuted = rest & (farkas_row_bounds(Q, support, table) <= NOT_SEPARABLE_MARGIN)
+        refuted = rest & (farkas_row_bounds(Q, support, table, perturbation=blur)
+                          <= _refutation_margin(blur))
     if (rest & ~refuted).any():
-        second = _stationary_table(Q, contexts, support, ~separable, require="some")
+        second = _stationary_table(Q, contexts, support, ~separable, require="some",
+                                   perturbation=blur)
         if second is not None:
-            refuted |= rest & (farkas_row_bounds(Q, support, second) <= NOT_SEPARABLE_MARGIN)
+            refuted |= rest & (farkas_row_bounds(Q, support, second, perturbation=blur)
+                               <= _refutation_margin(blur))
             if not refuted[rest].all() or not image_vanishes(contexts, support, table):
                 table = second
     certified = proven | refuted
@@ -492,10 +545,11 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
                            farkas=table, certified=certified)
 
 
-def _separability_program(Q, support, max_rows):
+def _separability_program(Q, support, max_rows, blur=0.0):
     """The linear program of :func:`ntp_separability` on the contexts ``Q``: returns
     ``(separable, direction, table)``, the direction of shape (V, r) and the table
-    (m, V) of its multipliers (``<= -1`` on the rows off ``I``: a Farkas table)."""
+    (m, V) of its multipliers (``<= -1`` on the rows off ``I``: a Farkas table).
+    ``blur``: the relative precision of the contexts' span (HiGHS's tolerances)."""
     m, r = Q.shape
     representative, token_class, _ = exchangeable_tokens(support)
     reduced = support[:, representative]
@@ -508,49 +562,79 @@ def _separability_program(Q, support, max_rows):
             f"exchangeable tokens), more than max_rows={max_rows}. Use fewer contexts or "
             f"a smaller vocabulary, or raise max_rows (HiGHS time grows fast with the "
             f"rows).")
+    anchor = _anchors(reduced)
     j_in, z_in = np.nonzero(reduced)
+    keep = z_in != anchor[j_in]
+    j_in, z_in = j_in[keep], z_in[keep]
     n_w = Vc * r
 
     def rows(j, v, extra_cols=None):
+        # w_v^T q_j - w_{z_j}^T q_j (+ s_{jv}): anchored rows, no level variable
         n = j.size
-        rr = [np.repeat(np.arange(n), r), np.arange(n)]
-        cc = [(v[:, None] * r + np.arange(r)).ravel(), n_w + j]
-        x = [Q[j].ravel(), -np.ones(n)]
+        rr = [np.repeat(np.arange(n), r), np.repeat(np.arange(n), r)]
+        cc = [(v[:, None] * r + np.arange(r)).ravel(),
+              (anchor[j][:, None] * r + np.arange(r)).ravel()]
+        x = [Q[j].ravel(), -Q[j].ravel()]
         if extra_cols is not None:
             rr.append(np.arange(n))
             cc.append(extra_cols)
             x.append(np.ones(n))
         return sp.csr_matrix((np.concatenate(x), (np.concatenate(rr), np.concatenate(cc))),
-                             shape=(n, n_w + m + n_out))
+                             shape=(n, n_w + n_out))
 
     A_eq = rows(j_in, z_in)
-    A_ub = rows(j_out, v_out, n_w + m + np.arange(n_out))
-    cost = np.concatenate([np.zeros(n_w + m), -np.ones(n_out)])
-    bounds = np.array([(-np.inf, np.inf)] * (n_w + m) + [(0.0, 1.0)] * n_out)
-    options = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
-    # HiGHS's own choice (the dual simplex) first; its interior point where that fails:
-    # on 400 random contexts (d = 20, V = 50, 19,600 rows) the simplex stopped after
-    # 75 s with "Not Set" and the interior point solved the program in 26 s (quiet)
-    for solver in ("highs", "highs-ipm"):
+    A_ub = rows(j_out, v_out, n_w + np.arange(n_out))
+    cost = np.concatenate([np.zeros(n_w), -np.ones(n_out)])
+    # the cone is scaled to margins s <= 1, so W is bounded there; a box of 1e6
+    # (contexts of at most unit norm: margins down to 1e-6 of ||W||) keeps HiGHS from
+    # numerical rays
+    bounds = np.array([(-1e6, 1e6)] * n_w + [(0.0, 1.0)] * n_out)
+    # feasibility to the precision that float64 knows the contexts' span (``blur``,
+    # :func:`_span_uncertainty`), at least 1e-10 and at most HiGHS's default 1e-7: rows
+    # that the rounding of ill-conditioned data alone keeps from separating count as
+    # separable, as they are in the data before rounding
+    ftol = min(1e-7, max(1e-10, blur))
+    tight = {"primal_feasibility_tolerance": ftol, "dual_feasibility_tolerance": ftol}
+    res = None
+    # HiGHS's own choice (the dual simplex) first, to tolerances that leave the direction
+    # and the multipliers certifiable; its defaults where that fails within
+    # QUICK_FAILURE seconds (at 1e-10 it ended in "Solve error" on 21 contexts of
+    # condition 3); its interior point where the
+    # simplex fails: on 400 random contexts (d = 20, V = 50, 19,600 rows) the simplex
+    # stopped after 75 s with "Not Set" and the interior point solved it in 26 s (quiet)
+    spent = 0.0
+    for solver, options in (("highs", tight), ("highs", {}), ("highs-ipm", {})):
+        if not options and solver == "highs" and spent > QUICK_FAILURE:
+            continue
         start = time.perf_counter()
-        res = scipy.optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(n_out), A_eq=A_eq,
-                                     b_eq=np.zeros(j_in.size), bounds=bounds, method=solver,
-                                     options=options)
+        res = scipy.optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(n_out),
+                                     A_eq=A_eq if j_in.size else None,
+                                     b_eq=np.zeros(j_in.size) if j_in.size else None,
+                                     bounds=bounds, method=solver, options=options)
+        spent = time.perf_counter() - start
         _log.info("separability program (%d rows, %d variables): %s %s in %.2f s", n_out,
-                  A_ub.shape[1], solver, res.message, time.perf_counter() - start)
+                  A_ub.shape[1], solver, res.message, spent)
         if res.status == 0:
             break
     else:
-        raise RuntimeError(f"HiGHS did not solve the separability program: {res.message}")
-    s = res.x[n_w + m:]
+        # HiGHS's three attempts failed (ill-conditioned contexts whose rounding leaves
+        # the program near-degenerate): Clarabel's interior point, through cvxpy
+        failed = res.message
+        res = _clarabel_lp(cost, A_ub, A_eq if j_in.size else None, bounds)
+        if res is None:
+            raise RuntimeError(f"HiGHS did not solve the separability program ({failed}), "
+                               "nor did Clarabel.")
+    s = res.x[n_w:]
     separable_reduced = np.zeros((m, Vc), dtype=bool)
     separable_reduced[j_out, v_out] = s > 0.5
     direction = res.x[:n_w].reshape(Vc, r)[token_class]
-    # the multipliers: a table over the classes, each class's entry shared by its tokens
-    # (rows of w_v: sum_j T[j, v] q_j = 0; of c_j: rows summing to zero)
+    # the multipliers: a table over the classes (rows of w_u: sum_j T[j, u] q_j = 0;
+    # the anchor's entry closes each row's sum), each class's entry shared by its tokens
     table = np.zeros((m, Vc))
     table[j_out, v_out] = res.ineqlin.marginals
-    table[j_in, z_in] = res.eqlin.marginals
+    if j_in.size:
+        table[j_in, z_in] = res.eqlin.marginals
+    table[np.arange(m), anchor] = -table.sum(axis=1)
     counts = np.bincount(token_class)
     return separable_reduced[:, token_class], direction, (table / counts)[:, token_class]
 
@@ -562,7 +646,31 @@ def _table_at_zero(support):
     return -(1.0 / V - support / support.sum(axis=1, keepdims=True)) / m
 
 
-def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="all"):
+def _clarabel_lp(cost, A_ub, A_eq, bounds):
+    """``min cost^T x`` s.t. ``A_ub x <= 0``, ``A_eq x = 0``, bounds, by Clarabel through
+    cvxpy: an object with ``x``, ``ineqlin.marginals`` and ``eqlin.marginals`` signed as
+    :func:`scipy.optimize.linprog`'s, or ``None`` when Clarabel gives no solution."""
+    import cvxpy as cp
+    from scipy.optimize import OptimizeResult
+
+    x = cp.Variable(cost.size)
+    cons = [A_ub @ x <= 0] + ([A_eq @ x == 0] if A_eq is not None else [])
+    problem = cp.Problem(cp.Minimize(cost @ x),
+                         cons + [x >= bounds[:, 0], x <= bounds[:, 1]])
+    try:
+        problem.solve(solver=cp.CLARABEL)
+    except cp.error.SolverError:
+        return None
+    if problem.status != cp.OPTIMAL or x.value is None:
+        return None
+    eq = -cons[1].dual_value if A_eq is not None else np.zeros(0)
+    return OptimizeResult(x=np.asarray(x.value), status=0, message="Clarabel",
+                          ineqlin=OptimizeResult(marginals=-np.asarray(cons[0].dual_value)),
+                          eqlin=OptimizeResult(marginals=np.asarray(eq)))
+
+
+def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="all",
+                      perturbation=0.0):
     """The Farkas table of a stationary point of the loss restricted to ``allowed``.
 
     Newton-CG on the loss (2) with uniform weights and probabilities on the
@@ -586,6 +694,8 @@ def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="a
         table that certifies the most rows; ``"image"``: a table whose image
         vanishes and whose entries off the supports are negative (a program's
         Farkas multipliers, which the dispatcher checks as a whole).
+    perturbation : float, default=0.0
+        Of :func:`farkas_row_bounds`.
 
     Returns
     -------
@@ -621,7 +731,8 @@ def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="a
                 return False
             watch["table"] = T
             return True
-        proven = rows & (farkas_row_bounds(Q, support, T) <= NOT_SEPARABLE_MARGIN)
+        proven = rows & (farkas_row_bounds(Q, support, T, perturbation=perturbation)
+                         <= _refutation_margin(perturbation))
         count = int(np.count_nonzero(proven))
         if count > watch["count"]:
             watch["table"], watch["count"] = T, count
@@ -682,9 +793,9 @@ def no_row_is_separable(contexts, support, *, max_iter=100):
     if top == 0.0:
         return False
     contexts = contexts / top
-    Q = orthonormal_contexts(contexts)
-    return _stationary_table(Q, contexts, support, np.ones_like(support),
-                             max_iter=max_iter) is not None
+    Q, cond = orthonormal_contexts(contexts, return_condition=True)
+    return _stationary_table(Q, contexts, support, np.ones_like(support), max_iter=max_iter,
+                             perturbation=_span_uncertainty(Q, cond)) is not None
 
 
 def partial_ntp_svm_problem(contexts, separability):
