@@ -17,16 +17,31 @@ the process (robust to other jobs on a shared machine; use ``--threads 1``
 there, so that idle BLAS threads do not count) and, in brackets, in wall
 time.  Each time is the minimum over ``--repeat`` fits.
 
+A second table, ``real-text``, is the case of issue #48: the decoder with GD on
+Python's help topics, ``load_text_ntp(corpus="python", embedding="words",
+n_words=80)`` (m = 970 contexts, d = 16, V = 79; no margin row is separable,
+so the finite subspace ``F_I`` is nearly all of ``R^{V x d}``), at
+``max_iter`` 600 and 2000 and ``record_every`` in {none (first and last only),
+10, 100}, with ``compute_limits`` False and True.  Its reference is the fit
+with ``compute_limits=False`` and no records, measured in the same run; each
+row gives the whole fit, the one-off limit solve (the fit with ``max_iter=1``
+less one step), the descent, their overheads over the reference, and the cost
+of one record in gradient steps: (descent with records - descent with first
+and last only) / (records - 2) / (reference descent / max_iter).  The load
+average is printed before and after.
+
 Usage::
 
-    python benchmarks/record_every.py                  # every problem
+    python benchmarks/record_every.py                  # every problem and real-text
     python benchmarks/record_every.py --values 1 10 --repeat 5 --only decoder-b2
+    python benchmarks/record_every.py --only real-text --threads 1
     python benchmarks/record_every.py --threads 1     # on a shared machine
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -44,6 +59,7 @@ from skntp import (
     JointAttentionSVM,
     NTPAttentionClassifier,
     NTPDecoderClassifier,
+    _base,
 )
 from skntp.datasets import (
     load_text_ntp,
@@ -91,6 +107,43 @@ def _problems():
     }
 
 
+class _TimedRecords:
+    """Context: the history's metrics callback of every fit timed (CPU time of the
+    process), through the training loop's entry point (``skntp._base.minimize``).
+
+    ``per_record()`` is the mean since the last ``reset()``.
+    """
+
+    def __enter__(self):
+        self.real = _base.minimize
+        self.reset()
+
+        def timed_minimize(*args, metrics=None, **kwargs):
+            if metrics is not None:
+                inner = metrics
+
+                def metrics(params):
+                    t0 = time.process_time()
+                    out = inner(params)
+                    self.cpu += time.process_time() - t0
+                    self.calls += 1
+                    return out
+            return self.real(*args, metrics=metrics, **kwargs)
+
+        _base.minimize = timed_minimize
+        return self
+
+    def __exit__(self, *exc):
+        _base.minimize = self.real
+        return False
+
+    def reset(self):
+        self.cpu, self.calls = 0.0, 0
+
+    def per_record(self):
+        return self.cpu / self.calls if self.calls else float("nan")
+
+
 def descent_times(make, X, y, values, max_iter, repeat):
     """Per ``record_every`` value: the descent's wall and CPU time, minimum over ``repeat``.
 
@@ -104,26 +157,113 @@ def descent_times(make, X, y, values, max_iter, repeat):
     """
     wall = {v: np.inf for v in values}
     total = {v: np.inf for v in values}
+    record = np.inf
     setup = np.inf
     for rep in range(repeat):
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _TimedRecords() as timer:
             warnings.simplefilter("ignore")
             t0 = time.process_time()
             make(1, 1).fit(X, y)
             setup = min(setup, time.process_time() - t0)
             for v in values[rep % len(values):] + values[:rep % len(values)]:
+                timer.reset()
                 t0 = time.process_time()
                 est = make(v, max_iter).fit(X, y)
                 total[v] = min(total[v], time.process_time() - t0)
                 wall[v] = min(wall[v], float(est.history_["time"][-1]))
-    return wall, {v: t - setup for v, t in total.items()}
+                record = min(record, timer.per_record())
+    return wall, {v: t - setup for v, t in total.items()}, record
+
+
+def _load():
+    """``os.getloadavg()`` as text (1, 5, 15 minutes)."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _real_text_runs(X, y, make, configs, repeat, cpu, wall, descent_wall, records,
+                    per_record, setup, timer):
+    """The fits of :func:`real_text_table` (minima over ``repeat``, rotated order)."""
+    for rep in range(repeat):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the loss minimizer is not reached: expected)
+            for limits in (False, True):
+                t0 = time.process_time()
+                make(limits, 1, 1).fit(X, y)
+                setup[limits] = min(setup[limits], time.process_time() - t0)
+            k = rep % len(configs)
+            for c in configs[k:] + configs[:k]:
+                limits, it, r = c
+                timer.reset()
+                t0, w0 = time.process_time(), time.perf_counter()
+                est = make(limits, r, it).fit(X, y)
+                cpu[c] = min(cpu[c], time.process_time() - t0)
+                wall[c] = min(wall[c], time.perf_counter() - w0)
+                descent_wall[c] = min(descent_wall[c], float(est.history_["time"][-1]))
+                records[c] = len(est.history_["iteration"])
+                per_record[c] = min(per_record[c], timer.per_record())
+
+
+def real_text_table(max_iters=(600, 2000), values=(10, 100), repeat=3):
+    """The case of issue #48: print one row per (max_iter, compute_limits, record_every).
+
+    CPU time of the process, the minimum over ``repeat`` fits, every configuration
+    interleaved (rotated) within each repeat.  The one-off limit solve is the CPU time
+    of the fit with ``max_iter=1`` less that of the same fit without limits; the
+    descent is the fit's CPU time less that of the fit with ``max_iter=1`` (the same
+    ``compute_limits``).  In brackets: wall time, the descent's from ``history_["time"]``.
+    A record's cost is its metrics callback timed inside the fit (CPU time), over
+    one gradient step of the reference (its descent over ``max_iter``).
+    """
+    text = load_text_ntp(corpus="python", embedding="words", n_words=80)
+    X, y = text.data, text.target
+
+    def make(limits, r, it):
+        return NTPDecoderClassifier(solver="gd", max_iter=it, record_every=r,
+                                    compute_limits=limits, random_state=0)
+
+    configs = [(limits, it, r) for it in max_iters for limits in (False, True)
+               for r in (it, *values)]
+    cpu, wall, descent_wall, per_record = ({c: np.inf for c in configs} for _ in range(4))
+    records = {}
+    setup = {False: np.inf, True: np.inf}
+    with _TimedRecords() as timer:
+        _real_text_runs(X, y, make, configs, repeat, cpu, wall, descent_wall, records,
+                        per_record, setup, timer)
+    est = make(False, 1, 1).fit(X, y)
+    (m, d), V = est.contexts_.shape, est.coef_.shape[0]
+    print(f"real text: load_text_ntp(corpus='python', embedding='words', n_words=80), "
+          f"m={m}, d={d}, V={V}, GD; one-off limit solve {setup[True] - setup[False]:.2f} s "
+          f"CPU (the fit with max_iter=1: {setup[True]:.2f} s with limits, "
+          f"{setup[False]:.2f} s without)")
+    header = ["max_iter", "compute_limits", "record_every", "records", "fit", "descent",
+              "fit over ref.", "descent over ref.", "one record (gradient steps)"]
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
+    for it in max_iters:
+        ref = (False, it, it)
+        ref_descent = cpu[ref] - setup[False]
+        for limits in (False, True):
+            for r in (it, *values):
+                c = (limits, it, r)
+                descent = cpu[c] - setup[limits]
+                cells = [str(it), str(limits), "none" if r == it else str(r), str(records[c]),
+                         f"{cpu[c]:.2f} s [{wall[c]:.2f} s]",
+                         f"{descent:.2f} s [{descent_wall[c]:.2f} s]",
+                         "ref." if c == ref else f"{100 * (cpu[c] / cpu[ref] - 1):+.0f} %",
+                         "ref." if c == ref else f"{100 * (descent / ref_descent - 1):+.0f} %",
+                         f"{per_record[c] / (ref_descent / it):.2f}"]
+                print(" | ".join(cells), flush=True)
+    last = max_iters[-1]
+    print(f"one gradient step (reference descent / max_iter at max_iter={last}): "
+          f"{1e3 * (cpu[(False, last, last)] - setup[False]) / last:.2f} ms CPU")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--values", type=int, nargs="+", default=[1, 2, 5, 10, 20, 50])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", nargs="+", default=None, help="problem names")
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="problem names, and real-text (the case of issue #48)")
     parser.add_argument("--threads", type=int, default=None,
                         help="BLAS threads (threadpoolctl; default: unchanged)")
     args = parser.parse_args(argv)
@@ -132,30 +272,40 @@ def main(argv=None):
 
         threadpool_limits(args.threads)
     problems = _problems()
-    names = args.only or list(problems)
+    names = args.only or [*problems, "real-text"]
     default = NTPDecoderClassifier().get_params()["record_every"]
     threads = "default" if args.threads is None else args.threads
     print(f"record_every overhead over the descent alone (default record_every={default}); "
           f"min of {args.repeat} fits, BLAS threads {threads}, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
+          f"{time.strftime('%Y-%m-%d %H:%M')}, load average {_load()}")
+    if "real-text" in names:
+        real_text_table(repeat=args.repeat)
+        print(f"load average {_load()}")
+        names = [n for n in names if n != "real-text"]
+        if not names:
+            return 0
+        print()
     print("overhead = (descent with records every r steps) / (descent alone) - 1, "
           "CPU time [wall time]")
-    header = ["problem", "iters", "descent alone"] + [f"r={v}" for v in args.values]
+    header = (["problem", "iters", "descent alone"] + [f"r={v}" for v in args.values]
+              + ["one record (gradient steps)"])
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for name in names:
         desc, make, X, y, max_iter = problems[name]
-        wall, cpu = descent_times(make, X, y, [max_iter, *args.values], max_iter,
-                                  args.repeat)
+        wall, cpu, record = descent_times(make, X, y, [max_iter, *args.values], max_iter,
+                                          args.repeat)
         cells = [name, str(max_iter),
                  f"{1e3 * cpu[max_iter]:.0f} ms [{1e3 * wall[max_iter]:.0f} ms]"]
         for r in args.values:
             cells.append(f"{100 * (cpu[r] / cpu[max_iter] - 1):+.0f} % "
                          f"[{100 * (wall[r] / wall[max_iter] - 1):+.0f} %]")
+        cells.append(f"{record / (cpu[max_iter] / max_iter):.2f}")
         print(" | ".join(cells), flush=True)
     print()
     for name in names:
         print(f"{name}: {problems[name][0]}")
+    print(f"load average {_load()}")
     return 0
 
 

@@ -139,10 +139,21 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
     record_every : int, default=10
         Record the history every that many iterations (and always the first
         and the last).  Each record evaluates the metrics of ``history_``
-        (alignment, projection onto the finite subspace, ...), which cost
-        about one gradient step or more; every 10 iterations keeps that
-        overhead under 20 % of the descent (``benchmarks/record_every.py``).
-        Use 1 to record every iteration.
+        (alignment, distance of the projected iterate to the finite
+        component, ...).  The projection goes through an orthonormal basis
+        of the finite subspace (or of its complement, the smaller), computed
+        once per fit, so a record costs about ``min(r, V d - r) V d``
+        multiply-adds (``r`` the subspace's dimension) plus some 0.1 ms of
+        Python, against ``2 m V d`` for a gradient step.  Measured
+        (``benchmarks/record_every.py``): 0.1-0.3 steps on real text that is
+        not NTP-separable (m = 970, V = 79, d = 16), so every 10 iterations
+        adds a few per cent to the descent; about 2 steps on a small problem
+        (NTP App. B.2, m = 50: a step of 0.06 ms), where every 10 iterations
+        adds 20-35 % and 50 keeps it under 10 %.  Beyond the dense budget
+        ``skntp.metrics.SubspaceProjector.MAX_DENSE`` (``V d`` above about
+        5,500 and more than ``MAX_DENSE / (V d)`` rows spanning the subspace)
+        each record solves a least-squares problem (LSQR, hundreds of steps):
+        raise ``record_every`` there.  Use 1 to record every iteration.
     backend : {"numpy", "torch"}, default="numpy"
     device : str, default=None
         Torch device (``"cpu"``, ``"cuda"``); only with ``backend="torch"``.

@@ -95,8 +95,9 @@ class SubspaceProjector:
 
     For the NTP decoder the rows of the log-odds equations (3) span the
     subspace ``F`` of eq. (5), so ``project(W) = P_F(W)``.  The basis is
-    computed once, and each projection is then one or two matrix products
-    (about one gradient step or less):
+    computed once, and each projection is then two matrix-vector products
+    (``rank * n_features`` multiply-adds each, or ``(n_features - rank) *
+    n_features`` through the complement when the Gram path keeps it):
 
     * at most as many rows as features (``n_rows <= n_features``, and
       ``n_rows * n_features <= max_dense``): by the SVD of the rows;

@@ -141,10 +141,12 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
     record_every : int, default=10
         Record the history every that many iterations (and always the first
         and the last).  Each record evaluates the metrics of ``history_``
-        (alignment, projection onto the finite subspace, ...), which cost
-        about one gradient step or more; every 10 iterations keeps that
-        overhead under 20 % of the descent (``benchmarks/record_every.py``).
-        Use 1 to record every iteration.
+        (alignment, projection onto the finite subspace, saturation, ...):
+        0.4-1 gradient steps on the papers' small problems (measured for
+        ``AttentionSelector``, ``JointAttentionSVM`` and
+        ``NTPAttentionClassifier`` by ``benchmarks/record_every.py``), so
+        every 10 iterations adds 10-20 % to the descent and every 50 under
+        10 %.  Use 1 to record every iteration.
     backend : {"numpy", "torch"}, default="numpy"
     device : str, default=None
     dtype : {"float64", "float32"}, default="float64"
