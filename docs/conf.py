@@ -2,7 +2,7 @@
 
 Build with ``sphinx-build -W -b html docs docs/_build/html`` (warnings are
 errors).  The gallery (``auto_examples/``) is built by sphinx-gallery from
-``examples/plot_*.py``, which run at build time (about two minutes on two
+``examples/plot_*.py``, which run at build time (about four minutes on two
 cores; results are cached until a script changes).  ``-D plot_gallery=0``
 builds the pages without running them (no figures, no printed output).
 

@@ -12,6 +12,7 @@ ORDER = [
     "plot_real_text_separability.py",
     "plot_embeddings_real_text.py",
     "plot_embeddings_synthetic.py",
+    "plot_trained_transformer.py",
 ]
 
 

@@ -19,10 +19,12 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 # seconds on a 2-core machine: ntp_app_b2 ~20, attention_fig9 ~20, self_attention ~11,
-# embeddings_real_text 10 s of CPU, real_text_separability 21, embeddings_synthetic ~30
+# embeddings_real_text 10 s of CPU, real_text_separability 21, embeddings_synthetic ~30,
+# trained_transformer ~90 (two trainings of a transformer, 32 readings)
 SLOW = {"plot_ntp_app_b2.py", "plot_attention_fig9.py", "plot_self_attention_figs.py",
         "plot_optimizer_norms.py", "plot_transformers_svm.py", "plot_real_text_separability.py",
-        "plot_embeddings_real_text.py", "plot_embeddings_synthetic.py"}
+        "plot_embeddings_real_text.py", "plot_embeddings_synthetic.py",
+        "plot_trained_transformer.py"}
 
 RUNNER = """
 import runpy, sys
@@ -54,6 +56,7 @@ EXPECTED = {
     "plot_real_text_separability.py",  # real text with d < m: the separable rows (#37)
     "plot_embeddings_real_text.py",  # NTP-UFM and a torch MLP on real text against L_mm (#36)
     "plot_embeddings_synthetic.py",  # NTP-UFM on the synthetic data of Zhao et al. (2024)
+    "plot_trained_transformer.py",  # a transformer on real text, read against both limits (#48)
 }
 
 
