@@ -114,6 +114,18 @@ def test_no_separable_row_has_no_direction():
     assert geo.separable_fraction == 0.0 and geo.is_ntp_separable is False
 
 
+def test_the_zero_decoder(separable):
+    """``W = 0``: the uniform prediction, ``W_fin`` away, and no cosine with ``W^mm``
+    (``W_fin`` lies in ``F``, ``W^mm`` in its complement)."""
+    X, y, svm = separable
+    geo = decoder_geometry(X, np.zeros((6, X.shape[1])), y)
+    assert geo.loss == pytest.approx(np.log(6), rel=1e-12)
+    assert geo.norm == 0.0 and geo.invisible_fraction == 0.0
+    assert geo.finite_distance == pytest.approx(geo.finite_norm, rel=1e-12)
+    assert geo.alignment == pytest.approx(0.0, abs=1e-9) and geo.alignment_uncorrected == 0.0
+    assert geo.mm_coordinate == pytest.approx(0.0, abs=1e-9)
+
+
 def test_a_bias_is_a_constant_feature(separable):
     X, y, _ = separable
     rng = np.random.default_rng(1)
@@ -211,6 +223,10 @@ def test_torch_helper_reads_the_model():
         torch_decoder_arrays(model, ids, unembedding="emb.padding_idx")
     with pytest.raises(ValueError, match="one row per context"):
         torch_decoder_arrays(model, ids, hidden_states=lambda x: model.hidden_states(x)[:1])
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        torch_decoder_arrays(model, ids, batch_size=0)
+    H0, W0, _ = torch_decoder_arrays(model, ids[:0])  # no context: no rows
+    assert H0.shape == (0, 5) and W0.shape == (7, 5)
 
 
 def test_torch_model_through_decoder_geometry():
