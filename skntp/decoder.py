@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from numbers import Real
 
@@ -43,6 +44,7 @@ from .losses.decoder import (
 from .metrics import SubspaceProjector, history_metrics
 from .svm import (
     NotSeparableError,
+    NTPSeparability,
     ProgramTooLargeError,
     finite_side_problem,
     log_odds_problem,
@@ -54,25 +56,37 @@ from .svm import (
     solve_max_margin,
     solve_min_norm,
     solve_ntp_svm,
+    stationary_separability,
 )
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
+_log = logging.getLogger("skntp")
+
 
 def _separability(contexts, probs):
-    """The separable rows by :func:`~skntp.svm.ntp_separability`, when certified both
-    ways; ``None`` when the contexts are linearly independent (every row is
-    separable), when the program is too large or HiGHS fails on it, or when the split
-    is undecided (the NTP-SVM then decides, as without the diagnosis; the log of
-    ``skntp.svm`` says which, and an undecided split warns)."""
+    """``(separability, why)``: the separable rows by :func:`~skntp.svm.ntp_separability`
+    when certified both ways (``why`` None); ``(None, "rank")`` when the contexts are
+    linearly independent (every row is separable: the NTP-SVM decides); ``(None,
+    reason)`` when the program is too large, HiGHS fails on it, or the split is
+    undecided (the log of ``skntp.svm`` says which, and an undecided split warns)."""
     m, d = contexts.shape
     if m <= d and np.linalg.matrix_rank(contexts) == m:
-        return None
+        return None, "rank"
     try:
         found = ntp_separability(contexts, probs)
-    except (ProgramTooLargeError, RuntimeError):  # too large, or HiGHS failed: unknown
-        return None
-    return found if found.status == "certified" else None
+    except (ProgramTooLargeError, RuntimeError) as exc:  # too large, or HiGHS failed
+        return None, str(exc)
+    if found.status != "certified":
+        return None, f"the split is undecided ({found.n_undecided} rows)"
+    return found, None
+
+
+#: Above this ``m V d`` an NTP-SVM of every row is not solved when the diagnosis could
+#: not decide: the finite part's stationary point decides instead (its table certifies
+#: that no row is separable), or the fit reports "undecided" (the NTP-SVM of the
+#: Python documentation at d = 768, 2.3e7 rows, ran for more than 8 minutes).
+MAX_FALLBACK_WORK = 200_000_000
 
 
 _DENSE_PROBS_MAX = 1_000_000
@@ -315,7 +329,11 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         equations = log_odds_problem(contexts, probs)
         finite, residual = solve_min_norm(equations)
         compatible = bool(residual <= 1e-8)
-        separability = _separability(contexts, probs)
+        separability, why = _separability(contexts, probs)
+        m, V = probs.shape
+        if (separability is None and why != "rank" and self._limit_norm() == "fro"
+                and m * V * contexts.shape[1] > MAX_FALLBACK_WORK):
+            return _stationary_limits(self, data, compatible, why)
         if separability is not None and not separability.is_separable:
             if self._limit_norm() == "fro":
                 return _partial_limits(self, data, separability, compatible)
@@ -468,23 +486,13 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         return tags
 
 
-def _partial_limits(est, data, separability, compatible):
-    """The limits of data that are not NTP-separable (:mod:`skntp.svm._ntp_partial`):
-    ``W^mm_I`` (``None`` when no row is separable) and ``W_fin``."""
-    contexts, probs = data["contexts"], data["probs"]
-    problem = partial_ntp_svm_problem(contexts, separability)
-    res = direction = None
-    if separability.n_separable:
-        res, _ = est._solve_limit(
-            "NTP-SVM of the separable rows",
-            lambda cb: solve_max_margin(problem, method=est._svm_method("fro"), callback=cb,
-                                        **backend_kwargs(est)),
-            "There is no max-margin direction: mm_direction_ is None.")
-        direction = None if res is None else unit(res.primal)[0]
+def _finite_part(est, data, separability):
+    """``W_fin`` (:func:`~skntp.svm.partial_finite_component`) with a progress bar and a
+    ConvergenceWarning when it did not converge."""
     progress = make_limit_progress(est.verbose, desc="limit W_fin (gap: relative gradient)")
     try:
-        fin = partial_finite_component(contexts, probs, separability, data["weights"],
-                                       callback=progress)
+        fin = partial_finite_component(data["contexts"], data["probs"], separability,
+                                       data["weights"], callback=progress)
     finally:
         close_progress(progress)
     if not fin.converged:
@@ -496,6 +504,58 @@ def _partial_limits(est, data, separability, compatible):
             "skntp.svm.partial_finite_component(..., max_products=None) runs on to "
             "convergence.", ConvergenceWarning,
             stacklevel=user_stacklevel())
+    return fin
+
+
+def _stationary_limits(est, data, compatible, why):
+    """Data too large for the separability program: the finite part over every row,
+    whose stationary point certifies that no row is separable
+    (:func:`~skntp.svm.stationary_separability`); otherwise "undecided", with a
+    warning, and no direction (the NTP-SVM of every row is not tried at this size)."""
+    contexts, probs = data["contexts"], data["probs"]
+    support = probs.toarray() > 0
+    _log.info("separability of %d contexts x %d tokens (d=%d): %s; the finite part over "
+              "every row decides", *probs.shape, contexts.shape[1], why)
+    if est.verbose:
+        print(f"[NTPDecoderClassifier] separability: {why}; W_fin over every row, whose "
+              "stationary point certifies that no row is separable")
+    everything = NTPSeparability(np.zeros_like(support), support, "stationary point")
+    fin = _finite_part(est, data, everything)
+    separability = stationary_separability(contexts, support, fin, probs, data["weights"])
+    if est.verbose:
+        print(f"[NTPDecoderClassifier] the stationary point's table: {separability.status}"
+              f" ({separability.n_rows - separability.n_undecided} of "
+              f"{separability.n_rows} rows certified not separable)")
+    if separability.status == "certified":
+        return _partial_limits(est, data, separability, compatible, fin=fin)
+    warnings.warn(
+        f"the separability of the data is undecided: {why}, and the stationary point of "
+        f"the loss certifies {separability.n_rows - separability.n_undecided} of the "
+        f"{separability.n_rows} margin rows not separable. There is no certified "
+        "max-margin direction (mm_direction_ is None; is_ntp_separable_ and "
+        "separable_rows_ are None); finite_component_ is the loss's last Newton iterate.",
+        UserWarning, stacklevel=user_stacklevel())
+    return Limits(None, fin.W, None, is_ntp_compatible_=compatible, is_ntp_separable_=None,
+                  mm_margin_=float("nan"), svm_result_=None, limit_directions_={"fro": None},
+                  separable_rows_=None, separable_fraction_=float("nan"),
+                  loss_infimum_=float("nan"))
+
+
+def _partial_limits(est, data, separability, compatible, fin=None):
+    """The limits of data that are not NTP-separable (:mod:`skntp.svm._ntp_partial`):
+    ``W^mm_I`` (``None`` when no row is separable) and ``W_fin`` (``fin`` when given)."""
+    contexts = data["contexts"]
+    problem = partial_ntp_svm_problem(contexts, separability)
+    res = direction = None
+    if separability.n_separable:
+        res, _ = est._solve_limit(
+            "NTP-SVM of the separable rows",
+            lambda cb: solve_max_margin(problem, method=est._svm_method("fro"), callback=cb,
+                                        **backend_kwargs(est)),
+            "There is no max-margin direction: mm_direction_ is None.")
+        direction = None if res is None else unit(res.primal)[0]
+    if fin is None:
+        fin = _finite_part(est, data, separability)
     return Limits(direction, fin.W, SubspaceProjector.from_problem(finite_side_problem(problem)),
                   is_ntp_compatible_=compatible, is_ntp_separable_=False, mm_margin_=0.0,
                   svm_result_=res, limit_directions_={"fro": direction},

@@ -49,6 +49,7 @@ from ._ntp_partial import (
     partial_finite_component,
     partial_ntp_svm_problem,
     separable_row_gaps,
+    stationary_separability,
 )
 from ._problem import (
     BilinearScores,
@@ -79,6 +80,7 @@ __all__ = [
     "partial_finite_component",
     "partial_ntp_svm_problem",
     "separable_row_gaps",
+    "stationary_separability",
     "spanning_proof",
     "NotSeparableError",
     "ProgramTooLargeError",

@@ -55,6 +55,7 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 import scipy.sparse as sp
+import scipy.sparse.linalg
 
 from .._backend import blas_threads
 from .._warnings import user_stacklevel
@@ -65,6 +66,7 @@ from ._problem import (
     BilinearScores,
     Constraints,
     MaxMarginProblem,
+    NotSeparableError,
     ProgramTooLargeError,
     available_memory,
 )
@@ -72,7 +74,8 @@ from ._problem import (
 __all__ = ["NOT_SEPARABLE_MARGIN", "SEPARABILITY_TOL", "FiniteComponent", "NTPSeparability",
            "farkas_row_bounds", "finite_side_problem", "image_vanishes", "no_row_is_separable",
            "ntp_separability", "orthonormal_contexts", "partial_finite_component",
-           "partial_ntp_svm_problem", "separable_row_gaps", "table_multipliers"]
+           "partial_ntp_svm_problem", "separable_row_gaps", "stationary_separability",
+           "table_multipliers"]
 
 _log = logging.getLogger("skntp.svm")
 
@@ -106,9 +109,9 @@ SEPARABILITY_TOL = 1e-8
 #: weigh every row off ``I`` by at least 1, bound them by about 1e-13.
 NOT_SEPARABLE_MARGIN = 1e-5
 
-#: A failure of HiGHS at tight tolerances within this many seconds is retried at its
-#: defaults before its interior point takes over (a slower failure is not).
-QUICK_FAILURE = 10.0
+#: Seconds HiGHS is given to solve the separability program to 1e-10 before its
+#: default tolerances take over.
+QUICK_SOLVE = 10.0
 
 #: The largest linear program (out-of-support rows after merging exchangeable
 #: tokens) that :func:`ntp_separability` hands to HiGHS by default: about 5 s on
@@ -257,10 +260,13 @@ def _span_uncertainty(Q, cond):
 
 def _refutation_margin(blur):
     """The margin bound that certifies a row not separable for data whose span is known
-    to ``blur``: :data:`NOT_SEPARABLE_MARGIN`, or ``sqrt(blur)`` where that is larger
-    (contexts of condition above about 1e6): a claim is made no finer than the data
-    allow, halfway (in orders of magnitude) between their precision and 1."""
-    return max(NOT_SEPARABLE_MARGIN, math.sqrt(blur))
+    to ``blur``: :data:`NOT_SEPARABLE_MARGIN`, or ``blur ** (1/3)`` where that is
+    larger (ill-conditioned contexts).  The bound already holds for every data within
+    ``blur`` (:func:`farkas_row_bounds`), the well-conditioned data before rounding
+    included; the looser threshold only admits the weaker bounds that this
+    robustness costs (about 1e-3 at condition 1e8), a third of the way (in orders of
+    magnitude) from the data's precision to 1."""
+    return max(NOT_SEPARABLE_MARGIN, blur ** (1.0 / 3.0))
 
 
 def farkas_row_bounds(contexts, support, table, *, perturbation=0.0):
@@ -293,7 +299,7 @@ def farkas_row_bounds(contexts, support, table, *, perturbation=0.0):
     :func:`ntp_separability` applies it on an orthonormal basis of the contexts'
     span, where the bound does not depend on the conditioning of the contexts, and
     certifies a row not separable when it is at most :data:`NOT_SEPARABLE_MARGIN`
-    (or the square root of the data's precision, when that is larger).
+    (or the cube root of the data's precision, when that is larger).
 
     Parameters
     ----------
@@ -375,6 +381,22 @@ def table_multipliers(constraints, support, table):
     anchor = _anchors(support)
     on_ref = anchor[c.block] == c.ref
     return np.where(on_ref, table[c.block, c.pos], -table[c.block, np.maximum(c.ref, 0)])
+
+
+def _separable_side(Q, support, separable):
+    """The NTP-SVM of the rows ``separable`` (:func:`partial_ntp_svm_problem`) on the
+    contexts ``Q``, by :func:`~skntp.svm.solve_max_margin`: its primal when certified
+    optimal (a point of the cone with margin 1 on them), else ``None``."""
+    from ._solve import solve_max_margin
+
+    problem = partial_ntp_svm_problem(Q, NTPSeparability(separable, support, "highs"))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an uncertified answer is simply not used
+            res = solve_max_margin(problem)
+    except (NotSeparableError, RuntimeError):
+        return None
+    return res.primal if res.status == "optimal" else None
 
 
 def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY_TOL):
@@ -508,11 +530,15 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
                   time.perf_counter() - start)
         if table is not None:
             return NTPSeparability(none, support, "stationary point", farkas=table)
-    separable, direction, lp_table = _separability_program(Q, support, max_rows, blur)
-    # the direction on the unit-scaled contexts: D_H h_j = D_Q q_j
-    direction_h = np.linalg.lstsq(contexts, Q @ direction.T, rcond=None)[0].T
-    proven = _separable_rows_certified(Q, support, separable, direction,
-                                       tol=max(SEPARABILITY_TOL, 10.0 * blur))
+    separable, direction, lp_table, ftol = _separability_program(Q, support, max_rows)
+    tol = max(SEPARABILITY_TOL, 10.0 * blur, 10.0 * ftol)
+    proven = _separable_rows_certified(Q, support, separable, direction, tol=tol)
+    if separable.any() and not proven.any():
+        # the program's point misses the cone by more than its tolerance (HiGHS meets
+        # its tolerance on its scaled rows): the separable rows' own program, on the
+        # orthonormal contexts, whose certified optimum is the direction
+        direction = _separable_side(Q, support, separable) if separable.any() else None
+        proven = _separable_rows_certified(Q, support, separable, direction, tol=tol)
     rest = ~support & ~separable
     # the program's multipliers are a Farkas table of the rows off I (-1 or less on
     # them), up to HiGHS's tolerance: projected, and checked; the rows they leave
@@ -541,15 +567,18 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
             "direction positive on them) nor certified not separable (a Farkas table); "
             "the split reported is the linear program's, uncertified.", UserWarning,
             stacklevel=user_stacklevel())
+    # the direction on the unit-scaled contexts: D_H h_j = D_Q q_j
+    direction_h = (None if direction is None else
+                   np.linalg.lstsq(contexts, Q @ direction.T, rcond=None)[0].T)
     return NTPSeparability(separable, support, "highs", direction_h, status=status,
                            farkas=table, certified=certified)
 
 
-def _separability_program(Q, support, max_rows, blur=0.0):
+def _separability_program(Q, support, max_rows):
     """The linear program of :func:`ntp_separability` on the contexts ``Q``: returns
-    ``(separable, direction, table)``, the direction of shape (V, r) and the table
-    (m, V) of its multipliers (``<= -1`` on the rows off ``I``: a Farkas table).
-    ``blur``: the relative precision of the contexts' span (HiGHS's tolerances)."""
+    ``(separable, direction, table, tol)``, the direction of shape (V, r), the table
+    (m, V) of its multipliers (``<= -1`` on the rows off ``I``: a Farkas table) and
+    the feasibility tolerance it was solved to."""
     m, r = Q.shape
     representative, token_class, _ = exchangeable_tokens(support)
     reduced = support[:, representative]
@@ -589,38 +618,31 @@ def _separability_program(Q, support, max_rows, blur=0.0):
     # (contexts of at most unit norm: margins down to 1e-6 of ||W||) keeps HiGHS from
     # numerical rays
     bounds = np.array([(-1e6, 1e6)] * n_w + [(0.0, 1.0)] * n_out)
-    # feasibility to the precision that float64 knows the contexts' span (``blur``,
-    # :func:`_span_uncertainty`), at least 1e-10 and at most HiGHS's default 1e-7: rows
-    # that the rounding of ill-conditioned data alone keeps from separating count as
-    # separable, as they are in the data before rounding
-    ftol = min(1e-7, max(1e-10, blur))
-    tight = {"primal_feasibility_tolerance": ftol, "dual_feasibility_tolerance": ftol}
-    res = None
-    # HiGHS's own choice (the dual simplex) first, to tolerances that leave the direction
-    # and the multipliers certifiable; its defaults where that fails within
-    # QUICK_FAILURE seconds (at 1e-10 it ended in "Solve error" on 21 contexts of
-    # condition 3); its interior point where the
-    # simplex fails: on 400 random contexts (d = 20, V = 50, 19,600 rows) the simplex
-    # stopped after 75 s with "Not Set" and the interior point solved it in 26 s (quiet)
-    spent = 0.0
-    for solver, options in (("highs", tight), ("highs", {}), ("highs-ipm", {})):
-        if not options and solver == "highs" and spent > QUICK_FAILURE:
-            continue
+    # HiGHS's own choice (the dual simplex) to 1e-10, for a direction certifiable at
+    # SEPARABILITY_TOL, for at most QUICK_SOLVE seconds (at 1e-10 it ended in "Solve
+    # error", or ran for a minute on transformers' hidden states); at its default
+    # tolerances (1e-7) where that fails; its interior point where the simplex fails
+    # (on 400 random contexts, d = 20, V = 50, 19,600 rows, the simplex stopped after
+    # 75 s with "Not Set" and the interior point solved it in 26 s, quiet)
+    attempts = (("highs", {"primal_feasibility_tolerance": 1e-10,
+                           "dual_feasibility_tolerance": 1e-10, "time_limit": QUICK_SOLVE}),
+                ("highs", {}), ("highs-ipm", {}))
+    for solver, options in attempts:
         start = time.perf_counter()
         res = scipy.optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(n_out),
                                      A_eq=A_eq if j_in.size else None,
                                      b_eq=np.zeros(j_in.size) if j_in.size else None,
                                      bounds=bounds, method=solver, options=options)
-        spent = time.perf_counter() - start
         _log.info("separability program (%d rows, %d variables): %s %s in %.2f s", n_out,
-                  A_ub.shape[1], solver, res.message, spent)
+                  A_ub.shape[1], solver, res.message, time.perf_counter() - start)
+        ftol = options.get("primal_feasibility_tolerance", 1e-7)
         if res.status == 0:
             break
     else:
         # HiGHS's three attempts failed (ill-conditioned contexts whose rounding leaves
         # the program near-degenerate): Clarabel's interior point, through cvxpy
         failed = res.message
-        res = _clarabel_lp(cost, A_ub, A_eq if j_in.size else None, bounds)
+        res, ftol = _clarabel_lp(cost, A_ub, A_eq if j_in.size else None, bounds), 1e-7
         if res is None:
             raise RuntimeError(f"HiGHS did not solve the separability program ({failed}), "
                                "nor did Clarabel.")
@@ -636,7 +658,8 @@ def _separability_program(Q, support, max_rows, blur=0.0):
         table[j_in, z_in] = res.eqlin.marginals
     table[np.arange(m), anchor] = -table.sum(axis=1)
     counts = np.bincount(token_class)
-    return separable_reduced[:, token_class], direction, (table / counts)[:, token_class]
+    return (separable_reduced[:, token_class], direction, (table / counts)[:, token_class],
+            ftol)
 
 
 def _table_at_zero(support):
@@ -796,6 +819,62 @@ def no_row_is_separable(contexts, support, *, max_iter=100):
     Q, cond = orthonormal_contexts(contexts, return_condition=True)
     return _stationary_table(Q, contexts, support, np.ones_like(support), max_iter=max_iter,
                              perturbation=_span_uncertainty(Q, cond)) is not None
+
+
+def stationary_separability(contexts, support, finite, next_token_probs, context_weights=None):
+    """The split of a stationary point: no row separable, certified by ``W_fin``'s table.
+
+    When ``finite`` (:func:`partial_finite_component` with every row allowed) is a
+    minimizer of the loss (2), its table ``T = -pi (softmax - p)`` is a Farkas table
+    of every out-of-support row (Farkas' lemma on the recession cone, module
+    docstring): projected off an orthonormal basis of the contexts' span, checked
+    against the contexts themselves (:func:`image_vanishes`) and row by row
+    (:func:`farkas_row_bounds`).  The scalable side of :func:`ntp_separability`:
+    one pass over the ``(m, V)`` table after the Newton solve that the finite part
+    needs anyway, where the linear program is out of reach.
+
+    Parameters
+    ----------
+    contexts : array-like of shape (m, d)
+    support : ndarray of shape (m, V), bool
+    finite : FiniteComponent
+        ``W_fin`` over every row.
+    next_token_probs : ndarray or sparse matrix of shape (m, V)
+    context_weights : array-like of shape (m,), optional
+
+    Returns
+    -------
+    NTPSeparability
+        No row separable, ``method="stationary point"``: ``status="certified"``
+        with its table in ``farkas``, or ``"undecided"`` with the rows it did
+        certify in ``certified``.
+    """
+    H, probs = _check_contexts(contexts, next_token_probs, "next_token_probs")
+    P = probs.toarray() if sp.issparse(probs) else np.asarray(probs, dtype=float)
+    P = P / P.sum(axis=1, keepdims=True)
+    m = P.shape[0]
+    pi = (np.full(m, 1.0 / m) if context_weights is None
+          else np.asarray(context_weights, float) / np.sum(context_weights))
+    top = float(np.max(np.abs(H), initial=0.0)) or 1.0
+    H = H / top
+    Q, cond = orthonormal_contexts(H, return_condition=True)
+    blur = _span_uncertainty(Q, cond)
+    Z = (H * top) @ finite.W.T
+    Z -= Z.max(axis=1, keepdims=True)
+    S = np.exp(Z)
+    S /= S.sum(axis=1, keepdims=True)
+    T = -pi[:, None] * (S - P)
+    T -= Q @ (Q.T @ T)
+    none = np.zeros_like(support)
+    rows = ~support
+    refuted = np.zeros_like(support)
+    if image_vanishes(H, support, T):
+        refuted = rows & (farkas_row_bounds(Q, support, T, perturbation=blur)
+                          <= _refutation_margin(blur))
+    if refuted[rows].all():
+        return NTPSeparability(none, support, "stationary point", farkas=T)
+    return NTPSeparability(none, support, "stationary point", status="undecided",
+                           farkas=T, certified=refuted)
 
 
 def partial_ntp_svm_problem(contexts, separability):

@@ -276,7 +276,7 @@ def test_the_separability_program_falls_back_to_the_interior_point(monkeypatch):
 
     monkeypatch.setattr(scipy.optimize, "linprog", simplex_fails)
     found = ntp_separability(H, S, method="highs")
-    # (a quick failure at tight tolerances is retried at HiGHS's defaults first)
+    # (a failure at 1e-10 is retried at HiGHS's default tolerances first)
     assert tried == ["highs", "highs", "highs-ipm"]
     np.testing.assert_array_equal(found.separable, separable_rows_by_lp(H, S))
 
