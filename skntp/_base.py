@@ -418,7 +418,7 @@ class ImplicitBiasEstimator(BaseEstimator):
             return "fro"
         return norm
 
-    def _limits_in_norms(self, program, solve, consequence):
+    def _limits_in_norms(self, program, solve, consequence, *, required=None, quiet=()):
         """The unit directions of one program's solutions in the limit norm and in Frobenius.
 
         Parameters
@@ -428,6 +428,8 @@ class ImplicitBiasEstimator(BaseEstimator):
         solve : callable
             ``solve(norm, callback) -> result`` with a ``primal`` (a
             :class:`~skntp.svm.MaxMarginResult`).
+        required, quiet :
+            As for :meth:`_solve_limit`.
 
         Returns
         -------
@@ -446,7 +448,8 @@ class ImplicitBiasEstimator(BaseEstimator):
             res = None
             if failure is None:
                 res, failure = self._solve_limit(
-                    name, lambda cb, norm=norm: solve(norm, cb), consequence)
+                    name, lambda cb, norm=norm: solve(norm, cb), consequence,
+                    required=required, quiet=quiet)
             results[norm] = res
             directions[norm] = None if res is None else unit(res.primal)[0]
         return directions, results, failure

@@ -70,6 +70,7 @@ from .metrics import alignment
 from .svm import (
     NotSeparableError,
     ProgramTooLargeError,
+    UndecidedError,
     att_svm,
     att_svm_prime,
     head_svm,
@@ -383,7 +384,7 @@ class _TokenSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
                 return self._gmm_in_norm(data, np.argmax(data["scores"], axis=1), own, cb)
         # (ValueError: too many tied choices to enumerate, or ties in another norm)
         p, _ = self._solve_limit("ATT-SVM (GMM)", program, "gmm_direction_ is None.",
-                                 failures=(ValueError, ProgramTooLargeError))
+                                 failures=(ValueError, ProgramTooLargeError, UndecidedError))
         direction, norm = (None, 0.0) if p is None else unit(p)
         if p is not None and norm == 0:
             if self.solver == "svm":

@@ -46,6 +46,7 @@ from .svm import (
     NotSeparableError,
     NTPSeparability,
     ProgramTooLargeError,
+    UndecidedError,
     finite_side_problem,
     log_odds_problem,
     norm_value,
@@ -325,44 +326,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         return next_token_data(self, X, y, sample_weight)
 
     def _explicit_limits(self, data):
-        contexts, probs = data["contexts"], data["probs"]
-        equations = log_odds_problem(contexts, probs)
-        finite, residual = solve_min_norm(equations)
-        compatible = bool(residual <= 1e-8)
-        separability, why = _separability(contexts, probs)
-        m, V = probs.shape
-        if (separability is None and why != "rank" and self._limit_norm() == "fro"
-                and m * V * contexts.shape[1] > MAX_FALLBACK_WORK):
-            return _stationary_limits(self, data, compatible, why)
-        if separability is not None and not separability.is_separable:
-            if self._limit_norm() == "fro":
-                return _partial_limits(self, data, separability, compatible)
-            return _limits_without_direction(self, equations, finite, separability, compatible)
-        directions, results, failure = self._limits_in_norms(
-            "NTP-SVM",
-            # (astype copies: a comparison would sort probs' indices in place)
-            lambda norm, cb: solve_ntp_svm(contexts, probs.astype(bool), norm=norm,
-                                           method=self._svm_method(norm), callback=cb,
-                                           **backend_kwargs(self))[1],
-            "Gradient solvers still fit, but there is no max-margin direction: "
-            "mm_direction_ is None.")
-        limit = self._limit_norm()
-        res, direction = results[limit], directions[limit]
-        norm = 0.0 if res is None else norm_value(res.primal, limit)
-        if failure is None:  # (W^mm = 0 when every context has full support)
-            separable, margin = True, 1.0 / norm if norm > 0 else float("inf")
-        elif isinstance(failure, NotSeparableError):
-            separable, margin = False, 0.0
-        else:  # too large to solve here: unknown
-            separable, margin = None, float("nan")
-        return Limits(direction, finite, SubspaceProjector.from_problem(equations),
-                      is_ntp_compatible_=compatible, is_ntp_separable_=separable,
-                      mm_margin_=margin, svm_result_=res, limit_directions_=directions,
-                      separable_rows_=getattr(separability, "separable", None),
-                      separable_fraction_=getattr(separability, "fraction",
-                                                  1.0 if separable else float("nan")),
-                      loss_infimum_=(data["entropy"] if separable and compatible
-                                     else float("nan")))
+        return _ntp_limits(self, data)
 
     def _limit_parameters(self, data, limits):
         if limits.direction is None:  # no separable row: the loss has a minimizer
@@ -484,6 +448,61 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = True
         return tags
+
+
+def _ntp_limits(est, data):
+    """The decoder's limits (Limits): the NTP-SVM where the data are separable, the
+    separable rows' W^mm_I and W_fin where some rows are not (Sec. 6), W_fin's certified
+    split where the program is out of reach, in the estimator's limit norm."""
+    contexts, probs = data["contexts"], data["probs"]
+    equations = log_odds_problem(contexts, probs)
+    finite, residual = solve_min_norm(equations)
+    compatible = bool(residual <= 1e-8)
+    separability, why = _separability(contexts, probs)
+    m, V = probs.shape
+    if (separability is None and why != "rank" and est._limit_norm() == "fro"
+            and m * V * contexts.shape[1] > MAX_FALLBACK_WORK):
+        return _stationary_limits(est, data, compatible, why)
+    if separability is not None and not separability.is_separable:
+        if est._limit_norm() == "fro":
+            return _partial_limits(est, data, separability, compatible)
+        return _limits_without_direction(est, equations, finite, separability, compatible)
+    # without a certified split, an infeasible NTP-SVM only says that some row is not
+    # separable: the stationary point of the loss then decides which
+    undecided = separability is None and why != "rank" and est._limit_norm() == "fro"
+    try:
+        directions, results, failure = est._limits_in_norms(
+            "NTP-SVM",
+            # (astype copies: a comparison would sort probs' indices in place)
+            lambda norm, cb: solve_ntp_svm(contexts, probs.astype(bool), norm=norm,
+                                           method=est._svm_method(norm), callback=cb,
+                                           **backend_kwargs(est))[1],
+            "Gradient solvers still fit, but there is no max-margin direction: "
+            "mm_direction_ is None.",
+            **({"quiet": (NotSeparableError, UndecidedError)} if undecided else {}))
+    except (NotSeparableError, UndecidedError):  # (solver="svm" needs it)
+        if not undecided:
+            raise
+        return _stationary_limits(est, data, compatible, why)
+    if undecided and isinstance(failure, (NotSeparableError, UndecidedError)):
+        return _stationary_limits(est, data, compatible, why)
+    limit = est._limit_norm()
+    res, direction = results[limit], directions[limit]
+    norm = 0.0 if res is None else norm_value(res.primal, limit)
+    if failure is None:  # (W^mm = 0 when every context has full support)
+        separable, margin = True, 1.0 / norm if norm > 0 else float("inf")
+    elif isinstance(failure, NotSeparableError):
+        separable, margin = False, 0.0
+    else:  # too large to solve here: unknown
+        separable, margin = None, float("nan")
+    return Limits(direction, finite, SubspaceProjector.from_problem(equations),
+                  is_ntp_compatible_=compatible, is_ntp_separable_=separable,
+                  mm_margin_=margin, svm_result_=res, limit_directions_=directions,
+                  separable_rows_=getattr(separability, "separable", None),
+                  separable_fraction_=getattr(separability, "fraction",
+                                              1.0 if separable else float("nan")),
+                  loss_infimum_=(data["entropy"] if separable and compatible
+                                 else float("nan")))
 
 
 def _finite_part(est, data, separability):

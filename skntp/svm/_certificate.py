@@ -42,9 +42,10 @@ with ``delta`` the rounding bound of the computed ``A^T lam``
 (``min(n + 4, ROW_ULPS) eps || |A|^T |lam| ||`` for ``n`` rows: the worst case of
 sums of ``n`` terms, capped at the 1000 ulps of the violation test).
 ``"infeasible"`` means that bound is at most :data:`FARKAS_MARGIN`: no point meets
-the rows with a normalized margin above ``1e-12``, the resolution of a float64 row
-(a ``w`` of that margin has row values at the rounding floor of the violation test
-above).  A method that
+the rows with a normalized margin above ``1e-11``, within two orders of magnitude of
+the resolution of a float64 row (a ``w`` of margin ``1e-13`` has row values at the
+rounding floor of the violation test above; keys with a common offset leave the
+computed image of the multipliers a rounding error that the bound carries).  A method that
 claims infeasibility without such multipliers has not decided the program: its
 answer is ``"undecided"`` (:func:`farkas_certificate`, :func:`polish_farkas`).
 """
@@ -61,7 +62,7 @@ from scipy.sparse.linalg import LinearOperator, lsqr
 
 from .._backend import get_backend
 from ._norms import dual_norm, norm_value
-from ._problem import Constraints
+from ._problem import BilinearScores, Constraints
 
 #: rounding floors, in units of the float64 epsilon: a row's violation is not
 #: resolved below ``ROW_ULPS * eps * sum_i |a_ki w_i|``, a relative gap below
@@ -85,7 +86,7 @@ STATUSES = {
 
 #: The normalized margin (see the module docstring) below which verified Farkas
 #: multipliers make a program ``"infeasible"``.
-FARKAS_MARGIN = 1e-12
+FARKAS_MARGIN = 1e-11
 
 _SCORE_ARRAYS = ("queries", "outputs", "output_scale", "keys", "tokens")
 
@@ -128,18 +129,31 @@ def row_magnitudes(problem, w):
     return out
 
 
-def row_norm_bound(problem):
-    """An upper bound on ``max_k ||a_k||_2``, within a factor ``sqrt(2)``: the largest
-    ``sqrt(||g_first||^2 + ||g_ref||^2)``, ``g`` the gradients of a row's two scores."""
-    if len(problem.constraints) == 0:
+def max_row_norm(problem):
+    """``max_k ||a_k||_2``, the largest constraint row's norm, exactly.
+
+    Linear-decoder rows (``BilinearScores`` without output embeddings) compare two
+    tokens, whose coefficients sit on disjoint rows of ``W``: ``||a_k||^2 = (s_a^2 +
+    s_t^2) ||q_b||^2``, from the squared map.  Other rows (keys, Graph-SVM's output
+    embeddings) may cancel (``k_sel - k_t`` of keys with a common offset): their
+    norms come from the rows themselves (:meth:`MaxMarginProblem.constraint_matrix`).
+    An upper bound in their place would make Farkas certificates look stronger than
+    they are.
+    """
+    c = problem.constraints
+    if len(c) == 0:
         return 0.0
-    be = get_backend("numpy")
-    first, second, two = _one_sided(problem, _absolute_scores(problem.scores, power=2))
-    ones = np.ones(problem.shape)
-    sq = np.asarray(first.operators(be)[0](ones), dtype=float)
-    if second is not None:
-        sq[two] += np.asarray(second.operators(be)[0](ones), dtype=float)
-    return math.sqrt(float(np.max(sq)))
+    scores = problem.scores
+    if isinstance(scores, BilinearScores) and scores.outputs is None:
+        be = get_backend("numpy")
+        first, second, two = _one_sided(problem, _absolute_scores(scores, power=2))
+        ones = np.ones(problem.shape)
+        sq = np.asarray(first.operators(be)[0](ones), dtype=float)
+        if second is not None:
+            sq[two] += np.asarray(second.operators(be)[0](ones), dtype=float)
+        return math.sqrt(float(np.max(sq)))
+    A = problem.constraint_matrix().tocsr()
+    return math.sqrt(float(np.max(np.asarray(A.multiply(A).sum(axis=1)))))
 
 
 def _absolute_image(problem, lam):
@@ -225,7 +239,7 @@ def farkas_certificate(problem, dual):
     # products): the worst-case bound of such sums, capped at the ROW_ULPS convention
     ulps = min(ROW_ULPS, len(c) + 4)
     rounding = ulps * _EPS * float(np.linalg.norm(_absolute_image(problem, lam)))
-    amag = row_norm_bound(problem)
+    amag = max_row_norm(problem)
     rscale = float(np.max(np.abs(c.rhs)))
     # (rows that are all zero and a positive right-hand side: infeasible, margin 0)
     margin = (residual + rounding) * rscale / amag if amag > 0 else 0.0

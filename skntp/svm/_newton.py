@@ -28,7 +28,7 @@ __all__ = ["newton_cg", "newton_polish"]
 
 
 def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
-              max_products=None, precondition_at=None, line_at=None):
+              max_products=None, precondition_at=None, line_at=None, single_above=None):
     """Minimize a smooth convex ``fun`` by Newton steps (CG on the Hessian) and backtracking.
 
     ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``;
@@ -54,6 +54,10 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
     --preconditioner``).  Otherwise, and if the minimizer found does not lower
     the loss enough, the step is halved until it does (Armijo, ``1e-4``).
 
+    ``single_above``, if given: steps whose CG tolerance is at least this call
+    ``hess_at(x, single=True)`` (products in single precision: far from the minimizer
+    the step needs a few digits, and the products are the cost).
+
     Returns ``(x, n_iter)``.
     """
     budget = math.inf if max_products is None else int(max_products)
@@ -67,7 +71,9 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
                 return x, k
         if g <= gtol or budget < 1:
             return x, k
-        product = hess_at(x)
+        rtol = min(0.5, math.sqrt(g))
+        single = single_above is not None and rtol >= single_above
+        product = hess_at(x, single=True) if single else hess_at(x)
         used = [0]
 
         def counted(v, product=product, used=used):
@@ -86,17 +92,28 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
             last[0] = xk.copy()
 
         try:
-            step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=min(0.5, math.sqrt(g)),
-                                             maxiter=int(min(cg_iter, budget)), M=M,
-                                             callback=keep)
+            # an ill-conditioned Hessian can send CG's iterates past float range; the
+            # step is then not finite and replaced below
+            with np.errstate(over="ignore", invalid="ignore"):
+                step, _ = scipy.sparse.linalg.cg(op, -grad, rtol=rtol,
+                                                 maxiter=int(min(cg_iter, budget)), M=M,
+                                                 callback=keep)
         except _Breakdown:  # CG's last iterate
             step = last[0]
-        budget -= used[0]
-        slope = float(grad @ step)
-        if not slope < 0:  # CG lost descent (round-off): a gradient step
+        budget -= 0.5 * used[0] if single else used[0]  # (single: about half the time)
+        with np.errstate(over="ignore", invalid="ignore"):
+            slope = float(grad @ step)
+        if not (slope < 0 and np.isfinite(slope)):  # CG lost descent: a gradient step
             step, slope = -grad, -g * g
         t = 1.0
         new_value, new_grad = fun(x + step)
+        if (-slope <= 64 * np.finfo(float).eps * abs(value) and new_value <= value
+                + 64 * np.finfo(float).eps * abs(value)
+                and np.linalg.norm(new_grad) < g):
+            # the decrease is below the loss's rounding: the values cannot rank the
+            # steps, the gradient's norm can (the full Newton step is kept if it shrinks)
+            x, value, grad = x + step, new_value, new_grad
+            continue
         if line_at is not None and not new_value <= value + 0.25 * slope:
             along = scipy.optimize.minimize_scalar(
                 line_at(x, step), bounds=(0.0, 1.0), method="bounded",

@@ -84,6 +84,11 @@ _log = logging.getLogger("skntp.svm")
 #: (``benchmarks/ntp_separability.py``); at 1e9 it ran for minutes.
 MAX_PROOF_WORK = 200_000_000
 
+#: The work budget (Hessian products times ``m V d``) of the preconditioned Newton-CG
+#: of :func:`partial_finite_component` with ``max_products="auto"``: about five minutes
+#: on 2 cores (a product is two ``m x d x V`` matrix products).
+MAX_FIN_WORK = 4e12
+
 #: Newton steps between two computations of the per-token preconditioner of
 #: :func:`partial_finite_component` (each costs more than a step's CG products).
 REFRESH_EVERY = 2
@@ -399,14 +404,17 @@ def _separable_side(Q, support, separable):
     return res.primal if res.status == "optimal" else None
 
 
-def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY_TOL):
+def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY_TOL,
+                              min_margin=0.0):
     """Which rows of ``separable`` the direction certifies, on the contexts ``Q``.
 
     ``D`` (``direction`` for the contexts ``Q``) divided by its smallest margin on
     those rows must meet the rest of the recession cone's rows as any certified
     solution meets its program's (violation at most ``tol`` of the margin, above the
-    rounding floor): in-support logits equal, the other rows ``>= 0``.  Returns a
-    mask: every row of ``separable``, or none.
+    rounding floor): in-support logits equal, the other rows ``>= 0``; and its
+    normalized margin on them (over ``||D|| sqrt(2) ||q_j||``) must be at least
+    ``min_margin`` (a separation that the rounding of ill-conditioned data could
+    have made is not one).  Returns a mask: every row of ``separable``, or none.
     """
     none = np.zeros_like(separable)
     if direction is None or not separable.any():
@@ -417,6 +425,12 @@ def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY
     smallest = float(gaps[separable].min())
     if not smallest > 0:
         return none
+    if min_margin:
+        j = np.nonzero(separable)[0]
+        normalized = gaps[separable] / (float(np.linalg.norm(direction)) * math.sqrt(2.0)
+                                        * np.linalg.norm(Q, axis=1)[j])
+        if not float(normalized.min()) >= min_margin:
+            return none
     scale = ROW_ULPS * np.finfo(float).eps * (np.abs(Q) @ np.abs(direction).T)
     floor = (scale + scale[np.arange(len(Q)), _anchors(support)][:, None]) / smallest
     gaps = gaps / smallest
@@ -531,14 +545,17 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
         if table is not None:
             return NTPSeparability(none, support, "stationary point", farkas=table)
     separable, direction, lp_table, ftol = _separability_program(Q, support, max_rows)
-    tol = max(SEPARABILITY_TOL, 10.0 * blur, 10.0 * ftol)
-    proven = _separable_rows_certified(Q, support, separable, direction, tol=tol)
+    # (for ill-conditioned contexts, rows separable only by a margin at the square
+    # root of the span's precision are not certified: the rounding may have made them)
+    tol, least = max(SEPARABILITY_TOL, 10.0 * blur, 10.0 * ftol), math.sqrt(blur)
+    proven = _separable_rows_certified(Q, support, separable, direction, tol, least)
     if separable.any() and not proven.any():
         # the program's point misses the cone by more than its tolerance (HiGHS meets
-        # its tolerance on its scaled rows): the separable rows' own program, on the
-        # orthonormal contexts, whose certified optimum is the direction
-        direction = _separable_side(Q, support, separable) if separable.any() else None
-        proven = _separable_rows_certified(Q, support, separable, direction, tol=tol)
+        # its tolerance on its scaled rows), or its margin is small for its norm: the
+        # separable rows' own program, on the orthonormal contexts, whose certified
+        # optimum is the direction
+        direction = _separable_side(Q, support, separable)
+        proven = _separable_rows_certified(Q, support, separable, direction, tol, least)
     rest = ~support & ~separable
     # the program's multipliers are a Farkas table of the rows off I (-1 or less on
     # them), up to HiGHS's tolerance: projected, and checked; the rows they leave
@@ -614,10 +631,12 @@ def _separability_program(Q, support, max_rows):
     A_eq = rows(j_in, z_in)
     A_ub = rows(j_out, v_out, n_w + np.arange(n_out))
     cost = np.concatenate([np.zeros(n_w), -np.ones(n_out)])
-    # the cone is scaled to margins s <= 1, so W is bounded there; a box of 1e6
-    # (contexts of at most unit norm: margins down to 1e-6 of ||W||) keeps HiGHS from
-    # numerical rays
-    bounds = np.array([(-1e6, 1e6)] * n_w + [(0.0, 1.0)] * n_out)
+    # the cone is scaled to margins s <= 1, so W is bounded there: a box of 1e4
+    # (contexts of at most unit norm: margins down to about 1e-4 of ||W||) keeps HiGHS
+    # from the numerical rays it reported as "unbounded"; at 1e6 its scaling failed
+    # ("status 15") on near-duplicate contexts that it solved boxed at 1e4 or not at all
+    def boxed(size):
+        return np.array([(-size, size)] * n_w + [(0.0, 1.0)] * n_out)
     # HiGHS's own choice (the dual simplex) to 1e-10, for a direction certifiable at
     # SEPARABILITY_TOL, for at most QUICK_SOLVE seconds (at 1e-10 it ended in "Solve
     # error", or ran for a minute on transformers' hidden states); at its default
@@ -625,14 +644,14 @@ def _separability_program(Q, support, max_rows):
     # (on 400 random contexts, d = 20, V = 50, 19,600 rows, the simplex stopped after
     # 75 s with "Not Set" and the interior point solved it in 26 s, quiet)
     attempts = (("highs", {"primal_feasibility_tolerance": 1e-10,
-                           "dual_feasibility_tolerance": 1e-10, "time_limit": QUICK_SOLVE}),
-                ("highs", {}), ("highs-ipm", {}))
-    for solver, options in attempts:
+                           "dual_feasibility_tolerance": 1e-10, "time_limit": QUICK_SOLVE}, 1e4),
+                ("highs", {}, 1e4), ("highs", {}, np.inf), ("highs-ipm", {}, 1e4))
+    for solver, options, box in attempts:
         start = time.perf_counter()
         res = scipy.optimize.linprog(cost, A_ub=A_ub, b_ub=np.zeros(n_out),
                                      A_eq=A_eq if j_in.size else None,
                                      b_eq=np.zeros(j_in.size) if j_in.size else None,
-                                     bounds=bounds, method=solver, options=options)
+                                     bounds=boxed(box), method=solver, options=options)
         _log.info("separability program (%d rows, %d variables): %s %s in %.2f s", n_out,
                   A_ub.shape[1], solver, res.message, time.perf_counter() - start)
         ftol = options.get("primal_feasibility_tolerance", 1e-7)
@@ -642,7 +661,7 @@ def _separability_program(Q, support, max_rows):
         # HiGHS's three attempts failed (ill-conditioned contexts whose rounding leaves
         # the program near-degenerate): Clarabel's interior point, through cvxpy
         failed = res.message
-        res, ftol = _clarabel_lp(cost, A_ub, A_eq if j_in.size else None, bounds), 1e-7
+        res, ftol = _clarabel_lp(cost, A_ub, A_eq if j_in.size else None, boxed(1e4)), 1e-7
         if res is None:
             raise RuntimeError(f"HiGHS did not solve the separability program ({failed}), "
                                "nor did Clarabel.")
@@ -681,7 +700,11 @@ def _clarabel_lp(cost, A_ub, A_eq, bounds):
     problem = cp.Problem(cp.Minimize(cost @ x),
                          cons + [x >= bounds[:, 0], x <= bounds[:, 1]])
     try:
-        problem.solve(solver=cp.CLARABEL)
+        with warnings.catch_warnings():
+            # "Solution may be inaccurate": the direction and the multipliers are
+            # certified afterwards
+            warnings.simplefilter("ignore", UserWarning)
+            problem.solve(solver=cp.CLARABEL)
     except cp.error.SolverError:
         return None
     if problem.status != cp.OPTIMAL or x.value is None:
@@ -855,7 +878,7 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     m = P.shape[0]
     pi = (np.full(m, 1.0 / m) if context_weights is None
           else np.asarray(context_weights, float) / np.sum(context_weights))
-    top = float(np.max(np.abs(H), initial=0.0)) or 1.0
+    top = _power_of_two_scale(H)
     H = H / top
     Q, cond = orthonormal_contexts(H, return_condition=True)
     blur = _span_uncertainty(Q, cond)
@@ -1056,6 +1079,7 @@ class _RestrictedLoss:
         self.S_at = np.empty((m, V))
         self.work = np.empty((m, V))
         self.point = None
+        self.single = None
 
     def _exponentiate(self, Z):
         """``Z <- exp(Z - top) * mask`` in place, ``top`` the row maxima over the allowed
@@ -1103,9 +1127,26 @@ class _RestrictedLoss:
         np.copyto(self.S_at, self.S)
         return self.S_at
 
-    def hessian_at(self, w):
-        """``v -> Hessian(w) v``: ``sum_j pi_j (diag(s_j) - s_j s_j^T) V h_j h_j^T``."""
+    def hessian_at(self, w, single=False):
+        """``v -> Hessian(w) v``: ``sum_j pi_j (diag(s_j) - s_j s_j^T) V h_j h_j^T``.
+
+        ``single=True``: the products in single precision (2.5 times faster at
+        m = 11,071, V = 2,128, d = 768), for Newton steps whose CG stops at a relative
+        residual far above single precision's rounding."""
         S = self.softmax_at(w)
+        if single:
+            if self.single is None:
+                self.single = (self.H.astype(np.float32), self.weighted.astype(np.float32))
+            H32, weighted32 = self.single
+            S32 = S.astype(np.float32)
+
+            def product32(v):
+                top = float(np.max(np.abs(v), initial=0.0)) or 1.0  # (linear in v)
+                T = H32 @ (v / top).reshape(self.shape).T.astype(np.float32)
+                T -= np.einsum("ij,ij->i", S32, T)[:, None]
+                T *= S32
+                return (T.T @ weighted32).astype(float).ravel() * top
+            return product32
 
         def product(v):
             T = np.matmul(self.H, v.reshape(self.shape).T, out=self.work)
@@ -1113,6 +1154,78 @@ class _RestrictedLoss:
             T *= S
             return (T.T @ self.weighted).ravel()
         return product
+
+
+class _WoodburyPreconditioner:
+    """The Hessian's per-token blocks, each as a few contexts and a multiple of the
+    identity, in whitened coordinates: the preconditioner of ``W_fin`` where the
+    blocks (``V d^2`` numbers) do not fit.
+
+    With ``Z = H R^{-1}`` (``R`` from the QR of ``sqrt(pi) H``, so ``Z^T diag(pi) Z =
+    I``), token ``a``'s block ``B_a = sum_j pi_j s_ja (1 - s_ja) z_j z_j^T`` is
+    approximated by ``c_a I + U_a U_a^T``: ``U_a`` the ``p`` contexts of largest weight
+    for ``a``, ``c_a`` the rest's trace over ``d``; its inverse by Woodbury (a
+    ``p x p`` inverse per token).  Memory ``V p d`` (single precision), an
+    application ``2 V p d`` multiply-adds and two triangular solves; CG on the
+    Hessian in ``H`` coordinates with this preconditioner is CG in ``Z`` coordinates.
+    On 3,918 real-text contexts (V = 1,066, d = 128) Newton-CG took 294 Hessian
+    products with ``p = 64`` (229 with the exact blocks, 3,000 and not converged with
+    the blocks' diagonals or a scalar per token).
+    """
+
+    def __init__(self, H, pi, rank):
+        m, d = H.shape
+        _, R = np.linalg.qr(np.sqrt(pi)[:, None] * H)
+        diag = np.abs(np.diag(R))
+        R = R + np.diag(np.where(diag > 1e-14 * diag.max(), 0.0, 1e-14 * diag.max()))
+        self.R = R
+        self.Z = scipy.linalg.solve_triangular(R, H.T, trans="T").T  # H R^{-1}
+        self.z2 = np.einsum("ij,ij->i", self.Z, self.Z)
+        self.rank = min(rank, m)
+
+    def at(self, S, pi):
+        """The preconditioner's ``apply`` at the softmax ``S``."""
+        V, d, p = S.shape[1], self.Z.shape[1], self.rank
+        weights = pi[:, None] * S * (1.0 - S)
+        top = np.argpartition(-weights, p - 1, axis=0)[:p]
+        wt = np.take_along_axis(weights, top, axis=0)
+        tail = weights.T @ self.z2 - np.einsum("pa,pa->a", wt, self.z2[top])
+        c = np.maximum(tail / d, 1e-12 * max(float(weights.max()), np.finfo(float).tiny))
+        U = (self.Z[top.T] * np.sqrt(wt.T)[:, :, None]).astype(np.float32)  # (V, p, d)
+        K = np.einsum("apd,aqd->apq", U, U) + c[:, None, None] * np.eye(p, dtype=np.float32)
+        with blas_threads(0):
+            Kinv = np.linalg.inv(K.astype(float)).astype(np.float32)
+        R = self.R
+
+        def apply(r):
+            G = r.reshape(V, d)
+            G = scipy.linalg.solve_triangular(R, (G - G.mean(axis=0)).T, trans="T").T
+            top = float(np.max(np.abs(G), initial=0.0)) or 1.0  # (single precision)
+            Gf = (G / top).astype(np.float32)
+            inner = np.einsum("apq,aq->ap", Kinv, np.einsum("apd,ad->ap", U, Gf))
+            Y = (G - top * np.einsum("apd,ap->ad", U, inner).astype(float)) / c[:, None]
+            Y = scipy.linalg.solve_triangular(R, Y.T).T
+            return (Y - Y.mean(axis=0)).ravel()
+        return apply
+
+
+def _power_of_two_scale(H):
+    """The power of two nearest ``max|H|`` (1 for zeros): dividing by it is exact."""
+    top = float(np.max(np.abs(H), initial=0.0))
+    return math.ldexp(1.0, math.frexp(top)[1]) if top > 0 and math.isfinite(top) else 1.0
+
+
+#: Newton steps whose CG stops at a relative residual at least this run their Hessian
+#: products in single precision (``newton_cg``'s ``single_above``), when every row is
+#: allowed and the per-token blocks do not fit (the Woodbury case, where the products
+#: are the cost: 2.5 times faster; on small ill-conditioned problems single precision
+#: doubles the products, measured in ``test_the_preconditioned_finite_component_is_the_
+#: minimizer_in_f``; the loss with rows dropped is left in double, its minimizer far out
+#: along nearly flat directions).
+SINGLE_PRECISION_RTOL = 0.03
+
+#: The contexts per token of :class:`_WoodburyPreconditioner`.
+WOODBURY_RANK = 64
 
 
 def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_products, report):
@@ -1126,38 +1239,51 @@ def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_product
     d = H.shape[1]
     scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
     loss = _RestrictedLoss(H, P, pi, allowed)
-    preconditioned = bool(allowed.all()) and 8.0 * V * d * d <= 0.125 * available_memory()
+    preconditioned = bool(allowed.all())
+    blocks = preconditioned and 8.0 * V * d * d <= 0.125 * available_memory()
     # the contexts' outer products, kept when they fit in an eighth of the memory
-    products = (list(_context_products(H)) if preconditioned and 2.0 * m * d * (d + 1)
+    products = (list(_context_products(H)) if blocks and 2.0 * m * d * (d + 1)
                 <= 0.125 * available_memory() else None)
-    refreshed = {"step": 0, "inverse": None}
+    woodbury = (_WoodburyPreconditioner(H, pi, WOODBURY_RANK)
+                if preconditioned and not blocks else None)
+    refreshed = {"step": 0, "apply": None}
 
     def precondition_at(w):
         # CG on the Hessian's diagonal blocks, one d x d block per token:
         # B_a = sum_j pi_j s_ja (1 - s_ja) h_j h_j^T, recomputed every second Newton
-        # step (the products cost more than CG's iterations).  With every token
-        # allowed in every softmax, F_I = {D : 1^T D = 0} (within the span of the
-        # contexts), which each B_a^{-1} preserves up to the projection D - 1 1^T D / V
+        # step (the products cost more than CG's iterations); where those do not fit,
+        # their approximation by a few contexts each (_WoodburyPreconditioner).  With
+        # every token allowed in every softmax, F_I = {D : 1^T D = 0} (within the span
+        # of the contexts), which each preserves up to the projection D - 1 1^T D / V
         if refreshed["step"] % REFRESH_EVERY == 0:
             S = loss.softmax_at(w)
-            refreshed["inverse"] = _inverse_blocks(
-                products if products is not None else _context_products(H),
-                pi[:, None] * S * (1.0 - S), d)
-        refreshed["step"] += 1
-        inverse = refreshed["inverse"]
+            if woodbury is not None:
+                refreshed["apply"] = woodbury.at(S, pi)
+            else:
+                inverse = _inverse_blocks(
+                    products if products is not None else _context_products(H),
+                    pi[:, None] * S * (1.0 - S), d)
 
-        def apply(r):
-            R = r.reshape(V, d)
-            Y = np.einsum("ade,ae->ad", inverse, (R - R.mean(axis=0)).astype(np.float32))
-            Y = Y.astype(float)
-            return (Y - Y.mean(axis=0)).ravel()
-        return apply
+                def apply(r, inverse=inverse):
+                    R = r.reshape(V, d)
+                    R = R - R.mean(axis=0)
+                    # (in single precision at unit scale: a residual far from it would
+                    # overflow or underflow there; the blocks' inverse is linear)
+                    top = float(np.max(np.abs(R), initial=0.0)) or 1.0
+                    Y = np.einsum("ade,ae->ad", inverse, (R / top).astype(np.float32))
+                    Y = Y.astype(float) * top
+                    return (Y - Y.mean(axis=0)).ravel()
+                refreshed["apply"] = apply
+        refreshed["step"] += 1
+        return refreshed["apply"]
 
     if max_products == "auto":
-        max_products = int(min(5000, (4e11 if preconditioned else 6e10) / max(m * V * d, 1)))
+        max_products = int(min(5000, (MAX_FIN_WORK if preconditioned else 6e10)
+                               / max(m * V * d, 1)))
     w, n_iter = newton_cg(loss.value_and_gradient, loss.hessian_at, np.zeros(V * d),
                           tol * scale, max_iter, cg_iter, report, max_products,
-                          precondition_at if preconditioned else None, loss.along)
+                          precondition_at if preconditioned else None, loss.along,
+                          single_above=SINGLE_PRECISION_RTOL if woodbury is not None else None)
     return loss, w, n_iter
 
 
@@ -1202,9 +1328,11 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         380 products and 42 s on 2 quiet cores, 95 s next to a process that
         keeps both cores busy (``benchmarks/ntp_separability.py
         --preconditioner``).
-        ``"auto"``: ``min(5000, 4e11 / (m V d))`` with that preconditioner,
-        ``min(5000, 6e10 / (m V d))`` without (about two minutes and one minute
-        of work on 2 quiet cores);
+        ``"auto"``: ``min(5000, 4e12 / (m V d))`` with a preconditioner (the
+        blocks, or where those do not fit in an eighth of the memory their
+        approximation by :data:`WOODBURY_RANK` contexts each,
+        :class:`_WoodburyPreconditioner`), ``min(5000, 6e10 / (m V d))`` without
+        (about five minutes and one minute of work on 2 quiet cores);
         ``None``: no budget.
     callback : callable, optional
         ``callback(n_iter, grad_norm, 0.0)`` at every Newton step, with the
@@ -1226,6 +1354,12 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
     pi = np.full(m, 1.0 / m) if context_weights is None else np.asarray(context_weights, float)
     pi = pi / pi.sum()
     allowed = ~separability.separable
+    # solved on the contexts divided by the power of two nearest their largest entry
+    # (exact: the same rounding as unscaled), W scaled back: the loss depends on W H^T
+    # only, and single-precision preconditioners and products of contexts at 1e100 or
+    # 1e-100 neither overflow nor underflow
+    top = _power_of_two_scale(H)
+    H = H / top
     scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
     report = None if callback is None else (
         lambda k, g, w: callback(k, g / scale, 0.0))
@@ -1233,7 +1367,7 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
                                          cg_iter=cg_iter, max_products=max_products,
                                          report=report)
     V, d = P.shape[1], H.shape[1]
-    W = w.reshape(V, d)
+    W = w.reshape(V, d) / top
     value, grad = loss.value_and_gradient(w)
     S = loss.S
     rest = allowed & ~separability.support

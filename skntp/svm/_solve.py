@@ -180,6 +180,7 @@ def solve_max_margin(
         return _infeasible(problem, proof, "")
     _log_program(problem, names)
     answers = []  # (result, the warnings its method raised, what the method said)
+    crashes = []
     for name in names:
         func = METHODS[name].solve
         # a method that sets its own BLAS threads (``func.blas_threads``: 1, or None
@@ -212,9 +213,11 @@ def solve_max_margin(
                 said = str(exc)
             except RuntimeError as exc:
                 # a solver that fails outright (not infeasibility, not memory: those
-                # raise their own errors) does not cost "auto" the answers it has
-                if method != "auto" or not answers:
+                # raise their own errors) does not cost "auto" the other methods: the
+                # first failure is raised only when no method answered at all
+                if method != "auto":
                     raise
+                crashes.append(exc)
                 _log.info("%s (%s) failed: %s", problem.name, name, exc)
                 continue
         if result is None:  # declined
@@ -235,7 +238,10 @@ def solve_max_margin(
             print(f"[{problem.name}] method {name!r}: {result.status} (gap {result.gap:.2e},"
                   f" violation {result.max_violation:.2e}); trying the next method")
     if not answers:
-        raise ValueError(f"no max-margin method accepts the problem {problem.name}.")
+        if crashes:
+            raise crashes[0]
+        which = "" if method == "auto" else f" (method {method!r} declines it)"
+        raise ValueError(f"no max-margin method accepts the problem {problem.name}{which}.")
     decided = [a for a in answers if a[0].status in ("optimal", "infeasible")]
     points = [a for a in answers if a[0].status != "undecided"]
     if not decided and not points:
@@ -306,6 +312,8 @@ def _infeasible(problem, result, said):
         f"normalized margin below {result.margin_bound:.2e}.{how}")
     if result.method not in METHODS:
         result.method = "proof"
+    c = problem.constraints
+    result.dual = np.where(c.equality, result.dual, np.maximum(result.dual, 0.0))
     exc.result = result
     raise exc
 

@@ -69,6 +69,11 @@ def test_the_readme_commands_in_order_leave_an_importable_package(tmp_path):
     run(*pip, str(src))
     out = run(str(python), "-m", "skntp", "demo", "--max-iter", "20").stdout
     assert "SVM limit" in out
+    # the dual coordinate descent kernel compiles into the user's cache, not the checkout
+    run(str(python), "-c", "import numpy as np; from skntp.svm import ntp_svm; "
+        "rng = np.random.default_rng(0); H = rng.standard_normal((8, 12)); "
+        "S = np.eye(5, dtype=bool)[rng.integers(0, 5, 8)]; S[:, 0] = True; "
+        "ntp_svm(H, S, method='dcd')")
     assert list((tmp_path / "cache" / "skntp" / "numba").rglob("*.nbi"))  # compiled, cached
     run(*pip, "-e", str(src))
     assert not Path(inner, "skntp").exists()  # nothing left of the regular install

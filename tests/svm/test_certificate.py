@@ -223,8 +223,12 @@ def test_auto_keeps_its_answers_when_a_later_method_fails(monkeypatch):
     with pytest.warns(ConvergenceWarning, match=r"\('rough': optimal_inaccurate\)"):
         res = solve_max_margin(problem)
     assert res.method == "rough" and res.gap == pytest.approx(1 - 1 / 1.1, rel=1e-6)
-    # a crash with no answer before it, or of a method asked by name, is the user's to see
+    # a crash does not cost "auto" the methods after it either; it is the user's to see
+    # when no method answers, or when the method was asked by name
     monkeypatch.setitem(solvers.AUTO_ORDER, "decoder", ("broken", "rough"))
+    with pytest.warns(ConvergenceWarning, match=r"\('rough': optimal_inaccurate\)"):
+        assert solve_max_margin(problem).method == "rough"
+    monkeypatch.setitem(solvers.AUTO_ORDER, "decoder", ("broken", "broken"))
     with pytest.raises(RuntimeError, match="the solver crashed"):
         solve_max_margin(problem)
     with pytest.raises(RuntimeError, match="the solver crashed"):

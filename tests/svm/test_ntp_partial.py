@@ -276,8 +276,8 @@ def test_the_separability_program_falls_back_to_the_interior_point(monkeypatch):
 
     monkeypatch.setattr(scipy.optimize, "linprog", simplex_fails)
     found = ntp_separability(H, S, method="highs")
-    # (a failure at 1e-10 is retried at HiGHS's default tolerances first)
-    assert tried == ["highs", "highs", "highs-ipm"]
+    # (a failure at 1e-10 is retried at HiGHS's defaults, boxed and not, first)
+    assert tried == ["highs", "highs", "highs", "highs-ipm"]
     np.testing.assert_array_equal(found.separable, separable_rows_by_lp(H, S))
 
     def both_fail(*args, method, **kwargs):
@@ -286,6 +286,12 @@ def test_the_separability_program_falls_back_to_the_interior_point(monkeypatch):
         return res
 
     monkeypatch.setattr(scipy.optimize, "linprog", both_fail)
+    # (Clarabel takes over where HiGHS fails; only when it fails too is there no answer)
+    assert np.array_equal(ntp_separability(H, S, method="highs").separable,
+                          separable_rows_by_lp(H, S))
+    from skntp.svm import _ntp_partial
+
+    monkeypatch.setattr(_ntp_partial, "_clarabel_lp", lambda *args: None)
     with pytest.raises(RuntimeError, match="did not solve the separability program"):
         ntp_separability(H, S, method="highs")
 
@@ -470,8 +476,12 @@ def test_the_preconditioned_finite_component_is_the_minimizer_in_f(seed, monkeyp
 
     def counting(name):
         def run(fun, hess_at, *args, **kwargs):
-            def counted_hess(x):
-                product = hess_at(x)
+            if name == "plain":  # (x, gtol, max_iter, cg_iter, report, max_products,
+                args = (*args[:6], None, *args[7:])  # precondition_at, ...)
+                kwargs["single_above"] = None
+
+            def counted_hess(x, **options):
+                product = hess_at(x, **options)
 
                 def one(v):
                     counted[name] = counted.get(name, 0) + 1
@@ -491,8 +501,7 @@ def test_the_preconditioned_finite_component_is_the_minimizer_in_f(seed, monkeyp
     top = Z.max(axis=1, keepdims=True)
     loss = np.mean(top.ravel() + np.log(np.exp(Z - top).sum(axis=1)) - np.sum(P * Z, axis=1))
     assert fin.loss <= loss + 1e-12 and loss - fin.loss <= 1e-6 * loss
-    monkeypatch.setattr(_ntp_partial, "newton_cg", counting("plain"))
-    monkeypatch.setattr(_ntp_partial, "available_memory", lambda: 0.0)  # no blocks fit
+    monkeypatch.setattr(_ntp_partial, "newton_cg", counting("plain"))  # no preconditioner
     plain = partial_finite_component(H, P, sep, tol=1e-11, max_products=None)
     np.testing.assert_allclose(fin.W, plain.W, atol=1e-8 * np.abs(plain.W).max())
     assert counted["preconditioned"] < counted["plain"], counted
@@ -634,3 +643,46 @@ def test_the_block_inverses_run_on_one_blas_thread_each(monkeypatch):
     assert seen and all(threads <= {1} for threads in seen), seen
     B = np.einsum("ja,jd,je->ade", weights / weights.max(), H, H) / np.abs(H).max() ** 2
     np.testing.assert_allclose(blocks @ B, np.broadcast_to(np.eye(6), B.shape), atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_low_memory_preconditioner_reaches_the_same_minimizer(seed, monkeypatch):
+    # where the per-token blocks (V d^2 numbers) do not fit, Newton-CG runs on their
+    # Woodbury approximation with single-precision products far from the minimizer:
+    # the same W_fin as with the exact blocks, to the stopping tolerance
+    from skntp.svm import _ntp_partial
+
+    rng = np.random.default_rng(seed)
+    m, d, V = 400, 8, 30
+    token = rng.integers(0, V, m)
+    H = 1e3 * (rng.standard_normal((V, d))[token] + 0.7 * rng.standard_normal((m, d)))
+    P = np.zeros((m, V))
+    P[np.arange(m), token] = 1.0
+    extra = np.flatnonzero(rng.random(m) < 0.4)
+    P[extra, rng.integers(0, V, extra.size)] += 1.0
+    P /= P.sum(axis=1, keepdims=True)
+    sep = NTPSeparability(np.zeros_like(P, dtype=bool), P > 0, "stationary point")
+    exact = partial_finite_component(H, P, sep, tol=1e-10)
+    used = {}
+    real_at = _ntp_partial._WoodburyPreconditioner.at
+
+    def at(self, S, pi):
+        used["woodbury"] = used.get("woodbury", 0) + 1
+        return real_at(self, S, pi)
+
+    real_hess = _ntp_partial._RestrictedLoss.hessian_at
+
+    def hessian_at(self, w, single=False):
+        used["single"] = used.get("single", 0) + bool(single)
+        return real_hess(self, w, single=single)
+
+    monkeypatch.setattr(_ntp_partial, "available_memory", lambda: 8.0 * V * d * d)
+    monkeypatch.setattr(_ntp_partial._WoodburyPreconditioner, "at", at)
+    monkeypatch.setattr(_ntp_partial._RestrictedLoss, "hessian_at", hessian_at)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        low = partial_finite_component(H, P, sep, tol=1e-10)
+    assert used.get("woodbury", 0) >= 1 and used.get("single", 0) >= 1, used
+    assert exact.converged and low.converged and low.grad_norm <= 1e-10
+    np.testing.assert_allclose(low.W, exact.W, rtol=0,
+                               atol=1e-6 * np.abs(exact.W).max())

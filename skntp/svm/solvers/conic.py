@@ -70,15 +70,12 @@ def _solve(problem, tol, max_iter, verbose, solver):
         cons.append(A[eq] @ w == c.rhs[eq])
     prob = cp.Problem(cp.Minimize(objective), cons)
     try:
-        if solver == "scs":
-            # SCS's residuals are on its own scaling: a hundredth of ``tol`` (measured:
-            # certified gaps of 3e-11 to 3e-10 at 1e-10 on the logit NTP-SVM); the
-            # certificate decides
-            eps = min(1e-10, 0.01 * tol)
-            prob.solve(solver=cp.SCS, verbose=bool(verbose), eps_abs=eps, eps_rel=eps,
-                       max_iters=int(max_iter))
-        else:
-            _solve_clarabel(prob, tol, verbose)
+        with warnings.catch_warnings():
+            # cvxpy's "Solution may be inaccurate" points into skntp; the dispatcher's
+            # certificate says whether the answer is
+            warnings.filterwarnings("ignore", message="Solution may be inaccurate",
+                                    category=UserWarning)
+            _run(prob, solver, tol, max_iter, verbose)
     except cp.error.SolverError as exc:  # pragma: no cover - solver crash
         name = {"scs": "SCS", "clarabel": "Clarabel"}[solver]
         raise RuntimeError(f"{problem.name}: {name} failed: {exc}") from exc
@@ -135,6 +132,18 @@ def _duals(cons, c, ineq, eq):
     except (TypeError, ValueError):  # no dual values
         return None
     return dual
+
+
+def _run(prob, solver, tol, max_iter, verbose):
+    if solver == "scs":
+        # SCS's residuals are on its own scaling: a hundredth of ``tol`` (measured:
+        # certified gaps of 3e-11 to 3e-10 at 1e-10 on the logit NTP-SVM); the
+        # certificate decides
+        eps = min(1e-10, 0.01 * tol)
+        prob.solve(solver=cp.SCS, verbose=bool(verbose), eps_abs=eps, eps_rel=eps,
+                   max_iters=int(max_iter))
+    else:
+        _solve_clarabel(prob, tol, verbose)
 
 
 def _solve_clarabel(prob, tol, verbose):
