@@ -248,12 +248,16 @@ def positively_spans(points, *, robustness=None):
     rounding bound is added to ``r``).
 
     With ``robustness``, the proof must also survive directions that meet the
-    cone's points only to a tolerance: any ``u`` with ``u^T c_i >= -eps ||u||
-    ||c_i||`` for every point has ``||u|| <= eps kappa ||u||`` with ``kappa =
-    (sum(lam) / min(lam)) sqrt(n) max ||c_i|| / sigma_min(C)`` (from ``sum_i lam_i
-    u^T c_i = 0``), so ``kappa <= robustness`` is asked: a point set that spans only
-    through a direction of size ``1 / kappa`` (contexts that reach a direction by
-    rounding) does not prove anything at a tolerance above that.
+    cone's points only to a tolerance: for ``u`` with ``u^T c_i >= -eps ||u||
+    ||c_i||`` for every point, ``a_i = u^T c_i + eps ||u|| ||c_i|| >= 0`` has
+    ``sum_i lam_i a_i <= ||u|| (||r|| + eps L)`` (``r = C^T lam``, ``L = sum_i lam_i
+    ||c_i||``), so ``max a`` and ``sum a``, hence ``||a||_2``, are at most
+    ``||u|| (||r|| + eps L) / min(lam)``, and ``sigma_min(C) ||u|| <= ||C u|| <=
+    ||a|| + eps ||u|| ||(||c_i||)_i||``: ``u = 0`` unless ``eps kappa >= 1`` with
+    ``kappa = (L / min(lam) + ||(||c_i||)_i||) / (sigma_min(C) - ||r|| / min(lam))``.
+    ``kappa <= robustness`` is asked: a point set that spans only through a direction
+    of size ``1 / kappa`` (contexts that reach a direction by rounding) does not prove
+    anything at a tolerance above that.
 
     Parameters
     ----------
@@ -287,8 +291,10 @@ def positively_spans(points, *, robustness=None):
         return False
     if robustness is None:
         return True
-    top = float(np.max(np.linalg.norm(points, axis=1)))
-    kappa = float(lam.sum() / lam.min()) * math.sqrt(n) * top / sigma_min
+    norms = np.linalg.norm(points, axis=1)
+    least = float(lam.min())
+    kappa = ((float(lam @ norms) / least + float(np.linalg.norm(norms)))
+             / (sigma_min - (residual + math.sqrt(d) * rounding) / least))
     return bool(kappa <= robustness)
 
 

@@ -686,3 +686,27 @@ def test_the_low_memory_preconditioner_reaches_the_same_minimizer(seed, monkeypa
     assert exact.converged and low.converged and low.grad_norm <= 1e-10
     np.testing.assert_allclose(low.W, exact.W, rtol=0,
                                atol=1e-6 * np.abs(exact.W).max())
+
+
+@pytest.mark.parametrize("n, d", [(3000, 16), (20000, 128)])
+def test_the_robust_spanning_proof_holds_for_many_spread_points(n, d):
+    # the tolerance the proof survives does not shrink with the number of points
+    # (real text: thousands of contexts per frequent word, d = 128)
+    C = np.random.default_rng(n).standard_normal((n, d))
+    assert positively_spans(C, robustness=1e5)
+
+
+def test_the_robust_spanning_proof_fails_where_a_direction_meets_the_cone_by_rounding():
+    # +-e_1..e_5, and e_6 reached only through points whose e_6 part is 1e-5 of their
+    # norm: u = e_6 meets every point to 1e-5 of its norm, so no tolerance above that
+    # is survived; the exact proof (no tolerance) holds
+    d = 6
+    base = np.vstack([np.eye(d)[:d - 1], -np.eye(d)[:d - 1]])
+    tilt = np.zeros((2, d))
+    tilt[:, 0], tilt[:, d - 1] = 1.0, [1e-5, -1e-5]
+    C = np.vstack([base, tilt])
+    assert positively_spans(C)
+    assert not positively_spans(C, robustness=1e5)
+    assert positively_spans(C, robustness=1e7)
+    u = np.eye(d)[d - 1]
+    assert np.all(C @ u >= -1.001e-5 * np.linalg.norm(C, axis=1))
