@@ -65,8 +65,8 @@ def _fit(case, out):
     from skntp.svm import _ntp_partial
 
     phases = _Phases()
+    logging.getLogger("skntp").addHandler(phases)  # (skntp.svm's records propagate)
     for name in ("skntp", "skntp.svm"):
-        logging.getLogger(name).addHandler(phases)
         logging.getLogger(name).setLevel(logging.INFO)
     fin_times = []
     real = _ntp_partial.partial_finite_component
