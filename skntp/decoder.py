@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import sys
+import time
 import warnings
 from numbers import Real
 
@@ -63,6 +65,16 @@ from .svm import (
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
 _log = logging.getLogger("skntp")
+
+
+def _phase(est, message, start=None):
+    """Say what a phase of the limits did: printed at ``verbose >= 1``, logged at INFO
+    on the ``skntp`` logger otherwise (a program of minutes says what it is doing)."""
+    if start is not None:
+        message = f"{message} ({time.perf_counter() - start:.1f} s)"
+    _log.info(message)
+    if est.verbose:
+        print(f"[NTPDecoderClassifier] {message}", file=sys.stderr, flush=True)
 
 
 def _separability(contexts, probs):
@@ -455,11 +467,22 @@ def _ntp_limits(est, data):
     separable rows' W^mm_I and W_fin where some rows are not (Sec. 6), W_fin's certified
     split where the program is out of reach, in the estimator's limit norm."""
     contexts, probs = data["contexts"], data["probs"]
+    m, V = probs.shape
     equations = log_odds_problem(contexts, probs)
+    start = time.perf_counter()
+    _phase(est, f"{m} contexts x {V} tokens (d={contexts.shape[1]}): the in-support "
+           f"log-odds equations ({len(equations.constraints)} rows) by LSQR")
     finite, residual = solve_min_norm(equations)
     compatible = bool(residual <= 1e-8)
+    _phase(est, f"NTP_H-compatible: {compatible} (relative residual {residual:.2g})", start)
+    start = time.perf_counter()
+    _phase(est, "separability diagnosis: the contexts' rank, their cones, a stationary "
+           "point, the linear program (each certified both ways)")
     separability, why = _separability(contexts, probs)
-    m, V = probs.shape
+    _phase(est, "separability: " + (
+        f"{why}" if separability is None else
+        f"{separability.n_separable} of {separability.n_rows} margin rows separable, "
+        f"certified ({separability.method})"), start)
     if (separability is None and why != "rank" and est._limit_norm() == "fro"
             and m * V * contexts.shape[1] > MAX_FALLBACK_WORK):
         return _stationary_limits(est, data, compatible, why)
@@ -533,18 +556,15 @@ def _stationary_limits(est, data, compatible, why):
     warning, and no direction (the NTP-SVM of every row is not tried at this size)."""
     contexts, probs = data["contexts"], data["probs"]
     support = probs.toarray() > 0
-    _log.info("separability of %d contexts x %d tokens (d=%d): %s; the finite part over "
-              "every row decides", *probs.shape, contexts.shape[1], why)
-    if est.verbose:
-        print(f"[NTPDecoderClassifier] separability: {why}; W_fin over every row, whose "
-              "stationary point certifies that no row is separable")
+    _phase(est, f"separability of {probs.shape[0]} contexts x {probs.shape[1]} tokens "
+           f"(d={contexts.shape[1]}): {why}; W_fin over every row decides (its stationary "
+           "point's table certifies the rows it can)")
     everything = NTPSeparability(np.zeros_like(support), support, "stationary point")
     fin = _finite_part(est, data, everything)
     separability = stationary_separability(contexts, support, fin, probs, data["weights"])
-    if est.verbose:
-        print(f"[NTPDecoderClassifier] the stationary point's table: {separability.status}"
-              f" ({separability.n_rows - separability.n_undecided} of "
-              f"{separability.n_rows} rows certified not separable)")
+    _phase(est, f"the stationary point's table: {separability.status} "
+           f"({separability.n_rows - separability.n_undecided} of {separability.n_rows} "
+           "rows certified not separable)")
     if separability.status == "certified":
         return _partial_limits(est, data, separability, compatible, fin=fin)
     warnings.warn(

@@ -139,5 +139,23 @@ def test_the_finite_component_of_data_that_are_not_separable_shows_progress(caps
     err = capsys.readouterr().err
     assert not est.is_ntp_separable_ and est.separable_fraction_ == 0.0
     assert "limit W_fin (gap: relative gradient): it=" in err
+    # every phase says what it does and what it found
+    assert "the in-support log-odds equations" in err and "NTP_H-compatible: False" in err
+    assert ("separability: 0 of" in err and "margin rows separable, certified (positive "
+            "spanning)" in err)
     NTPDecoderClassifier(solver="svm").fit(X, y)
     assert capsys.readouterr().err == ""
+
+
+def test_the_decoders_phases_are_logged_at_info_when_quiet(caplog):
+    import logging
+
+    from skntp import NTPDecoderClassifier
+    from skntp.datasets import load_text_ntp
+
+    X, y = load_text_ntp(corpus="python", n_words=30, embedding="words", n_features=4,
+                         return_X_y=True)
+    with caplog.at_level(logging.INFO, logger="skntp"):
+        NTPDecoderClassifier(solver="svm").fit(X, y)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("by LSQR" in m for m in said) and any("separability: " in m for m in said)
