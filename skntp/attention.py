@@ -606,15 +606,7 @@ class AttentionSelector(_TokenSelector):
     svm_method : str, default="auto"
         Method of the max-margin core for the program in the limit norm
         (``limit_norm_``); the Frobenius program beside it always uses ``"auto"``.
-    record_every : int, default=10
-        Record the history every that many iterations (and always the first
-        and the last).  Each record evaluates the metrics of ``history_``
-        (alignment, projection onto the finite subspace, saturation, ...):
-        0.4-1 gradient steps on the papers' small problems (measured for
-        ``AttentionSelector``, ``JointAttentionSVM`` and
-        ``NTPAttentionClassifier`` by ``benchmarks/record_every.py``), so
-        every 10 iterations adds 10-20 % to the descent and every 50 under
-        10 %.  Use 1 to record every iteration.
+    %(record_every)s
     backend : {"numpy", "torch"}, default="numpy"
     device : str, default=None
     dtype : {"float64", "float32"}, default="float64"
@@ -924,15 +916,7 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     svm_method : str, default="auto"
         Method of the max-margin core for the program in the limit norm
         (``limit_norm_``); the Frobenius program beside it always uses ``"auto"``.
-    record_every : int, default=10
-        Record the history every that many iterations (and always the first
-        and the last).  Each record evaluates the metrics of ``history_``
-        (alignment, projection onto the finite subspace, saturation, ...):
-        0.4-1 gradient steps on the papers' small problems (measured for
-        ``AttentionSelector``, ``JointAttentionSVM`` and
-        ``NTPAttentionClassifier`` by ``benchmarks/record_every.py``), so
-        every 10 iterations adds 10-20 % to the descent and every 50 under
-        10 %.  Use 1 to record every iteration.
+    %(record_every)s
     backend : {"numpy", "torch"}, default="numpy"
     device : str, default=None
     dtype : {"float64", "float32"}, default="float64"

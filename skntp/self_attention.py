@@ -138,15 +138,7 @@ class NTPAttentionClassifier(ClassifierMixin, ImplicitBiasEstimator):
         Also keep the weights ``W`` at every record of the history, in
         ``trajectory_`` (``record_every`` sets the stride; refused before the
         run when they would take more than a quarter of the available memory).
-    record_every : int, default=10
-        Record the history every that many iterations (and always the first
-        and the last).  Each record evaluates the metrics of ``history_``
-        (alignment, projection onto the finite subspace, saturation, ...):
-        0.4-1 gradient steps on the papers' small problems (measured for
-        ``AttentionSelector``, ``JointAttentionSVM`` and
-        ``NTPAttentionClassifier`` by ``benchmarks/record_every.py``), so
-        every 10 iterations adds 10-20 % to the descent and every 50 under
-        10 %.  Use 1 to record every iteration.
+    %(record_every)s
     backend : {"numpy", "torch"}, default="numpy"
     device : str, default=None
     dtype : {"float64", "float32"}, default="float64"

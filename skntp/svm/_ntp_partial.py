@@ -1210,7 +1210,7 @@ class _WoodburyPreconditioner:
 
 
 def _power_of_two_scale(H):
-    """The power of two nearest ``max|H|`` (1 for zeros): dividing by it is exact."""
+    """The power of two just above ``max|H|`` (1 for zeros): dividing by it is exact."""
     top = float(np.max(np.abs(H), initial=0.0))
     return math.ldexp(1.0, math.frexp(top)[1]) if top > 0 and math.isfinite(top) else 1.0
 
@@ -1354,7 +1354,7 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
     pi = np.full(m, 1.0 / m) if context_weights is None else np.asarray(context_weights, float)
     pi = pi / pi.sum()
     allowed = ~separability.separable
-    # solved on the contexts divided by the power of two nearest their largest entry
+    # solved on the contexts divided by the power of two just above their largest entry
     # (exact: the same rounding as unscaled), W scaled back: the loss depends on W H^T
     # only, and single-precision preconditioners and products of contexts at 1e100 or
     # 1e-100 neither overflow nor underflow
