@@ -111,7 +111,8 @@ def ntp_svm_problem(contexts, support, *, norm="fro"):
     return MaxMarginProblem(
         BilinearScores(contexts, None, n_outputs=V),
         cons,
-        infeasibility_proof=(partial(_no_separable_row, contexts, support, cons)
+        infeasibility_proof=(_computed_once(partial(_no_separable_row, contexts, support,
+                                                    cons))
                              if contexts.shape[0] > contexts.shape[1] else None),
         name="NTP-SVM",
         infeasible_message="data are not NTP-separable (no W in F-perp separates "
@@ -120,6 +121,21 @@ def ntp_svm_problem(contexts, support, *, norm="fro"):
         "NTPDecoderClassifier computes the limits on them (W^mm_I and W_fin)",
         norm=norm,
     )
+
+
+def _computed_once(proof):
+    """``proof`` (no arguments, returning ``None`` or ``(message, multipliers)``),
+    computed at its first call only: each :func:`solve_max_margin` of the same program
+    asks for it (a stationary point of the loss, seconds on real text), and the
+    program's rows do not change.  Callers get their own copy of the multipliers."""
+    kept = []
+
+    def once():
+        if not kept:
+            kept.append(proof())
+        found = kept[0]
+        return None if found is None else (found[0], np.array(found[1], copy=True))
+    return once
 
 
 def _no_separable_row(contexts, support, constraints):

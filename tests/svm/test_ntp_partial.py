@@ -710,3 +710,27 @@ def test_the_robust_spanning_proof_fails_where_a_direction_meets_the_cone_by_rou
     assert positively_spans(C, robustness=1e7)
     u = np.eye(d)[d - 1]
     assert np.all(C @ u >= -1.001e-5 * np.linalg.norm(C, axis=1))
+
+
+def test_the_programs_own_proof_is_computed_once(monkeypatch):
+    # every solve of the same NTP-SVM asks for its proof (a stationary point of the
+    # loss): computed at the first, and each caller gets its own multipliers
+    from skntp.svm import _ntp_partial, ntp_svm_problem, solve_max_margin
+
+    calls, real = [], _ntp_partial._stationary_table
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_ntp_partial, "_stationary_table", counted)
+    H, S = _near_vocabulary_sized(0, 300, 8, 20)
+    problem = ntp_svm_problem(H, S)
+    first, second = problem.infeasibility_proof(), problem.infeasibility_proof()
+    assert first is not None and len(calls) == 1
+    assert first[1] is not second[1]
+    np.testing.assert_array_equal(first[1], second[1])
+    for method in ("auto", "dcd"):
+        with pytest.raises(NotSeparableError):
+            solve_max_margin(problem, method=method)
+    assert len(calls) == 1
