@@ -24,8 +24,8 @@ from threadpoolctl import ThreadpoolController
 from ._warnings import user_stacklevel
 
 __all__ = ["Backend", "CHUNK_ELEMENTS", "SCORE_MAGNITUDES", "blas_threads", "check_score_scale",
-           "exp_", "get_backend", "lifted_keys", "row_chunks", "scaled_norm",
-           "sparse_rows_matmul", "to_numpy"]
+           "clip_above_", "exp_", "get_backend", "lifted_keys", "matmul_into", "row_chunks",
+           "row_dots", "scaled_norm", "sparse_rows_matmul", "to_numpy"]
 
 _DTYPES = {"float64", "float32"}
 
@@ -434,6 +434,33 @@ def exp_(a):
     if isinstance(a, np.ndarray):
         return np.exp(a, out=a)
     return a.exp_()
+
+
+def clip_above_(a, value):
+    """``a <- minimum(a, value)`` in place (NumPy ``out=``, torch ``clamp_``); returns
+    ``a``."""
+    if isinstance(a, np.ndarray):
+        return np.minimum(a, value, out=a)
+    return a.clamp_(max=value)
+
+
+def matmul_into(a, b, out):
+    """``out <- a @ b`` without a temporary (NumPy and torch ``out=``); returns ``out``."""
+    if isinstance(out, np.ndarray):
+        return np.matmul(a, b, out=out)
+    import torch
+
+    return torch.matmul(a, b, out=out)
+
+
+def row_dots(a, b):
+    """``sum(a * b, axis=1)`` for two matrices, without their ``(rows, columns)``
+    product in memory (``einsum`` of NumPy or torch)."""
+    if isinstance(a, np.ndarray):
+        return np.einsum("ij,ij->i", a, b)
+    import torch
+
+    return torch.einsum("ij,ij->i", a, b)
 
 
 def _shifted(xp, a, axis):

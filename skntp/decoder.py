@@ -534,7 +534,8 @@ def _finite_part(est, data, separability):
     progress = make_limit_progress(est.verbose, desc="limit W_fin (gap: relative gradient)")
     try:
         fin = partial_finite_component(data["contexts"], data["probs"], separability,
-                                       data["weights"], callback=progress)
+                                       data["weights"], callback=progress,
+                                       backend=est.backend, device=est.device)
     finally:
         close_progress(progress)
     if not fin.converged:

@@ -57,7 +57,15 @@ import scipy.optimize
 import scipy.sparse as sp
 import scipy.sparse.linalg
 
-from .._backend import blas_threads
+from .._backend import (
+    blas_threads,
+    clip_above_,
+    exp_,
+    get_backend,
+    matmul_into,
+    row_dots,
+    to_numpy,
+)
 from .._warnings import user_stacklevel
 from ._certificate import ROW_ULPS
 from ._newton import newton_cg
@@ -1055,76 +1063,88 @@ def _inverse_blocks(products, weights, d):
 class _RestrictedLoss:
     """``CE_I`` (the loss (2) over the allowed tokens), its gradient and Hessian products.
 
-    Every ``(m, V)`` table lives in one of three buffers allocated once (the logits
-    and softmax of :meth:`value_and_gradient`, the softmax at the Hessian's point,
-    the work of :meth:`hessian_product`), and the weights ``pi_j`` and
-    probabilities enter through the contexts ``pi_j h_j`` and the sparse
-    ``pi_j p_j``: a Hessian product is two ``m x d x V`` products and three passes
-    over one table.  :meth:`along` uses all three buffers: it is for the line
-    search, after the Hessian's products and before the next evaluation.
+    Written once on the array layer (:mod:`skntp._backend`): the contexts and the
+    ``(m, V)`` tables live on the backend's device (``backend="torch", device="cuda"``
+    runs the products there), in float64; the Newton-CG that calls it works on the
+    host, ``V d`` numbers per call.  Every ``(m, V)`` table lives in one of three
+    buffers allocated once (the logits and softmax of :meth:`value_and_gradient`, the
+    softmax at the Hessian's point, the work of :meth:`hessian_at`'s products), and
+    the weights ``pi_j`` and probabilities enter through the contexts ``pi_j h_j``
+    and the gathered ``pi_j p_jz``: a Hessian product is two ``m x d x V`` products
+    and three passes over one table.  :meth:`along` uses all three buffers: it is for
+    the line search, after the Hessian's products and before the next evaluation.
     """
 
-    def __init__(self, H, P, pi, allowed):
+    def __init__(self, H, P, pi, allowed, be=None):
+        be = get_backend() if be is None else be
         m, V = P.shape
+        self.be, self.xp = be, be.xp
         self.shape = (V, H.shape[1])
-        self.H = H
-        self.weighted = H * pi[:, None]
-        self.pi = pi
         targets = sp.csr_matrix(P * pi[:, None])
-        self.rows = np.repeat(np.arange(m), np.diff(targets.indptr))
-        self.cols, self.probs = targets.indices, targets.data
-        self.target_gradient = np.asarray(targets.T @ H)
-        self.mask = None if allowed.all() else allowed
-        self.S = np.empty((m, V))
-        self.S_at = np.empty((m, V))
-        self.work = np.empty((m, V))
+        self.H = be.asarray(H)
+        self.weighted = be.asarray(H * pi[:, None])
+        self.pi = be.asarray(pi)
+        self.rows = be.asindex(np.repeat(np.arange(m), np.diff(targets.indptr)))
+        self.cols = be.asindex(targets.indices)
+        self.probs = be.asarray(targets.data)
+        self.target_gradient = be.asarray(np.asarray(targets.T @ H))
+        self.mask = None if allowed.all() else be.asbool(allowed)
+        self.S, self.S_at, self.work = (be.zeros((m, V)) for _ in range(3))
         self.point = None
         self.single = None
+
+    def _matrix(self, w):
+        return self.be.asarray(np.reshape(w, self.shape)).T
 
     def _exponentiate(self, Z):
         """``Z <- exp(Z - top) * mask`` in place, ``top`` the row maxima over the allowed
         tokens; returns ``(top, row sums)``, each of shape ``(m, 1)``."""
-        if self.mask is None:
-            top = Z.max(axis=1, keepdims=True)
-        else:
-            top = np.max(Z, axis=1, where=self.mask, initial=-np.inf, keepdims=True)
+        xp = self.xp
+        masked = Z if self.mask is None else xp.where(self.mask, Z, -math.inf)
+        top = xp.max(masked, axis=1, keepdims=True)
         Z -= top
-        np.exp(np.minimum(Z, 0.0, out=Z), out=Z)
+        exp_(clip_above_(Z, 0.0))
         if self.mask is not None:
             Z *= self.mask
-        return top, Z.sum(axis=1, keepdims=True)
+        return top, xp.sum(Z, axis=1, keepdims=True)
+
+    def _linear(self, Z):
+        return float(self.xp.sum(Z[self.rows, self.cols] * self.probs))
+
+    def _log_partition(self, top, total):
+        return float(self.xp.sum(self.pi * (top + self.xp.log(total))[:, 0]))
 
     def value_and_gradient(self, w):
         """``(CE_I(w), gradient)``; keeps the softmax at ``w``."""
-        S = np.matmul(self.H, w.reshape(self.shape).T, out=self.S)
-        linear = float(S[self.rows, self.cols] @ self.probs)
+        S = matmul_into(self.H, self._matrix(w), self.S)
+        linear = self._linear(S)
         top, total = self._exponentiate(S)
         S /= total
-        self.point = w.copy()
-        loss = float(self.pi @ (top + np.log(total)).ravel()) - linear
-        return loss, (S.T @ self.weighted - self.target_gradient).ravel()
+        self.point = np.array(w, copy=True)
+        loss = self._log_partition(top, total) - linear
+        return loss, to_numpy(S.T @ self.weighted - self.target_gradient).ravel()
 
     def along(self, w, step):
         """``t -> CE_I(w + t step)``: two ``m x d x V`` products, then one pass per ``t``."""
-        Zw = np.matmul(self.H, w.reshape(self.shape).T, out=self.S)
-        Zs = np.matmul(self.H, step.reshape(self.shape).T, out=self.work)
-        linear_w = float(Zw[self.rows, self.cols] @ self.probs)
-        linear_s = float(Zs[self.rows, self.cols] @ self.probs)
+        Zw = matmul_into(self.H, self._matrix(w), self.S)
+        Zs = matmul_into(self.H, self._matrix(step), self.work)
+        linear_w, linear_s = self._linear(Zw), self._linear(Zs)
         self.point = None
-        buffer = self.S_at
 
         def value(t):
-            Z = np.multiply(Zs, t, out=buffer)
+            Z = self.S_at
+            Z[...] = Zs
+            Z *= t
             Z += Zw
             top, total = self._exponentiate(Z)
-            return float(self.pi @ (top + np.log(total)).ravel()) - linear_w - t * linear_s
+            return self._log_partition(top, total) - linear_w - t * linear_s
         return value
 
     def softmax_at(self, w):
         """The softmax at ``w``, in its own buffer (the line search moves ``self.S``)."""
         if self.point is None or not np.array_equal(w, self.point):
             self.value_and_gradient(w)
-        np.copyto(self.S_at, self.S)
+        self.S_at[...] = self.S
         return self.S_at
 
     def hessian_at(self, w, single=False):
@@ -1133,26 +1153,27 @@ class _RestrictedLoss:
         ``single=True``: the products in single precision (2.5 times faster at
         m = 11,071, V = 2,128, d = 768), for Newton steps whose CG stops at a relative
         residual far above single precision's rounding."""
-        S = self.softmax_at(w)
+        S, be = self.softmax_at(w), self.be
         if single:
             if self.single is None:
-                self.single = (self.H.astype(np.float32), self.weighted.astype(np.float32))
+                self.single = (be.asarray(self.H, be.xp.float32),
+                               be.asarray(self.weighted, be.xp.float32))
             H32, weighted32 = self.single
-            S32 = S.astype(np.float32)
+            S32 = be.asarray(S, be.xp.float32)
 
             def product32(v):
                 top = float(np.max(np.abs(v), initial=0.0)) or 1.0  # (linear in v)
-                T = H32 @ (v / top).reshape(self.shape).T.astype(np.float32)
-                T -= np.einsum("ij,ij->i", S32, T)[:, None]
+                T = H32 @ be.asarray(np.reshape(v / top, self.shape), be.xp.float32).T
+                T -= row_dots(S32, T)[:, None]
                 T *= S32
-                return (T.T @ weighted32).astype(float).ravel() * top
+                return to_numpy(T.T @ weighted32).astype(float).ravel() * top
             return product32
 
         def product(v):
-            T = np.matmul(self.H, v.reshape(self.shape).T, out=self.work)
-            T -= np.einsum("ij,ij->i", S, T)[:, None]
+            T = matmul_into(self.H, self._matrix(v), self.work)
+            T -= row_dots(S, T)[:, None]
             T *= S
-            return (T.T @ self.weighted).ravel()
+            return to_numpy(T.T @ self.weighted).ravel()
         return product
 
 
@@ -1228,8 +1249,10 @@ SINGLE_PRECISION_RTOL = 0.03
 WOODBURY_RANK = 64
 
 
-def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_products, report):
-    """Newton-CG on ``CE_I`` (:func:`partial_finite_component`) from ``W = 0``.
+def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_products, report,
+                       be=None):
+    """Newton-CG on ``CE_I`` (:func:`partial_finite_component`) from ``W = 0``, its
+    loss on the backend ``be`` (NumPy by default).
 
     ``report(k, gradient_norm, w)``, if given, is called before each step and may
     raise StopIteration to end the minimization at ``w``.  Returns
@@ -1238,7 +1261,7 @@ def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_product
     m, V = P.shape
     d = H.shape[1]
     scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
-    loss = _RestrictedLoss(H, P, pi, allowed)
+    loss = _RestrictedLoss(H, P, pi, allowed, be)
     preconditioned = bool(allowed.all())
     blocks = preconditioned and 8.0 * V * d * d <= 0.125 * available_memory()
     # the contexts' outer products, kept when they fit in an eighth of the memory
@@ -1256,7 +1279,7 @@ def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_product
         # every token allowed in every softmax, F_I = {D : 1^T D = 0} (within the span
         # of the contexts), which each preserves up to the projection D - 1 1^T D / V
         if refreshed["step"] % REFRESH_EVERY == 0:
-            S = loss.softmax_at(w)
+            S = to_numpy(loss.softmax_at(w))
             if woodbury is not None:
                 refreshed["apply"] = woodbury.at(S, pi)
             else:
@@ -1289,7 +1312,7 @@ def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_product
 
 def partial_finite_component(contexts, next_token_probs, separability, context_weights=None,
                              *, tol=1e-9, max_iter=200, cg_iter=2000, max_products="auto",
-                             callback=None):
+                             callback=None, backend="numpy", device=None):
     """``W_fin = argmin_{W in F_I} CE_I(W)``: the finite part off the separable rows.
 
     ``CE_I(W) = sum_j pi_j [log sum_{a in S_j u N_j} exp(w_a^T h_j)
@@ -1337,11 +1360,18 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
     callback : callable, optional
         ``callback(n_iter, grad_norm, 0.0)`` at every Newton step, with the
         relative gradient norm (the progress of :func:`~skntp.make_limit_progress`).
+    backend : {"numpy", "torch"}, default="numpy"
+        The array layer of the loss, its gradient and its Hessian products (the
+        ``m x d x V`` products, all of the work but the preconditioner's), always in
+        float64; ``"torch"`` with ``device="cuda"`` runs them on a GPU.
+    device : str, optional
+        Torch device (:func:`skntp._backend.get_backend`).
 
     Returns
     -------
     FiniteComponent
     """
+    be = get_backend(backend, device, "float64")
     H, probs = _check_contexts(contexts, next_token_probs, "next_token_probs")
     P = probs.toarray() if sp.issparse(probs) else np.asarray(probs, dtype=float)
     if np.any(P < 0) or not np.all(np.isfinite(P)):
@@ -1365,11 +1395,11 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
         lambda k, g, w: callback(k, g / scale, 0.0))
     loss, w, n_iter = _restricted_newton(H, P, pi, allowed, tol=tol, max_iter=max_iter,
                                          cg_iter=cg_iter, max_products=max_products,
-                                         report=report)
+                                         report=report, be=be)
     V, d = P.shape[1], H.shape[1]
     W = w.reshape(V, d) / top
     value, grad = loss.value_and_gradient(w)
-    S = loss.S
+    S = to_numpy(loss.S)
     rest = allowed & ~separability.support
     grad_norm = float(np.linalg.norm(grad)) / scale
     return FiniteComponent(W=W, loss=value, grad_norm=grad_norm,

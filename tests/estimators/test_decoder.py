@@ -431,6 +431,21 @@ def test_partially_separable_data_get_both_limits():
     assert np.all(np.diff(gd.history_["alignment"][5:]) > -1e-9)
 
 
+def test_the_limits_on_torch_are_those_on_numpy():
+    # backend="torch" runs W_fin's products on the estimator's device: the same limits
+    # (CPU torch here; device="cuda" where a GPU is)
+    pytest.importorskip("torch")
+    X, y, V = _partially_separable_samples(3)
+    ours = NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
+    theirs = NTPDecoderClassifier(solver="svm", vocabulary=V, backend="torch").fit(X, y)
+    np.testing.assert_array_equal(theirs.separable_rows_, ours.separable_rows_)
+    top = np.abs(ours.finite_component_).max()
+    np.testing.assert_allclose(theirs.finite_component_, ours.finite_component_, rtol=0,
+                               atol=1e-8 * top)
+    np.testing.assert_allclose(theirs.mm_direction_, ours.mm_direction_, rtol=0, atol=1e-6)
+    assert theirs.loss_infimum_ == pytest.approx(ours.loss_infimum_, rel=1e-12)
+
+
 def test_partial_limits_are_those_of_the_frobenius_norm_only():
     X, y, V = _partially_separable_samples(3)
     with pytest.warns(UserWarning, match="derived for the Frobenius norm only, not for "

@@ -545,6 +545,66 @@ def test_the_restricted_loss_is_that_of_its_equations(masked):
         assert line(t) == pytest.approx(by_hand(w + t * v), rel=1e-13)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_restricted_loss_on_torch_is_the_numpy_one(masked):
+    # the one loss module on the array layer: value, gradient, Hessian products (double
+    # and single precision) and the line search agree between NumPy and CPU torch
+    pytest.importorskip("torch")
+    from skntp._backend import get_backend
+    from skntp.svm._ntp_partial import _RestrictedLoss
+
+    rng = np.random.default_rng(11)
+    m, d, V = 60, 7, 12
+    H = rng.standard_normal((m, d))
+    P = rng.random((m, V)) * (rng.random((m, V)) < 0.3)
+    P[np.arange(m), rng.integers(0, V, m)] += 1.0
+    P /= P.sum(axis=1, keepdims=True)
+    allowed = (P > 0) | (rng.random((m, V)) < (0.5 if masked else 1.0))
+    pi = rng.random(m)
+    pi /= pi.sum()
+    ours, theirs = (_RestrictedLoss(H, P, pi, allowed, be)
+                    for be in (get_backend(), get_backend("torch")))
+    w, v = rng.standard_normal(V * d), rng.standard_normal(V * d)
+    (a, ga), (b, gb) = ours.value_and_gradient(w), theirs.value_and_gradient(w)
+    assert isinstance(gb, np.ndarray) and b == pytest.approx(a, rel=1e-14)
+    np.testing.assert_allclose(gb, ga, rtol=0, atol=1e-14 * np.abs(ga).max())
+    for single, rtol in ((False, 1e-13), (True, 1e-6)):
+        hv = ours.hessian_at(w, single)(v)
+        np.testing.assert_allclose(theirs.hessian_at(w, single)(v), hv, rtol=0,
+                                   atol=rtol * np.abs(hv).max())
+    line, other = ours.along(w, v), theirs.along(w, v)
+    for t in (0.0, 0.4, 1.0):
+        assert other(t) == pytest.approx(line(t), rel=1e-14)
+
+
+@pytest.mark.parametrize("woodbury", [False, True])
+def test_the_finite_component_on_torch_is_the_numpy_one(woodbury, monkeypatch):
+    # W_fin's Newton-CG with its products on CPU torch: the same minimizer to 1e-8, with
+    # the exact per-token blocks and with their low-memory approximation (where the
+    # early products run in single precision)
+    pytest.importorskip("torch")
+    from skntp.svm import _ntp_partial
+
+    rng = np.random.default_rng(5)
+    m, d, V = 300, 8, 25
+    token = rng.integers(0, V, m)
+    H = rng.standard_normal((V, d))[token] + 0.7 * rng.standard_normal((m, d))
+    P = np.zeros((m, V))
+    P[np.arange(m), token] = 1.0
+    extra = np.flatnonzero(rng.random(m) < 0.4)
+    P[extra, rng.integers(0, V, extra.size)] += 1.0
+    P /= P.sum(axis=1, keepdims=True)
+    sep = NTPSeparability(np.zeros_like(P, dtype=bool), P > 0, "stationary point")
+    if woodbury:
+        monkeypatch.setattr(_ntp_partial, "available_memory", lambda: 8.0 * V * d * d)
+    ours = partial_finite_component(H, P, sep, tol=1e-10)
+    theirs = partial_finite_component(H, P, sep, tol=1e-10, backend="torch", device="cpu")
+    assert ours.converged and theirs.converged
+    np.testing.assert_allclose(theirs.W, ours.W, rtol=0, atol=1e-8 * np.abs(ours.W).max())
+    assert theirs.loss == pytest.approx(ours.loss, rel=1e-12)
+    assert theirs.min_prob == pytest.approx(ours.min_prob, rel=1e-6)
+
+
 def test_newton_minimizes_along_an_overshooting_step():
     # sum_i sqrt(1 + x_i^2): the Newton step from x overshoots to -x^3, so halving
     # alone needs many steps from far out; with the loss along the line the
