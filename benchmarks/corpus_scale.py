@@ -10,7 +10,7 @@ decoder ran when the diagnosis was out of reach), capped by ``--ref-cap`` second
 Usage::
 
     python benchmarks/corpus_scale.py [--cases python-768 python-4w-128 stdlib-768]
-        [--ref-cap 300] [--fit-cap 3600]
+        [--ref-cap 300] [--fit-cap 3600] [--backend torch --device cuda]
 
 Cases: ``python-768``, the whole Python documentation, two-word contexts of two
 384-dimensional word vectors (m = 11,071, V = 2,128, d = 768, the issue's example);
@@ -38,6 +38,9 @@ CASES = {
     "stdlib-768": {"corpus": "stdlib-docstrings", "context_size": 3, "n_words": 3000,
                    "n_features": 256},
 }
+
+#: The estimator's array layer (``--backend``, ``--device``): W_fin's products run there.
+ESTIMATOR = {"backend": "numpy", "device": None}
 
 
 def _load(case):
@@ -84,11 +87,11 @@ def _fit(case, out):
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        est = NTPDecoderClassifier(solver="svm").fit(X, y)
+        est = NTPDecoderClassifier(solver="svm", **ESTIMATOR).fit(X, y)
     total = time.perf_counter() - start
     m, d = est.contexts_.shape
     out.put({
-        "case": case, "n": len(y), "m": m, "d": d, "V": len(est.classes_),
+        "case": case, **ESTIMATOR, "n": len(y), "m": m, "d": d, "V": len(est.classes_),
         "fit_s": round(total, 1), "W_fin": fin_times,
         "is_ntp_separable_": est.is_ntp_separable_,
         "separable_fraction_": est.separable_fraction_,
@@ -147,7 +150,10 @@ def main():
     parser.add_argument("--ref-cap", type=float, default=300.0)
     parser.add_argument("--fit-cap", type=float, default=3600.0)
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--backend", default="numpy", choices=["numpy", "torch"])
+    parser.add_argument("--device", default=None)
     args = parser.parse_args()
+    ESTIMATOR.update(backend=args.backend, device=args.device)
     print(f"load average before: {os.getloadavg()}, {os.cpu_count()} cores")
     for case in args.cases:
         print(f"\n== {case}: {CASES[case]}")

@@ -182,6 +182,9 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         each record solves a least-squares problem (LSQR, hundreds of steps):
         raise ``record_every`` there.  Use 1 to record every iteration.
     backend : {"numpy", "torch"}, default="numpy"
+        The array layer of the descent, of the max-margin solvers' iterations and of
+        the finite part's Newton-CG (its loss, gradient and Hessian products, in
+        float64 whatever ``dtype``); the certificates are checked in NumPy.
     device : str, default=None
         Torch device (``"cpu"``, ``"cuda"``); only with ``backend="torch"``.
     dtype : {"float64", "float32"}, default="float64"
@@ -232,8 +235,11 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         Norm -> unit-Frobenius direction of the max-margin solution in that
         norm, for ``limit_norm_`` and ``"fro"`` (``None`` where infeasible); the
         history's ``alignment_fro`` is the cosine with the Frobenius one.
-    is_ntp_compatible_ : bool
-        Eq. (3) has a solution (Def. 3.1).
+    is_ntp_compatible_ : bool or None
+        Eq. (3) has a solution (Def. 3.1): its LSQR reaches a relative residual of
+        1e-8.  ``None`` (unknown) where only the verdict is needed (data not
+        NTP-separable, whose finite part is ``W_fin``) and LSQR's work budget
+        (``skntp.decoder.MAX_COMPATIBILITY_WORK``) ended above that residual.
     is_ntp_separable_ : bool or None
         The NTP-SVM is feasible (Def. 3.2); ``None`` when unknown (too large).
     separable_rows_ : ndarray of shape (m, V), bool, or None
@@ -470,21 +476,21 @@ def _ntp_limits(est, data):
     m, V = probs.shape
     equations = log_odds_problem(contexts, probs)
     start = time.perf_counter()
-    _phase(est, f"{m} contexts x {V} tokens (d={contexts.shape[1]}): the in-support "
-           f"log-odds equations ({len(equations.constraints)} rows) by LSQR")
-    finite, residual = solve_min_norm(equations)
-    compatible = bool(residual <= 1e-8)
-    _phase(est, f"NTP_H-compatible: {compatible} (relative residual {residual:.2g})", start)
-    start = time.perf_counter()
-    _phase(est, "separability diagnosis: the contexts' rank, their cones, a stationary "
-           "point, the linear program (each certified both ways)")
+    _phase(est, f"{m} contexts x {V} tokens (d={contexts.shape[1]}): separability "
+           "diagnosis: the contexts' rank, their cones, a stationary point, the linear "
+           "program (each certified both ways)")
     separability, why = _separability(contexts, probs)
     _phase(est, "separability: " + (
         f"{why}" if separability is None else
         f"{separability.n_separable} of {separability.n_rows} margin rows separable, "
         f"certified ({separability.method})"), start)
-    if (separability is None and why != "rank" and est._limit_norm() == "fro"
-            and m * V * contexts.shape[1] > MAX_FALLBACK_WORK):
+    stationary = (separability is None and why != "rank" and est._limit_norm() == "fro"
+                  and m * V * contexts.shape[1] > MAX_FALLBACK_WORK)
+    partial = (separability is not None and not separability.is_separable
+               and est._limit_norm() == "fro")
+    # (W_fin replaces the equations' solution where no row or only some are separable)
+    finite, compatible = _log_odds(est, equations, solution=not (stationary or partial))
+    if stationary:
         return _stationary_limits(est, data, compatible, why)
     if separability is not None and not separability.is_separable:
         if est._limit_norm() == "fro":
@@ -526,6 +532,36 @@ def _ntp_limits(est, data):
                                               1.0 if separable else float("nan")),
                   loss_infimum_=(data["entropy"] if separable and compatible
                                  else float("nan")))
+
+
+#: The work (LSQR iterations times ``(V + rows) d``) after which the LSQR of the
+#: log-odds equations stops when only their verdict is used, with ``is_ntp_compatible_
+#: = None``: 2,637 iterations on the Python documentation at d = 768 (which takes
+#: 1,287, 72 s on 2 quiet cores).
+MAX_COMPATIBILITY_WORK = 2e10
+
+
+def _log_odds(est, equations, solution):
+    """``(finite, compatible)``: the minimum-norm solution of the in-support log-odds
+    equations (3) and whether they are solvable.  With ``solution=False`` only the
+    verdict is used: LSQR stops at a work budget, and ``compatible`` is ``None``
+    (unknown) when the budget ends at a residual above the threshold."""
+    n_rows = len(equations.constraints)
+    start = time.perf_counter()
+    _phase(est, f"the in-support log-odds equations ({n_rows} rows) by LSQR" + (
+        "" if solution else ": whether they are solvable (W_fin replaces their solution)"))
+    if solution:
+        finite, residual = solve_min_norm(equations)
+        converged = True
+    else:
+        V, d = equations.shape
+        budget = max(100, int(MAX_COMPATIBILITY_WORK / ((V + n_rows) * d)))
+        finite, residual, converged = solve_min_norm(equations, max_iter=budget,
+                                                     return_converged=True)
+    compatible = True if residual <= 1e-8 else (False if converged else None)
+    verdict = "unknown, LSQR's budget spent" if compatible is None else compatible
+    _phase(est, f"NTP_H-compatible: {verdict} (relative residual {residual:.2g})", start)
+    return finite, compatible
 
 
 def _finite_part(est, data, separability):

@@ -1228,6 +1228,26 @@ def test_min_norm_passes_its_iteration_limit_and_tolerance_to_lsqr(monkeypatch):
         assert calls == [{"atol": 1e-3, "btol": 1e-3, "iter_lim": 2}]
 
 
+def test_min_norm_says_whether_lsqr_stopped_on_a_tolerance():
+    from skntp.svm import solve_min_norm
+
+    rng = np.random.default_rng(4)
+    keys = rng.standard_normal((30, 20)) @ np.diag(np.geomspace(1, 1e-4, 20))
+    rhs = rng.standard_normal(30)  # 30 equations in 20 unknowns: not solvable
+    w, res, converged = solve_min_norm(_equations(keys, rhs), return_converged=True)
+    assert converged and res > 0.1
+    exact = np.linalg.lstsq(keys, rhs, rcond=None)[0]
+    assert res == pytest.approx(np.linalg.norm(keys @ exact - rhs) / np.linalg.norm(rhs),
+                                rel=1e-10)
+    _, early, converged = solve_min_norm(_equations(keys, rhs), max_iter=2,
+                                         return_converged=True)
+    assert not converged and early > res
+    _, res, converged = solve_min_norm(_equations(keys[:10], rhs[:10]),
+                                       return_converged=True)
+    assert converged and res <= 1e-10  # solvable
+    assert solve_min_norm(_equations(keys[:0], rhs[:0]), return_converged=True)[2]
+
+
 def test_bilinear_scores_take_output_scales_as_a_column():
     from skntp.svm._problem import BilinearScores
 

@@ -147,6 +147,24 @@ def test_the_finite_component_of_data_that_are_not_separable_shows_progress(caps
     assert capsys.readouterr().err == ""
 
 
+def test_the_compatibility_of_data_whose_finite_part_is_w_fin_may_be_unknown(monkeypatch,
+                                                                             capsys):
+    # where W_fin replaces the log-odds equations' solution only their verdict is used:
+    # an LSQR budget that ends above the residual threshold says "unknown" (None)
+    from skntp import NTPDecoderClassifier, decoder
+    from skntp.datasets import load_text_ntp
+
+    X, y = load_text_ntp(corpus="python", n_words=30, embedding="words", n_features=4,
+                         return_X_y=True)
+    full = NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert full.is_ntp_compatible_ is False
+    monkeypatch.setattr(decoder, "MAX_COMPATIBILITY_WORK", 1.0)
+    est = NTPDecoderClassifier(solver="svm", verbose=1).fit(X, y)
+    assert est.is_ntp_compatible_ is None
+    assert "NTP_H-compatible: unknown, LSQR's budget spent" in capsys.readouterr().err
+    np.testing.assert_array_equal(est.finite_component_, full.finite_component_)
+
+
 def test_the_decoders_phases_are_logged_at_info_when_quiet(caplog):
     import logging
 
