@@ -58,6 +58,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg
 
 from .._backend import (
+    CHUNK_ELEMENTS,
     blas_threads,
     clip_above_,
     exp_,
@@ -340,14 +341,14 @@ def farkas_row_bounds(contexts, support, table, *, perturbation=0.0):
     E = T.T @ H
     hn = np.linalg.norm(H, axis=1)
     a = math.sqrt(2.0) * hn
-    against = float(np.where(off & (T > 0), T, 0.0).sum(axis=1) @ a)
+    against = float(np.sum(T, axis=1, where=off & (T > 0)) @ a)
     numerator = float(np.linalg.norm(E)) + against + _image_rounding(T, H)
     if perturbation:
         numerator += perturbation * float(np.linalg.norm(T, axis=1) @ hn)
-    neg = off & (T < 0)
-    j = np.nonzero(neg)[0]
+    # (no gathered copies of the negative entries: at corpus size each is a table)
+    denominator = np.multiply(T, -a[:, None])
     with np.errstate(divide="ignore"):
-        bounds[neg] = numerator / ((-T[neg]) * a[j])
+        np.divide(numerator, denominator, out=bounds, where=off & (T < 0))
     return bounds
 
 
@@ -881,8 +882,8 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
         certify in ``certified``.
     """
     H, probs = _check_contexts(contexts, next_token_probs, "next_token_probs")
-    P = probs.toarray() if sp.issparse(probs) else np.asarray(probs, dtype=float)
-    P = P / P.sum(axis=1, keepdims=True)
+    P = sp.csr_matrix(probs, dtype=float)
+    P = sp.csr_matrix(sp.diags(1.0 / np.asarray(P.sum(axis=1)).ravel()) @ P)
     m = P.shape[0]
     pi = (np.full(m, 1.0 / m) if context_weights is None
           else np.asarray(context_weights, float) / np.sum(context_weights))
@@ -890,12 +891,19 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     H = H / top
     Q, cond = orthonormal_contexts(H, return_condition=True)
     blur = _span_uncertainty(Q, cond)
-    Z = (H * top) @ finite.W.T
-    Z -= Z.max(axis=1, keepdims=True)
-    S = np.exp(Z)
-    S /= S.sum(axis=1, keepdims=True)
-    T = -pi[:, None] * (S - P)
-    T -= Q @ (Q.T @ T)
+    # the table -pi (softmax - p) in one (m, V) buffer, its image projected off by chunks
+    # of rows (at m = 105,782, V = 2,990 a table is 2.5 GB)
+    T = (H * top) @ finite.W.T
+    T -= T.max(axis=1, keepdims=True)
+    np.exp(T, out=T)
+    T /= T.sum(axis=1, keepdims=True)
+    T *= -pi[:, None]
+    j, v = P.nonzero()
+    T[j, v] += pi[j] * np.asarray(P[j, v]).ravel()
+    image = Q.T @ T
+    step = max(1, int(CHUNK_ELEMENTS // max(T.shape[1], 1)))
+    for a in range(0, m, step):
+        T[a:a + step] -= Q[a:a + step] @ image
     none = np.zeros_like(support)
     rows = ~support
     refuted = np.zeros_like(support)
@@ -1080,7 +1088,7 @@ class _RestrictedLoss:
         m, V = P.shape
         self.be, self.xp = be, be.xp
         self.shape = (V, H.shape[1])
-        targets = sp.csr_matrix(P * pi[:, None])
+        targets = sp.csr_matrix(sp.csr_matrix(P).multiply(pi[:, None]))
         self.H = be.asarray(H)
         self.weighted = be.asarray(H * pi[:, None])
         self.pi = be.asarray(pi)
@@ -1207,8 +1215,14 @@ class _WoodburyPreconditioner:
     def at(self, S, pi):
         """The preconditioner's ``apply`` at the softmax ``S``."""
         V, d, p = S.shape[1], self.Z.shape[1], self.rank
-        weights = pi[:, None] * S * (1.0 - S)
-        top = np.argpartition(-weights, p - 1, axis=0)[:p]
+        weights = np.subtract(1.0, S)
+        weights *= S
+        weights *= pi[:, None]
+        # the p largest of each column, by chunks of columns (argpartition's indices of a
+        # whole (m, V) table would be as large as the table)
+        step = max(1, int(CHUNK_ELEMENTS // max(S.shape[0], 1)))
+        top = np.concatenate([np.argpartition(-weights[:, a:a + step], p - 1, axis=0)[:p]
+                              for a in range(0, V, step)], axis=1)
         wt = np.take_along_axis(weights, top, axis=0)
         tail = weights.T @ self.z2 - np.einsum("pa,pa->a", wt, self.z2[top])
         c = np.maximum(tail / d, 1e-12 * max(float(weights.max()), np.finfo(float).tiny))
@@ -1373,11 +1387,15 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
     """
     be = get_backend(backend, device, "float64")
     H, probs = _check_contexts(contexts, next_token_probs, "next_token_probs")
-    P = probs.toarray() if sp.issparse(probs) else np.asarray(probs, dtype=float)
-    if np.any(P < 0) or not np.all(np.isfinite(P)):
+    # (sparse: a dense (m, V) copy is 2.5 GB at m = 105,782, V = 2,990)
+    P = sp.csr_matrix(probs, dtype=float)
+    P.eliminate_zeros()
+    if np.any(P.data < 0) or not np.all(np.isfinite(P.data)):
         raise ValueError("next_token_probs must be finite and non-negative.")
-    P = P / P.sum(axis=1, keepdims=True)
-    if P.shape != separability.support.shape or np.any((P > 0) != separability.support):
+    P = sp.csr_matrix(sp.diags(1.0 / np.asarray(P.sum(axis=1)).ravel()) @ P)
+    support = separability.support
+    if P.shape != support.shape or P.nnz != np.count_nonzero(support) or not np.all(
+            support[P.nonzero()]):
         raise ValueError("next_token_probs must have the supports of the separability "
                          "result.")
     m = P.shape[0]
