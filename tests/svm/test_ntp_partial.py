@@ -507,6 +507,18 @@ def test_the_preconditioned_finite_component_is_the_minimizer_in_f(seed, monkeyp
     assert counted["preconditioned"] < counted["plain"], counted
 
 
+def _restricted_loss_data(rng, m, d, V, density, kept):
+    """Contexts, soft next-token probabilities (each row's support about ``density`` of
+    the tokens), context weights and the allowed tokens (``kept`` of the rest)."""
+    H = rng.standard_normal((m, d))
+    P = rng.random((m, V)) * (rng.random((m, V)) < density)
+    P[np.arange(m), rng.integers(0, V, m)] += 1.0
+    P /= P.sum(axis=1, keepdims=True)
+    allowed = (P > 0) | (rng.random((m, V)) < kept)
+    pi = rng.random(m)
+    return H, P, pi / pi.sum(), allowed
+
+
 @pytest.mark.parametrize("masked", [False, True])
 def test_the_restricted_loss_is_that_of_its_equations(masked):
     # value, gradient, Hessian products and the loss along a line of the buffered
@@ -515,13 +527,7 @@ def test_the_restricted_loss_is_that_of_its_equations(masked):
 
     rng = np.random.default_rng(7)
     m, d, V = 40, 5, 9
-    H = rng.standard_normal((m, d))
-    P = rng.random((m, V)) * (rng.random((m, V)) < 0.4)
-    P[np.arange(m), rng.integers(0, V, m)] += 1.0
-    P /= P.sum(axis=1, keepdims=True)
-    allowed = (P > 0) | (rng.random((m, V)) < (0.6 if masked else 1.0))
-    pi = rng.random(m)
-    pi /= pi.sum()
+    H, P, pi, allowed = _restricted_loss_data(rng, m, d, V, 0.4, 0.6 if masked else 1.0)
 
     def by_hand(w):
         Z = H @ w.reshape(V, d).T
@@ -555,13 +561,7 @@ def test_the_restricted_loss_on_torch_is_the_numpy_one(masked):
 
     rng = np.random.default_rng(11)
     m, d, V = 60, 7, 12
-    H = rng.standard_normal((m, d))
-    P = rng.random((m, V)) * (rng.random((m, V)) < 0.3)
-    P[np.arange(m), rng.integers(0, V, m)] += 1.0
-    P /= P.sum(axis=1, keepdims=True)
-    allowed = (P > 0) | (rng.random((m, V)) < (0.5 if masked else 1.0))
-    pi = rng.random(m)
-    pi /= pi.sum()
+    H, P, pi, allowed = _restricted_loss_data(rng, m, d, V, 0.3, 0.5 if masked else 1.0)
     ours, theirs = (_RestrictedLoss(H, P, pi, allowed, be)
                     for be in (get_backend(), get_backend("torch")))
     w, v = rng.standard_normal(V * d), rng.standard_normal(V * d)
