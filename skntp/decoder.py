@@ -61,6 +61,7 @@ from .svm import (
     solve_ntp_svm,
     stationary_separability,
 )
+from .svm._ntp_partial import support_mask
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
@@ -354,7 +355,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         if (self.svm_radius == "auto" and rows is not None
                 and limits.attributes.get("is_ntp_separable_") is False):
             # only the separable rows diverge: saturate those
-            base, direction = separable_row_gaps(data["contexts"], data["probs"].toarray() > 0,
+            base, direction = separable_row_gaps(data["contexts"], support_mask(data["probs"]),
                                                  rows, limits.finite, limits.direction)
             R = saturation_radius(direction, base)
         elif self.svm_radius == "auto":
@@ -592,7 +593,7 @@ def _stationary_limits(est, data, compatible, why):
     (:func:`~skntp.svm.stationary_separability`); otherwise "undecided", with a
     warning, and no direction (the NTP-SVM of every row is not tried at this size)."""
     contexts, probs = data["contexts"], data["probs"]
-    support = probs.toarray() > 0
+    support = support_mask(probs)
     _phase(est, f"separability of {probs.shape[0]} contexts x {probs.shape[1]} tokens "
            f"(d={contexts.shape[1]}): {why}; W_fin over every row decides (its stationary "
            "point's table certifies the rows it can)")

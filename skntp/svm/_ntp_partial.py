@@ -64,6 +64,7 @@ from .._backend import (
     exp_,
     get_backend,
     matmul_into,
+    row_chunks,
     row_dots,
     to_numpy,
 )
@@ -218,11 +219,20 @@ def _dense_support(support):
             f"the separability diagnosis keeps (m, V) masks; m * V = "
             f"{support.shape[0] * support.shape[1]} is above {MAX_MASK_ENTRIES}. Use fewer "
             "contexts or a smaller vocabulary.")
-    support = support.toarray() if sp.issparse(support) else np.asarray(support)
-    support = support.astype(bool)
+    support = support_mask(support)
     if not np.all(support.any(axis=1)):
         raise ValueError("every context needs at least one in-support token.")
     return support
+
+
+def support_mask(probs):
+    """``probs != 0`` as a dense bool mask (from a sparse matrix without a dense float
+    copy: that is 2.5 GB at m = 105,782, V = 2,990)."""
+    if not sp.issparse(probs):
+        return np.asarray(probs).astype(bool)
+    mask = np.zeros(probs.shape, dtype=bool)
+    mask[probs.nonzero()] = True
+    return mask
 
 
 def orthonormal_contexts(contexts, *, return_condition=False):
@@ -328,28 +338,88 @@ def farkas_row_bounds(contexts, support, table, *, perturbation=0.0):
     ndarray of shape (m, V)
         The bound of every out-of-support row (``inf`` where ``T >= 0``, and on the
         supports).
+
+    Notes
+    -----
+    One pass over the table by chunks of rows for the sums, one more for the
+    bounds: no ``(m, V)`` temporary besides the result (a table is 2.5 GB at
+    m = 105,782, V = 2,990).
     """
+    bounds = np.full(support.shape, np.inf)
+    for rows, chunk in _row_bounds(contexts, support, table, perturbation):
+        bounds[rows] = chunk
+    return bounds
+
+
+def _refuted_rows(contexts, support, table, margin, perturbation=0.0):
+    """The out-of-support rows that ``table`` certifies not separable: their
+    :func:`farkas_row_bounds` at most ``margin`` (a mask, computed by chunks of rows
+    without the bounds' table)."""
+    refuted = np.zeros(support.shape, dtype=bool)
+    for rows, chunk in _row_bounds(contexts, support, table, perturbation):
+        refuted[rows] = chunk <= margin
+    return refuted
+
+
+@dataclass
+class _TableImage:
+    """The sums over a table's rows that its checks need (:func:`_table_image`)."""
+
+    image: np.ndarray      # T^T H, of the zero-summed table
+    magnitude: float       # || |T|^T |H| ||
+    rounding: float        # _table_image's rounding allowance
+    against: float         # sum of positive off-support entries times ||a_jv||
+    spread: float          # sum_j ||T_j|| ||h_j||
+
+
+def _table_image(H, support, table):
+    """One pass by chunks of rows over the zero-summed table (:func:`_zero_sum`).
+
+    ``rounding`` is the allowance for the computed ``T^T H``: one unit of roundoff of
+    its magnitude, and the row sums left after the anchor's correction (``c_j`` times
+    each, ``|c_j| <= ||D|| ||h_j||``).
+    """
+    m, V = support.shape
+    hn = np.linalg.norm(H, axis=1)
+    image = np.zeros((V, H.shape[1]))
+    magnitude = np.zeros((V, H.shape[1]))
+    left = against = spread = 0.0
+    for start, stop in row_chunks(m, V):
+        rows = slice(start, stop)
+        T = _zero_sum(table[rows], support[rows])
+        Hc = H[rows]
+        image += T.T @ Hc
+        magnitude += np.abs(T).T @ np.abs(Hc)
+        left += float(np.abs(T.sum(axis=1, dtype=np.longdouble)).astype(float) @ hn[rows])
+        against += float(np.sum(T, axis=1, where=~support[rows] & (T > 0)) @ hn[rows])
+        spread += float(np.linalg.norm(T, axis=1) @ hn[rows])
+    size = float(np.linalg.norm(magnitude))
+    return _TableImage(image, size, np.finfo(float).eps * size + left,
+                       math.sqrt(2.0) * against, spread)
+
+
+def _row_bounds(contexts, support, table, perturbation):
+    """:func:`farkas_row_bounds` by chunks of rows: a generator of ``(rows, bounds)``."""
     H = np.asarray(contexts, dtype=float)
     top = float(np.max(np.abs(H), initial=0.0))
     m, V = support.shape
-    bounds = np.full((m, V), np.inf)
     if top == 0.0 or m == 0:
-        return bounds
+        yield slice(0, m), np.full((m, V), np.inf)
+        return
     H = H / top
-    T = _zero_sum(table, support)
-    off = ~support
-    E = T.T @ H
-    hn = np.linalg.norm(H, axis=1)
-    a = math.sqrt(2.0) * hn
-    against = float(np.sum(T, axis=1, where=off & (T > 0)) @ a)
-    numerator = float(np.linalg.norm(E)) + against + _image_rounding(T, H)
+    terms = _table_image(H, support, table)
+    numerator = float(np.linalg.norm(terms.image)) + terms.against + terms.rounding
     if perturbation:
-        numerator += perturbation * float(np.linalg.norm(T, axis=1) @ hn)
-    # (no gathered copies of the negative entries: at corpus size each is a table)
-    denominator = np.multiply(T, -a[:, None])
-    with np.errstate(divide="ignore"):
-        np.divide(numerator, denominator, out=bounds, where=off & (T < 0))
-    return bounds
+        numerator += perturbation * terms.spread
+    a = math.sqrt(2.0) * np.linalg.norm(H, axis=1)
+    for start, stop in row_chunks(m, V):
+        rows = slice(start, stop)
+        T = _zero_sum(table[rows], support[rows])
+        bounds = np.full(T.shape, np.inf)
+        np.multiply(T, -a[rows, None], out=T)
+        with np.errstate(divide="ignore"):
+            np.divide(numerator, T, out=bounds, where=~support[rows] & (T > 0))
+        yield rows, bounds
 
 
 def _zero_sum(table, support):
@@ -358,15 +428,6 @@ def _zero_sum(table, support):
     T = np.array(table, dtype=float)
     T[np.arange(T.shape[0]), _anchors(support)] -= T.sum(axis=1, dtype=np.longdouble)
     return T
-
-
-def _image_rounding(T, H):
-    """The rounding allowance of the computed ``T^T H``: one unit of roundoff of its
-    magnitude, and the row sums left (``c_j`` times each, ``|c_j| <= ||D|| ||h_j||``)."""
-    absT = np.abs(T)
-    left = np.abs(T.sum(axis=1, dtype=np.longdouble)).astype(float)
-    return (np.finfo(float).eps * float(np.linalg.norm(absT.T @ np.abs(H)))
-            + float(left @ np.linalg.norm(H, axis=1)))
 
 
 def image_vanishes(contexts, support, table):
@@ -379,11 +440,9 @@ def image_vanishes(contexts, support, table):
     top = float(np.max(np.abs(H), initial=0.0))
     if top == 0.0:
         return False
-    H = H / top
-    T = _zero_sum(table, support)
-    scale = float(np.linalg.norm(np.abs(T).T @ np.abs(H)))
-    return bool(float(np.linalg.norm(T.T @ H)) <= SEPARABILITY_TOL * scale
-                + _image_rounding(T, H))
+    terms = _table_image(H / top, support, table)
+    return bool(float(np.linalg.norm(terms.image))
+                <= SEPARABILITY_TOL * terms.magnitude + terms.rounding)
 
 
 def table_multipliers(constraints, support, table):
@@ -573,14 +632,13 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     table[separable] = np.minimum(table[separable], 0.0)
     refuted = np.zeros_like(support)
     if rest.any() and image_vanishes(contexts, support, table):
-        refuted = rest & (farkas_row_bounds(Q, support, table, perturbation=blur)
-                          <= _refutation_margin(blur))
+        refuted = rest & _refuted_rows(Q, support, table, _refutation_margin(blur), blur)
     if (rest & ~refuted).any():
         second = _stationary_table(Q, contexts, support, ~separable, require="some",
                                    perturbation=blur)
         if second is not None:
-            refuted |= rest & (farkas_row_bounds(Q, support, second, perturbation=blur)
-                               <= _refutation_margin(blur))
+            refuted |= rest & _refuted_rows(Q, support, second, _refutation_margin(blur),
+                                            blur)
             if not refuted[rest].all() or not image_vanishes(contexts, support, table):
                 table = second
     certified = proven | refuted
@@ -786,8 +844,8 @@ def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="a
                 return False
             watch["table"] = T
             return True
-        proven = rows & (farkas_row_bounds(Q, support, T, perturbation=perturbation)
-                         <= _refutation_margin(perturbation))
+        proven = rows & _refuted_rows(Q, support, T, _refutation_margin(perturbation),
+                                      perturbation)
         count = int(np.count_nonzero(proven))
         if count > watch["count"]:
             watch["table"], watch["count"] = T, count
@@ -908,8 +966,7 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     rows = ~support
     refuted = np.zeros_like(support)
     if image_vanishes(H, support, T):
-        refuted = rows & (farkas_row_bounds(Q, support, T, perturbation=blur)
-                          <= _refutation_margin(blur))
+        refuted = rows & _refuted_rows(Q, support, T, _refutation_margin(blur), blur)
     if refuted[rows].all():
         return NTPSeparability(none, support, "stationary point", farkas=T)
     return NTPSeparability(none, support, "stationary point", status="undecided",
@@ -1076,10 +1133,11 @@ class _RestrictedLoss:
     runs the products there), in float64; the Newton-CG that calls it works on the
     host, ``V d`` numbers per call.  Every ``(m, V)`` table lives in one of three
     buffers allocated once (the logits and softmax of :meth:`value_and_gradient`, the
-    softmax at the Hessian's point, the work of :meth:`hessian_at`'s products), and
-    the weights ``pi_j`` and probabilities enter through the contexts ``pi_j h_j``
-    and the gathered ``pi_j p_jz``: a Hessian product is two ``m x d x V`` products
-    and three passes over one table.  :meth:`along` uses all three buffers: it is for
+    softmax at the Hessian's point, the work of :meth:`hessian_at`'s products, whose
+    two halves hold the single-precision softmax and work), and the weights ``pi_j``
+    and probabilities enter through the contexts ``pi_j h_j`` and the gathered
+    ``pi_j p_jz``: a Hessian product is two ``m x d x V`` products and three passes
+    over one table.  :meth:`along` uses all three buffers: it is for
     the line search, after the Hessian's products and before the next evaluation.
     """
 
@@ -1096,24 +1154,25 @@ class _RestrictedLoss:
         self.cols = be.asindex(targets.indices)
         self.probs = be.asarray(targets.data)
         self.target_gradient = be.asarray(np.asarray(targets.T @ H))
-        self.mask = None if allowed.all() else be.asbool(allowed)
+        self.blocked = None if allowed.all() else be.asbool(~allowed)
         self.S, self.S_at, self.work = (be.zeros((m, V)) for _ in range(3))
         self.point = None
         self.single = None
+        self._work_owner = None
 
     def _matrix(self, w):
         return self.be.asarray(np.reshape(w, self.shape)).T
 
     def _exponentiate(self, Z):
-        """``Z <- exp(Z - top) * mask`` in place, ``top`` the row maxima over the allowed
-        tokens; returns ``(top, row sums)``, each of shape ``(m, 1)``."""
+        """``Z <- exp(Z - top)`` on the allowed tokens and 0 elsewhere, in place, ``top``
+        the row maxima over the allowed tokens; returns ``(top, row sums)``, each of
+        shape ``(m, 1)``."""
         xp = self.xp
-        masked = Z if self.mask is None else xp.where(self.mask, Z, -math.inf)
-        top = xp.max(masked, axis=1, keepdims=True)
+        if self.blocked is not None:
+            Z[self.blocked] = -math.inf  # (in place: no (m, V) temporary)
+        top = xp.max(Z, axis=1, keepdims=True)
         Z -= top
         exp_(clip_above_(Z, 0.0))
-        if self.mask is not None:
-            Z *= self.mask
         return top, xp.sum(Z, axis=1, keepdims=True)
 
     def _linear(self, Z):
@@ -1135,6 +1194,7 @@ class _RestrictedLoss:
     def along(self, w, step):
         """``t -> CE_I(w + t step)``: two ``m x d x V`` products, then one pass per ``t``."""
         Zw = matmul_into(self.H, self._matrix(w), self.S)
+        self._claim_work()
         Zs = matmul_into(self.H, self._matrix(step), self.work)
         linear_w, linear_s = self._linear(Zw), self._linear(Zs)
         self.point = None
@@ -1160,29 +1220,46 @@ class _RestrictedLoss:
 
         ``single=True``: the products in single precision (2.5 times faster at
         m = 11,071, V = 2,128, d = 768), for Newton steps whose CG stops at a relative
-        residual far above single precision's rounding."""
+        residual far above single precision's rounding.  Their two single-precision
+        tables (the softmax and the product's work) are the two halves of the work
+        buffer: such a product is valid until the buffer's next use (the line search,
+        a double-precision product), and raises RuntimeError after it."""
         S, be = self.softmax_at(w), self.be
         if single:
             if self.single is None:
                 self.single = (be.asarray(self.H, be.xp.float32),
                                be.asarray(self.weighted, be.xp.float32))
             H32, weighted32 = self.single
-            S32 = be.asarray(S, be.xp.float32)
+            V = self.shape[0]
+            halves = self.work.view(be.xp.float32)  # (m, 2 V)
+            S32, work32 = halves[:, :V], halves[:, V:]
+            S32[...] = S
+            owner = self._claim_work()
 
             def product32(v):
+                if self._work_owner is not owner:
+                    raise RuntimeError("a single-precision Hessian product was called after "
+                                       "its tables' buffer was reused.")
                 top = float(np.max(np.abs(v), initial=0.0)) or 1.0  # (linear in v)
-                T = H32 @ be.asarray(np.reshape(v / top, self.shape), be.xp.float32).T
+                T = matmul_into(
+                    H32, be.asarray(np.reshape(v / top, self.shape), be.xp.float32).T, work32)
                 T -= row_dots(S32, T)[:, None]
                 T *= S32
                 return to_numpy(T.T @ weighted32).astype(float).ravel() * top
             return product32
 
         def product(v):
+            self._claim_work()
             T = matmul_into(self.H, self._matrix(v), self.work)
             T -= row_dots(S, T)[:, None]
             T *= S
             return to_numpy(T.T @ self.weighted).ravel()
         return product
+
+    def _claim_work(self):
+        """Mark the work buffer as overwritten; returns the new owner's token."""
+        self._work_owner = object()
+        return self._work_owner
 
 
 class _WoodburyPreconditioner:
@@ -1210,23 +1287,34 @@ class _WoodburyPreconditioner:
         self.R = R
         self.Z = scipy.linalg.solve_triangular(R, H.T, trans="T").T  # H R^{-1}
         self.z2 = np.einsum("ij,ij->i", self.Z, self.Z)
+        self.Z32 = self.Z.astype(np.float32)
         self.rank = min(rank, m)
 
     def at(self, S, pi):
         """The preconditioner's ``apply`` at the softmax ``S``."""
         V, d, p = S.shape[1], self.Z.shape[1], self.rank
-        weights = np.subtract(1.0, S)
-        weights *= S
-        weights *= pi[:, None]
-        # the p largest of each column, by chunks of columns (argpartition's indices of a
-        # whole (m, V) table would be as large as the table)
+        # the weights pi_j s_ja (1 - s_ja), their p largest per token and the rest's
+        # trace, by chunks of tokens: no (m, V) table besides S (argpartition's
+        # indices of a whole table would be as large as the table)
         step = max(1, int(CHUNK_ELEMENTS // max(S.shape[0], 1)))
-        top = np.concatenate([np.argpartition(-weights[:, a:a + step], p - 1, axis=0)[:p]
-                              for a in range(0, V, step)], axis=1)
-        wt = np.take_along_axis(weights, top, axis=0)
-        tail = weights.T @ self.z2 - np.einsum("pa,pa->a", wt, self.z2[top])
-        c = np.maximum(tail / d, 1e-12 * max(float(weights.max()), np.finfo(float).tiny))
-        U = (self.Z[top.T] * np.sqrt(wt.T)[:, :, None]).astype(np.float32)  # (V, p, d)
+        top, wt, tail, largest = [], [], [], 0.0
+        for a in range(0, V, step):
+            weights = np.subtract(1.0, S[:, a:a + step])
+            weights *= S[:, a:a + step]
+            weights *= pi[:, None]
+            # (a copy: the slice, a view, would keep argpartition's whole chunk alive)
+            chosen = np.argpartition(-weights, p - 1, axis=0)[:p].copy()
+            top.append(chosen)
+            wt.append(np.take_along_axis(weights, chosen, axis=0))
+            tail.append(weights.T @ self.z2)
+            largest = max(largest, float(weights.max(initial=0.0)))
+        top, wt, tail = (np.concatenate(x, axis=-1) for x in (top, wt, tail))
+        tail -= np.einsum("pa,pa->a", wt, self.z2[top])
+        c = np.maximum(tail / d, 1e-12 * max(largest, np.finfo(float).tiny))
+        U = self.Z32[top.T]  # (V, p, d), single precision from the start (V p d numbers)
+        root = np.sqrt(wt.T).astype(np.float32)
+        root[root < 2.0**-60] = 0.0  # no subnormal products (see _context_products)
+        U *= root[:, :, None]
         K = np.einsum("apd,aqd->apq", U, U) + c[:, None, None] * np.eye(p, dtype=np.float32)
         with blas_threads(0):
             Kinv = np.linalg.inv(K.astype(float)).astype(np.float32)
@@ -1421,5 +1509,5 @@ def partial_finite_component(contexts, next_token_probs, separability, context_w
     rest = allowed & ~separability.support
     grad_norm = float(np.linalg.norm(grad)) / scale
     return FiniteComponent(W=W, loss=value, grad_norm=grad_norm,
-                           min_prob=float(S[rest].min()) if rest.any() else math.inf,
+                           min_prob=float(np.min(S, where=rest, initial=math.inf)),
                            n_iter=n_iter, converged=bool(grad_norm <= tol))

@@ -7,6 +7,7 @@ import warnings
 import cvxpy as cp
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from helpers import (
     finite_side_rows,
     partially_separable_instance,
@@ -546,9 +547,17 @@ def test_the_restricted_loss_is_that_of_its_equations(masked):
     difference = (loss.value_and_gradient(w + h * v)[1]
                   - loss.value_and_gradient(w - h * v)[1]) / (2 * h)
     np.testing.assert_allclose(product, difference, atol=1e-7)
+    # single precision, its tables in the work buffer: the same product, as often as
+    # CG asks, until the buffer's next use
+    single = loss.hessian_at(w, single=True)
+    for _ in range(2):
+        np.testing.assert_allclose(single(v), product, rtol=0,
+                                   atol=1e-5 * np.abs(product).max())
     line = loss.along(w, v)
     for t in (0.0, 0.3, 1.0):
         assert line(t) == pytest.approx(by_hand(w + t * v), rel=1e-13)
+    with pytest.raises(RuntimeError, match="buffer was reused"):
+        single(v)
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -737,6 +746,8 @@ def test_the_low_memory_preconditioner_reaches_the_same_minimizer(seed, monkeypa
         return real_hess(self, w, single=single)
 
     monkeypatch.setattr(_ntp_partial, "available_memory", lambda: 8.0 * V * d * d)
+    # (its weights by chunks of 7 tokens, as at corpus size by chunks of the table)
+    monkeypatch.setattr(_ntp_partial, "CHUNK_ELEMENTS", 7 * m)
     monkeypatch.setattr(_ntp_partial._WoodburyPreconditioner, "at", at)
     monkeypatch.setattr(_ntp_partial._RestrictedLoss, "hessian_at", hessian_at)
     with warnings.catch_warnings():
@@ -794,3 +805,100 @@ def test_the_programs_own_proof_is_computed_once(monkeypatch):
         with pytest.raises(NotSeparableError):
             solve_max_margin(problem, method=method)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("perturbation", [0.0, 1e-9])
+def test_the_farkas_bounds_by_chunks_of_rows_are_those_of_their_formula(perturbation,
+                                                                        monkeypatch):
+    # farkas_row_bounds and image_vanishes pass over the table by chunks of rows (at
+    # corpus size a table is gigabytes): three rows per chunk give the bound of the
+    # docstring, computed here on the whole table
+    import skntp._backend as backend_module
+    from skntp.svm import farkas_row_bounds
+    from skntp.svm._ntp_partial import _refuted_rows, image_vanishes
+
+    H, P = partially_separable_instance(1)
+    S = P > 0
+    farkas = ntp_separability(H, S).farkas
+    m, V = S.shape
+    # (some positive entries off the supports, which count against every row)
+    table = farkas.copy()
+    table[~S & (np.random.default_rng(0).random((m, V)) < 0.1)] += 1e-3 * np.abs(farkas).max()
+    Hs = H / np.abs(H).max()
+    T = table.astype(float).copy()
+    anchor = S.argmax(axis=1)
+    T[np.arange(m), anchor] -= T.sum(axis=1)
+    hn = np.linalg.norm(Hs, axis=1)
+    a = np.sqrt(2.0) * hn
+    against = np.sum(np.where(~S & (T > 0), T, 0.0), axis=1) @ a
+    rounding = (np.finfo(float).eps * np.linalg.norm(np.abs(T).T @ np.abs(Hs))
+                + np.abs(T.sum(axis=1)) @ hn)
+    numerator = (np.linalg.norm(T.T @ Hs) + against + rounding
+                 + perturbation * np.linalg.norm(T, axis=1) @ hn)
+    expected = np.full((m, V), np.inf)
+    negative = ~S & (T < 0)
+    expected[negative] = numerator / (-T * a[:, None])[negative]
+    whole = farkas_row_bounds(H, S, table, perturbation=perturbation)
+    monkeypatch.setattr(backend_module, "CHUNK_ELEMENTS", 3 * V)
+    chunked = farkas_row_bounds(H, S, table, perturbation=perturbation)
+    # (the image's norm is at rounding level: summed in another order it moves by up
+    # to the rounding allowance)
+    allowance = rounding / (-T * a[:, None])[negative]
+    for bounds in (whole, chunked):
+        np.testing.assert_array_equal(np.isinf(bounds), np.isinf(expected))
+        assert np.all(np.abs(bounds[negative] - expected[negative])
+                      <= 1e-12 * expected[negative] + allowance)
+    margin = float(np.median(expected[negative]))
+    np.testing.assert_array_equal(_refuted_rows(H, S, table, margin, perturbation),
+                                  ~S & (chunked <= margin))
+    assert image_vanishes(H, S, farkas)
+    assert not image_vanishes(H, S, table)
+
+
+def test_the_finite_part_and_its_check_hold_a_bounded_number_of_tables(monkeypatch):
+    # at corpus size an (m, V) table is gigabytes: W_fin keeps the loss's three
+    # buffers (its single-precision tables in the work buffer's halves) and chunks
+    # of the rest; the stationary point's check keeps its table and chunks.  (4.5
+    # tables here while the Woodbury weights' argpartition kept views of its whole
+    # chunks: a table of indices in all)
+    import tracemalloc
+
+    import skntp._backend as backend_module
+    from skntp.svm import _ntp_partial
+    from skntp.svm._ntp_partial import stationary_separability
+
+    rng = np.random.default_rng(5)
+    m, d, V = 40000, 6, 200  # (m far above the Woodbury rank's square, as on corpora)
+    token = rng.integers(0, V, m)
+    H = rng.standard_normal((V, d))[token] + 0.5 * rng.standard_normal((m, d))
+    P = np.zeros((m, V))
+    P[np.arange(m), token] = 1.0
+    P[np.arange(m), rng.integers(0, V, m)] += 0.5
+    P = sp.csr_matrix(P / P.sum(axis=1, keepdims=True))
+    support = P.toarray() > 0
+    sep = NTPSeparability(np.zeros_like(support), support, "stationary point")
+    table = 8.0 * m * V
+    monkeypatch.setattr(_ntp_partial, "available_memory", lambda: 8.0 * V * d * d)  # Woodbury
+    monkeypatch.setattr(_ntp_partial, "CHUNK_ELEMENTS", m * V // 16)
+    monkeypatch.setattr(backend_module, "CHUNK_ELEMENTS", m * V // 16)
+    used = {}
+    real_hess = _ntp_partial._RestrictedLoss.hessian_at
+    monkeypatch.setattr(_ntp_partial._RestrictedLoss, "hessian_at", lambda self, w, single=False: (
+        used.__setitem__("single", used.get("single", 0) + bool(single))
+        or real_hess(self, w, single=single)))
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fin = partial_finite_component(H, P, sep, max_iter=4)
+        fin_peak = (tracemalloc.get_traced_memory()[1] - base) / table
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        stationary_separability(H, support, fin, P)
+        check_peak = (tracemalloc.get_traced_memory()[1] - base) / table
+    finally:
+        tracemalloc.stop()
+    assert used.get("single", 0) >= 1
+    assert fin_peak <= 4.0, fin_peak
+    assert check_peak <= 2.0, check_peak  # (with its (m, V) bool masks)
