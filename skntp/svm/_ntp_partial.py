@@ -58,7 +58,6 @@ import scipy.sparse as sp
 import scipy.sparse.linalg
 
 from .._backend import (
-    CHUNK_ELEMENTS,
     blas_threads,
     clip_above_,
     exp_,
@@ -959,9 +958,8 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     j, v = P.nonzero()
     T[j, v] += pi[j] * np.asarray(P[j, v]).ravel()
     image = Q.T @ T
-    step = max(1, int(CHUNK_ELEMENTS // max(T.shape[1], 1)))
-    for a in range(0, m, step):
-        T[a:a + step] -= Q[a:a + step] @ image
+    for start, stop in row_chunks(m, T.shape[1]):
+        T[start:stop] -= Q[start:stop] @ image
     none = np.zeros_like(support)
     rows = ~support
     refuted = np.zeros_like(support)
@@ -1296,11 +1294,10 @@ class _WoodburyPreconditioner:
         # the weights pi_j s_ja (1 - s_ja), their p largest per token and the rest's
         # trace, by chunks of tokens: no (m, V) table besides S (argpartition's
         # indices of a whole table would be as large as the table)
-        step = max(1, int(CHUNK_ELEMENTS // max(S.shape[0], 1)))
         top, wt, tail, largest = [], [], [], 0.0
-        for a in range(0, V, step):
-            weights = np.subtract(1.0, S[:, a:a + step])
-            weights *= S[:, a:a + step]
+        for start, stop in row_chunks(V, S.shape[0]):  # (chunks of columns)
+            weights = np.subtract(1.0, S[:, start:stop])
+            weights *= S[:, start:stop]
             weights *= pi[:, None]
             # (a copy: the slice, a view, would keep argpartition's whole chunk alive)
             chosen = np.argpartition(-weights, p - 1, axis=0)[:p].copy()

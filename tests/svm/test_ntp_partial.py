@@ -719,6 +719,7 @@ def test_the_low_memory_preconditioner_reaches_the_same_minimizer(seed, monkeypa
     # where the per-token blocks (V d^2 numbers) do not fit, Newton-CG runs on their
     # Woodbury approximation with single-precision products far from the minimizer:
     # the same W_fin as with the exact blocks, to the stopping tolerance
+    import skntp._backend as backend_module
     from skntp.svm import _ntp_partial
 
     rng = np.random.default_rng(seed)
@@ -747,7 +748,7 @@ def test_the_low_memory_preconditioner_reaches_the_same_minimizer(seed, monkeypa
 
     monkeypatch.setattr(_ntp_partial, "available_memory", lambda: 8.0 * V * d * d)
     # (its weights by chunks of 7 tokens, as at corpus size by chunks of the table)
-    monkeypatch.setattr(_ntp_partial, "CHUNK_ELEMENTS", 7 * m)
+    monkeypatch.setattr(backend_module, "CHUNK_ELEMENTS", 7 * m)
     monkeypatch.setattr(_ntp_partial._WoodburyPreconditioner, "at", at)
     monkeypatch.setattr(_ntp_partial._RestrictedLoss, "hessian_at", hessian_at)
     with warnings.catch_warnings():
@@ -879,7 +880,6 @@ def test_the_finite_part_and_its_check_hold_a_bounded_number_of_tables(monkeypat
     sep = NTPSeparability(np.zeros_like(support), support, "stationary point")
     table = 8.0 * m * V
     monkeypatch.setattr(_ntp_partial, "available_memory", lambda: 8.0 * V * d * d)  # Woodbury
-    monkeypatch.setattr(_ntp_partial, "CHUNK_ELEMENTS", m * V // 16)
     monkeypatch.setattr(backend_module, "CHUNK_ELEMENTS", m * V // 16)
     used = {}
     real_hess = _ntp_partial._RestrictedLoss.hessian_at
