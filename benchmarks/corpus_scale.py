@@ -11,6 +11,7 @@ Usage::
 
     python benchmarks/corpus_scale.py [--cases python-768 python-4w-128 stdlib-768]
         [--ref-cap 300] [--fit-cap 3600] [--backend torch --device cuda]
+        [--trajectory STEPS]
 
 Cases: ``python-768``, the whole Python documentation, two-word contexts of two
 384-dimensional word vectors (m = 11,071, V = 2,128, d = 768, the issue's example);
@@ -126,6 +127,48 @@ def _reference(case, out):
     out.put({"answer": what, "s": round(time.perf_counter() - start, 1)})
 
 
+def _trajectory(case, steps):
+    """``W_fin`` over every row without a work budget, for ``steps`` Newton steps: the
+    relative gradient at each step, then the out-of-support rows' probabilities.  Where
+    some rows are separable the loss has no minimizer: their probabilities fall toward 0
+    while the gradient falls slowly (Ji & Telgarsky 2019), with no gap that would mark
+    the split."""
+    import warnings
+
+    from skntp.decoder import aggregate_contexts
+    from skntp.losses.decoder import next_token_targets
+    from skntp.svm import NTPSeparability, partial_finite_component
+    from skntp.svm._ntp_partial import support_mask
+
+    X, y = _load(case)
+    _, Y = next_token_targets(y, len(y), None)
+    H, weights, P, _ = aggregate_contexts(X, Y, np.ones(len(y)))
+    support = support_mask(P)
+    everything = NTPSeparability(np.zeros_like(support), support, "stationary point")
+    start = time.perf_counter()
+
+    def step(k, grad, _):
+        print(f"step {k:3d}  relative gradient {grad:.3g}  {time.perf_counter() - start:7.1f} s",
+              flush=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fin = partial_finite_component(H, P, everything, weights, max_products=None,
+                                       max_iter=steps, callback=step, **ESTIMATOR)
+    L = H @ fin.W.T
+    L -= L.max(axis=1, keepdims=True)
+    L -= np.log(np.exp(L).sum(axis=1, keepdims=True))
+    logs = L[~support] / np.log(10.0)
+    print(f"{fin.n_iter} steps in {time.perf_counter() - start:.1f} s, relative gradient "
+          f"{fin.grad_norm:.3g}, converged {fin.converged}, ||W_fin|| "
+          f"{np.linalg.norm(fin.W):.4g}")
+    print("log10 probabilities of the out-of-support rows, quantiles 0, 1e-3, 0.01, 0.1, "
+          "0.5, 0.9, 1:", np.round(np.quantile(logs, [0, 1e-3, 0.01, 0.1, 0.5, 0.9, 1]), 2))
+    print("rows below 1e-10, 1e-20, 1e-30:",
+          [int(np.count_nonzero(logs < -t)) for t in (10, 20, 30)], "of", logs.size)
+    print("peak RSS GiB", round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))
+
+
 def _run(target, case, cap):
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
@@ -152,9 +195,17 @@ def main():
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--backend", default="numpy", choices=["numpy", "torch"])
     parser.add_argument("--device", default=None)
+    parser.add_argument("--trajectory", type=int, metavar="STEPS",
+                        help="instead: W_fin over every row, STEPS Newton steps, no budget")
     args = parser.parse_args()
     ESTIMATOR.update(backend=args.backend, device=args.device)
     print(f"load average before: {os.getloadavg()}, {os.cpu_count()} cores")
+    if args.trajectory:
+        for case in args.cases:
+            print(f"\n== {case}: {CASES[case]}, W_fin over every row")
+            _trajectory(case, args.trajectory)
+        print(f"\nload average after: {os.getloadavg()}")
+        return
     for case in args.cases:
         print(f"\n== {case}: {CASES[case]}")
         print(json.dumps(_run(_fit, case, args.fit_cap), indent=1, default=str))

@@ -49,6 +49,7 @@ from .svm import (
     NTPSeparability,
     ProgramTooLargeError,
     UndecidedError,
+    complete_stationary_split,
     finite_side_problem,
     log_odds_problem,
     norm_value,
@@ -565,9 +566,10 @@ def _log_odds(est, equations, solution):
     return finite, compatible
 
 
-def _finite_part(est, data, separability):
-    """``W_fin`` (:func:`~skntp.svm.partial_finite_component`) with a progress bar and a
-    ConvergenceWarning when it did not converge."""
+def _finite_part(est, data, separability, warn=True):
+    """``W_fin`` (:func:`~skntp.svm.partial_finite_component`) with a progress bar and,
+    with ``warn``, a ConvergenceWarning when it did not converge
+    (:func:`_warn_unconverged`)."""
     progress = make_limit_progress(est.verbose, desc="limit W_fin (gap: relative gradient)")
     try:
         fin = partial_finite_component(data["contexts"], data["probs"], separability,
@@ -575,6 +577,13 @@ def _finite_part(est, data, separability):
                                        backend=est.backend, device=est.device)
     finally:
         close_progress(progress)
+    if warn:
+        _warn_unconverged(fin)
+    return fin
+
+
+def _warn_unconverged(fin):
+    """A ConvergenceWarning, at the user's line, when ``W_fin`` did not converge."""
     if not fin.converged:
         warnings.warn(
             f"the finite component of the non-separable rows did not converge (relative "
@@ -584,31 +593,56 @@ def _finite_part(est, data, separability):
             "skntp.svm.partial_finite_component(..., max_products=None) runs on to "
             "convergence.", ConvergenceWarning,
             stacklevel=user_stacklevel())
-    return fin
 
 
 def _stationary_limits(est, data, compatible, why):
     """Data too large for the separability program: the finite part over every row,
     whose stationary point certifies that no row is separable
-    (:func:`~skntp.svm.stationary_separability`); otherwise "undecided", with a
-    warning, and no direction (the NTP-SVM of every row is not tried at this size)."""
+    (:func:`~skntp.svm.stationary_separability`); or, where it certifies some rows and
+    ``m V d`` is at most :data:`MAX_FALLBACK_WORK`, the NTP-SVM of the others proves them
+    separable (:func:`~skntp.svm.complete_stationary_split`) and the split's limits
+    follow; otherwise "undecided", with a warning, and no direction (the NTP-SVM of
+    every row is not tried at corpus size)."""
     contexts, probs = data["contexts"], data["probs"]
     support = support_mask(probs)
     _phase(est, f"separability of {probs.shape[0]} contexts x {probs.shape[1]} tokens "
            f"(d={contexts.shape[1]}): {why}; W_fin over every row decides (its stationary "
            "point's table certifies the rows it can)")
     everything = NTPSeparability(np.zeros_like(support), support, "stationary point")
-    fin = _finite_part(est, data, everything)
+    # (warned about only where it is the answer: on partly separable data it has no
+    # minimizer, and the split's own W_fin replaces it)
+    fin = _finite_part(est, data, everything, warn=False)
     separability = stationary_separability(contexts, support, fin, probs, data["weights"])
     _phase(est, f"the stationary point's table: {separability.status} "
            f"({separability.n_rows - separability.n_undecided} of {separability.n_rows} "
-           "rows certified not separable)")
+           "rows certified not separable; the smallest probability of an out-of-support "
+           f"row at W_fin is {fin.min_prob:.3g})")
     if separability.status == "certified":
+        _warn_unconverged(fin)
         return _partial_limits(est, data, separability, compatible, fin=fin)
+    m, V = support.shape
+    if separability.certified.any() and m * V * contexts.shape[1] <= MAX_FALLBACK_WORK:
+        start = time.perf_counter()
+        _phase(est, f"the {separability.n_undecided} rows the table leaves open: their "
+               "NTP-SVM with the certified rows held at 0 (a certified optimum proves them "
+               "separable)")
+        split = complete_stationary_split(contexts, separability)
+        done = split is not separability
+        _phase(est, "the open rows: " + ("certified separable: the split is certified both "
+                                         "ways" if done else "not certified"), start)
+        if done:
+            # W_fin is the minimizer of the loss without them, not the last iterate
+            return _partial_limits(est, data, split, compatible)
+    _warn_unconverged(fin)
     warnings.warn(
         f"the separability of the data is undecided: {why}, and the stationary point of "
         f"the loss certifies {separability.n_rows - separability.n_undecided} of the "
-        f"{separability.n_rows} margin rows not separable. There is no certified "
+        f"{separability.n_rows} margin rows not separable. At its last Newton iterate "
+        f"({fin.n_iter} steps, relative gradient {fin.grad_norm:.3g}) the smallest "
+        f"probability of an out-of-support row is {fin.min_prob:.3g}: probabilities "
+        "that fall toward 0 as Newton goes on are the mark of separable rows (Ji & "
+        "Telgarsky 2019), along which the loss has an infimum far out and no minimizer; "
+        "this fit does not certify them. There is no certified "
         "max-margin direction (mm_direction_ is None; is_ntp_separable_ and "
         "separable_rows_ are None); finite_component_ is the loss's last Newton iterate.",
         UserWarning, stacklevel=user_stacklevel())

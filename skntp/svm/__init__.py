@@ -41,6 +41,7 @@ from ._ntp import (
 from ._ntp_partial import (
     FiniteComponent,
     NTPSeparability,
+    complete_stationary_split,
     farkas_row_bounds,
     finite_side_problem,
     no_row_is_separable,
@@ -72,6 +73,7 @@ __all__ = [
     "MaxMarginResult",
     "FiniteComponent",
     "NTPSeparability",
+    "complete_stationary_split",
     "farkas_row_bounds",
     "finite_side_problem",
     "no_row_is_separable",

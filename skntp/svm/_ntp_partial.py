@@ -81,10 +81,10 @@ from ._problem import (
 )
 
 __all__ = ["NOT_SEPARABLE_MARGIN", "SEPARABILITY_TOL", "FiniteComponent", "NTPSeparability",
-           "farkas_row_bounds", "finite_side_problem", "image_vanishes", "no_row_is_separable",
-           "ntp_separability", "orthonormal_contexts", "partial_finite_component",
-           "partial_ntp_svm_problem", "separable_row_gaps", "stationary_separability",
-           "table_multipliers"]
+           "complete_stationary_split", "farkas_row_bounds", "finite_side_problem",
+           "image_vanishes", "no_row_is_separable", "ntp_separability",
+           "orthonormal_contexts", "partial_finite_component", "partial_ntp_svm_problem",
+           "separable_row_gaps", "stationary_separability", "table_multipliers"]
 
 _log = logging.getLogger("skntp.svm")
 
@@ -969,6 +969,54 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
         return NTPSeparability(none, support, "stationary point", farkas=T)
     return NTPSeparability(none, support, "stationary point", status="undecided",
                            farkas=T, certified=refuted)
+
+
+def complete_stationary_split(contexts, found):
+    """The rows a stationary point's table leaves open, certified separable if they are.
+
+    On partly separable data the loss over every row has no minimizer: Newton goes far
+    out, where the separable rows' probabilities fall toward 0 (Ji & Telgarsky 2019) and
+    the table of :func:`stationary_separability` is close to that of the loss without
+    them, so it certifies the rows that are not separable and leaves the others open.
+    The open rows are the candidate ``I``: their NTP-SVM (:func:`partial_ntp_svm_problem`,
+    the certified rows held at 0), solved on an orthonormal basis of the contexts, is a
+    point of the recession cone positive on them when certified optimal, checked row by
+    row as :func:`ntp_separability` checks its own (:func:`_separable_rows_certified`).
+
+    Parameters
+    ----------
+    contexts : array-like of shape (m, d)
+    found : NTPSeparability
+        An undecided :func:`stationary_separability`.
+
+    Returns
+    -------
+    NTPSeparability
+        The split certified both ways (``method="stationary point"``, ``separable`` the
+        open rows, ``farkas`` the table, ``direction`` the point of the cone); or
+        ``found`` itself when the open rows are not all certified separable (their
+        NTP-SVM infeasible, undecided or too large for the memory).
+    """
+    support = found.support
+    candidate = ~support & ~found.certified if found.certified is not None else None
+    if found.status == "certified" or candidate is None or not candidate.any():
+        return found
+    H = np.asarray(contexts, dtype=float)
+    top = float(np.max(np.abs(H), initial=0.0))
+    H = H / top if top > 0 else H
+    Q, cond = orthonormal_contexts(H, return_condition=True)
+    blur = _span_uncertainty(Q, cond)
+    try:
+        direction = _separable_side(Q, support, candidate)
+    except ProgramTooLargeError:
+        return found
+    proven = _separable_rows_certified(Q, support, candidate, direction,
+                                       max(SEPARABILITY_TOL, 10.0 * blur), math.sqrt(blur))
+    if not proven.any():
+        return found
+    direction_h = np.linalg.lstsq(H, Q @ direction.T, rcond=None)[0].T
+    return NTPSeparability(candidate, support, "stationary point", direction_h,
+                           farkas=found.farkas, certified=found.certified | proven)
 
 
 def partial_ntp_svm_problem(contexts, separability):

@@ -464,3 +464,115 @@ def test_an_unconverged_finite_part_warns(monkeypatch):
                         lambda *a, **k: partial_finite_component(*a, **k, max_iter=1))
     with pytest.warns(ConvergenceWarning, match="finite component of the non-separable rows"):
         NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
+
+
+def _force_the_corpus_path(monkeypatch, at_corpus_size=True):
+    # the path of data too large for the separability program: W_fin over every row,
+    # its stationary point's table decides (at corpus size, m V d above
+    # MAX_FALLBACK_WORK, at once; below, after the NTP-SVM of every row)
+    from skntp import decoder
+    from skntp.svm import ProgramTooLargeError
+
+    def too_large(*args, **kwargs):
+        raise ProgramTooLargeError("separability program: too large (forced by the test)")
+
+    monkeypatch.setattr(decoder, "ntp_separability", too_large)
+    if at_corpus_size:
+        monkeypatch.setattr(decoder, "MAX_FALLBACK_WORK", 0)
+
+
+def test_the_corpus_path_certifies_data_with_no_separable_row(monkeypatch):
+    from skntp.datasets import load_text_ntp
+
+    X, y = load_text_ntp(corpus="python", n_words=30, embedding="words", n_features=4,
+                         return_X_y=True)
+    exact = NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert exact.is_ntp_separable_ is False and exact.separable_fraction_ == 0.0
+    _force_the_corpus_path(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert est.is_ntp_separable_ is False and est.separable_fraction_ == 0.0
+    assert not est.separable_rows_.any() and est.mm_direction_ is None
+    np.testing.assert_allclose(est.finite_component_, exact.finite_component_, rtol=0,
+                               atol=1e-6 * np.abs(exact.finite_component_).max())
+
+
+def test_the_corpus_path_on_partly_separable_data_is_undecided_with_its_evidence(monkeypatch):
+    # W_fin over every row has no minimizer: Newton goes far out, where the loss is
+    # flat, while the separable rows' probabilities fall toward 0; the fit says so with
+    # the smallest of them, and certifies the rows that are not separable, no more
+    X, y, V = _partially_separable_samples(3)
+    _force_the_corpus_path(monkeypatch)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        est = NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
+    undecided = [w for w in rec if "separability of the data is undecided" in str(w.message)]
+    assert len(undecided) == 1 and undecided[0].filename == __file__
+    assert est.is_ntp_separable_ is None and est.separable_rows_ is None
+    assert est.mm_direction_ is None and np.isnan(est.separable_fraction_)
+    # the figure it reports is the last iterate's, recomputed here
+    L = est.contexts_ @ est.finite_component_.T
+    probs = np.exp(L - L.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    smallest = probs[~(np.asarray(est.next_token_probs_) > 0)].min()
+    message = str(undecided[0].message)
+    assert f"an out-of-support row is {smallest:.3g}" in message, message
+    # the separable rows' probabilities, far below those of a row that is not
+    truth = ntp_separability(est.contexts_, est.next_token_probs_)
+    assert truth.status == "certified" and 0 < truth.n_separable < truth.n_rows
+    assert probs[truth.separable].max() < 1e-3 * probs[~truth.separable & ~truth.support].min()
+    certified = truth.n_rows - truth.n_separable
+    assert f"certifies {certified} of the {truth.n_rows} margin rows not separable" in message
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_the_rows_a_stationary_table_leaves_open_are_certified_separable(monkeypatch, seed,
+                                                                        capsys):
+    # below corpus size the open rows' NTP-SVM is solved: its certified optimum proves
+    # them separable, so the split is certified both ways, and it is the linear
+    # program's, with the limits of the exact path
+    X, y, V = _partially_separable_samples(seed)
+    exact = NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
+    assert exact.is_ntp_separable_ is False and 0 < exact.separable_fraction_ < 1
+    _force_the_corpus_path(monkeypatch, at_corpus_size=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = NTPDecoderClassifier(solver="svm", vocabulary=V, verbose=1).fit(X, y)
+    assert "the open rows: certified separable" in capsys.readouterr().err
+    assert est.is_ntp_separable_ is False
+    np.testing.assert_array_equal(est.separable_rows_, exact.separable_rows_)
+    np.testing.assert_allclose(est.mm_direction_, exact.mm_direction_, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(est.finite_component_, exact.finite_component_, rtol=0,
+                               atol=1e-6 * np.abs(exact.finite_component_).max())
+    assert est.loss_infimum_ == pytest.approx(exact.loss_infimum_, rel=1e-9)
+
+
+def test_a_candidate_split_with_a_row_that_is_not_separable_is_not_certified():
+    from skntp.svm import NTPSeparability, complete_stationary_split
+
+    H, P = partially_separable_instance(3)
+    truth = ntp_separability(H, P)
+    rest = ~truth.support & ~truth.separable
+    # a table that certifies one row fewer than the truth: the candidate I holds a row
+    # that is not separable, which no point of the cone makes positive
+    fewer = rest.copy()
+    fewer[np.argwhere(rest)[0][0], np.argwhere(rest)[0][1]] = False
+    found = NTPSeparability(np.zeros_like(rest), truth.support, "stationary point",
+                            status="undecided", farkas=truth.farkas, certified=fewer)
+    assert complete_stationary_split(H, found) is found
+    right = NTPSeparability(np.zeros_like(rest), truth.support, "stationary point",
+                            status="undecided", farkas=truth.farkas, certified=rest)
+    split = complete_stationary_split(H, right)
+    assert split.status == "certified" and split.n_undecided == 0
+    np.testing.assert_array_equal(split.separable, truth.separable)
+    # its direction is a point of the cone, positive on I and 0 on the other rows, for
+    # the contexts divided by their largest entry
+    L = (H / np.abs(H).max()) @ split.direction.T
+    top = np.where(truth.support, L, -np.inf).max(axis=1, keepdims=True)
+    low = np.where(truth.support, L, np.inf).min(axis=1, keepdims=True)
+    gaps = top - L
+    smallest = gaps[truth.separable].min()
+    assert smallest > 0
+    assert np.all(np.abs((top - low) / smallest) <= 1e-6)
+    assert np.all(np.abs(gaps[rest] / smallest) <= 1e-6)

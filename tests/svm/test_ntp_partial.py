@@ -21,6 +21,7 @@ from skntp.svm import (
     NotSeparableError,
     NTPSeparability,
     ProgramTooLargeError,
+    complete_stationary_split,
     finite_component,
     no_row_is_separable,
     ntp_separability,
@@ -29,6 +30,7 @@ from skntp.svm import (
     partial_ntp_svm_problem,
     solve_max_margin,
     spanning_proof,
+    stationary_separability,
 )
 from skntp.svm._ntp import positively_spans
 
@@ -902,3 +904,27 @@ def test_the_finite_part_and_its_check_hold_a_bounded_number_of_tables(monkeypat
     assert used.get("single", 0) >= 1
     assert fin_peak <= 4.0, fin_peak
     assert check_peak <= 2.0, check_peak  # (with its (m, V) bool masks)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("scale", [1.0, 1e-8])
+def test_the_far_stationary_table_and_the_open_rows_program_give_the_split(seed, scale):
+    # partly separable data: the loss over every row has no minimizer; Newton stops far
+    # out, where its table certifies the rows that are not separable, and the NTP-SVM of
+    # the rows it leaves open proves them separable: the split of the LP of the
+    # definition (written in cvxpy), certified both ways, in any units
+    H, P = partially_separable_instance(100 + seed, m_b=30 + 5 * seed)
+    H = scale * H
+    support = P > 0
+    truth = separable_rows_by_lp(H / scale, support)
+    assert 0 < truth.sum() < (~support).sum()
+    everything = NTPSeparability(np.zeros_like(support), support, "stationary point")
+    fin = partial_finite_component(H, P, everything)
+    found = stationary_separability(H, support, fin, P)
+    assert found.status == "undecided" and not found.certified[truth].any()
+    split = complete_stationary_split(H, found)
+    assert split.status == "certified" and split.n_undecided == 0
+    np.testing.assert_array_equal(split.separable, truth)
+    np.testing.assert_array_equal(split.farkas, found.farkas)
+    # nothing to complete: a certified split is returned as it is
+    assert complete_stationary_split(H, split) is split
