@@ -147,12 +147,14 @@ class NTPSeparability:
         ``"rank"`` (linearly independent contexts: every row separable, Lemma 1 of
         the NTP paper's Sec. 3; or no row at all), ``"positive spanning"`` (no row
         separable, :func:`~skntp.svm.spanning_proof`, certified by a stationary
-        point), ``"stationary point"`` (no row separable,
-        :func:`no_row_is_separable`) or ``"highs"`` (the linear program).
+        point), ``"stationary point"`` (a stationary point's table:
+        :func:`no_row_is_separable`, :func:`stationary_separability`, and with the
+        rows it leaves open certified separable, :func:`complete_stationary_split`)
+        or ``"highs"`` (the linear program).
     direction : ndarray of shape (V, d) or None
         A point of the recession cone, positive on every row of ``I``, for the
-        contexts divided by their largest entry (``None`` unless the program
-        ran).
+        contexts divided by their largest entry (``None`` unless a program ran:
+        the linear program, or the NTP-SVM of :func:`complete_stationary_split`).
     status : {"certified", "undecided"}
         ``"certified"``: every row of ``I`` is certified separable (``direction``,
         or linearly independent contexts) and every other row certified not
