@@ -473,6 +473,35 @@ def _separable_side(Q, support, separable):
     return res.primal if res.status == "optimal" else None
 
 
+def _certified_separable_side(Q, support, separable, blur, ftol=0.0, direction=None):
+    """``(proven, direction)``: the rows of ``separable`` certified by ``direction`` (a
+    candidate point of the cone on the contexts ``Q``), or where it certifies none, by
+    the certified optimum of their own NTP-SVM (:func:`_separable_side`).
+
+    The check (:func:`_separable_rows_certified`) allows the span's uncertainty
+    ``blur`` and the candidate's own tolerance ``ftol`` (ten times each), and asks
+    a normalized margin of at least ``sqrt(blur)``: for ill-conditioned contexts, rows
+    separable only by a margin at the square root of the span's precision are not
+    certified (the rounding may have made them)."""
+    tol, least = max(SEPARABILITY_TOL, 10.0 * blur, 10.0 * ftol), math.sqrt(blur)
+    proven = _separable_rows_certified(Q, support, separable, direction, tol, least)
+    if separable.any() and not proven.any():
+        try:
+            direction = _separable_side(Q, support, separable)
+        except ProgramTooLargeError:  # (not certified, as any program without an answer)
+            return proven, None
+        proven = _separable_rows_certified(Q, support, separable, direction, tol, least)
+    return proven, direction
+
+
+def _on_contexts(contexts, Q, direction):
+    """A direction on the orthonormal contexts ``Q``, on ``contexts`` (``D_H h_j = D_Q
+    q_j``); ``None`` stays ``None``."""
+    if direction is None:
+        return None
+    return np.linalg.lstsq(contexts, Q @ direction.T, rcond=None)[0].T
+
+
 def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY_TOL,
                               min_margin=0.0):
     """Which rows of ``separable`` the direction certifies, on the contexts ``Q``.
@@ -614,17 +643,10 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
         if table is not None:
             return NTPSeparability(none, support, "stationary point", farkas=table)
     separable, direction, lp_table, ftol = _separability_program(Q, support, max_rows)
-    # (for ill-conditioned contexts, rows separable only by a margin at the square
-    # root of the span's precision are not certified: the rounding may have made them)
-    tol, least = max(SEPARABILITY_TOL, 10.0 * blur, 10.0 * ftol), math.sqrt(blur)
-    proven = _separable_rows_certified(Q, support, separable, direction, tol, least)
-    if separable.any() and not proven.any():
-        # the program's point misses the cone by more than its tolerance (HiGHS meets
-        # its tolerance on its scaled rows), or its margin is small for its norm: the
-        # separable rows' own program, on the orthonormal contexts, whose certified
-        # optimum is the direction
-        direction = _separable_side(Q, support, separable)
-        proven = _separable_rows_certified(Q, support, separable, direction, tol, least)
+    # (the program's point may miss the cone by more than its tolerance: HiGHS meets
+    # its tolerance on its scaled rows; or its margin may be small for its norm)
+    proven, direction = _certified_separable_side(Q, support, separable, blur, ftol,
+                                                  direction)
     rest = ~support & ~separable
     # the program's multipliers are a Farkas table of the rows off I (-1 or less on
     # them), up to HiGHS's tolerance: projected, and checked; the rows they leave
@@ -652,10 +674,8 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
             "direction positive on them) nor certified not separable (a Farkas table); "
             "the split reported is the linear program's, uncertified.", UserWarning,
             stacklevel=user_stacklevel())
-    # the direction on the unit-scaled contexts: D_H h_j = D_Q q_j
-    direction_h = (None if direction is None else
-                   np.linalg.lstsq(contexts, Q @ direction.T, rcond=None)[0].T)
-    return NTPSeparability(separable, support, "highs", direction_h, status=status,
+    return NTPSeparability(separable, support, "highs", _on_contexts(contexts, Q, direction),
+                           status=status,
                            farkas=table, certified=certified)
 
 
@@ -1007,18 +1027,13 @@ def complete_stationary_split(contexts, found):
     top = float(np.max(np.abs(H), initial=0.0))
     H = H / top if top > 0 else H
     Q, cond = orthonormal_contexts(H, return_condition=True)
-    blur = _span_uncertainty(Q, cond)
-    try:
-        direction = _separable_side(Q, support, candidate)
-    except ProgramTooLargeError:
-        return found
-    proven = _separable_rows_certified(Q, support, candidate, direction,
-                                       max(SEPARABILITY_TOL, 10.0 * blur), math.sqrt(blur))
+    proven, direction = _certified_separable_side(Q, support, candidate,
+                                                  _span_uncertainty(Q, cond))
     if not proven.any():
         return found
-    direction_h = np.linalg.lstsq(H, Q @ direction.T, rcond=None)[0].T
-    return NTPSeparability(candidate, support, "stationary point", direction_h,
-                           farkas=found.farkas, certified=found.certified | proven)
+    return NTPSeparability(candidate, support, "stationary point",
+                           _on_contexts(H, Q, direction), farkas=found.farkas,
+                           certified=found.certified | proven)
 
 
 def partial_ntp_svm_problem(contexts, separability):
