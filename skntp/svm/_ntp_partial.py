@@ -783,6 +783,14 @@ def _clarabel_lp(cost, A_ub, A_eq, bounds):
     import cvxpy as cp
     from scipy.optimize import OptimizeResult
 
+    from .solvers.conic import CONIC_BYTES_PER_NONZERO
+
+    nnz = A_ub.nnz + (A_eq.nnz if A_eq is not None else 0)
+    if CONIC_BYTES_PER_NONZERO * nnz > 0.8 * available_memory():
+        # (past the memory Clarabel aborts the process, or the system kills it)
+        _log.info("separability program: its conic form (%d nonzeros) would not fit in "
+                  "memory; Clarabel not tried", nnz)
+        return None
     x = cp.Variable(cost.size)
     cons = [A_ub @ x <= 0] + ([A_eq @ x == 0] if A_eq is not None else [])
     problem = cp.Problem(cp.Minimize(cost @ x),

@@ -23,6 +23,7 @@ from ._problem import (
     KeyScores,
     MaxMarginResult,
     NotSeparableError,
+    ProgramTooLargeError,
     QueryKeyScores,
     UndecidedError,
     constraint_operator,
@@ -211,14 +212,17 @@ def solve_max_margin(
                                          margin_bound=min((r.margin_bound for r in exc.results),
                                                           default=np.inf))
                 said = str(exc)
-            except RuntimeError as exc:
-                # a solver that fails outright (not infeasibility, not memory: those
-                # raise their own errors) does not cost "auto" the other methods: the
-                # first failure is raised only when no method answered at all
+            except (RuntimeError, ProgramTooLargeError) as exc:
+                # a solver that fails outright (not infeasibility: that is a claim,
+                # checked below), or whose program would not fit in memory, does not
+                # cost "auto" the other methods: the first failure is raised only when
+                # no method answered at all
                 if method != "auto":
                     raise
                 crashes.append(exc)
-                _log.info("%s (%s) failed: %s", problem.name, name, exc)
+                _log.info("%s (%s) %s: %s", problem.name, name,
+                          "declined" if isinstance(exc, ProgramTooLargeError) else "failed",
+                          exc)
                 continue
         if result is None:  # declined
             reemit(caught)

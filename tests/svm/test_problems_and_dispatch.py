@@ -431,3 +431,41 @@ def test_cvxpy_verbose_reaches_the_solver(capfd):
     assert "Clarabel" not in capfd.readouterr().out
     solve_max_margin(problem, method="cvxpy", verbose=1)
     assert "Clarabel" in capfd.readouterr().out
+
+
+def test_a_conic_form_that_would_not_fit_is_refused_and_auto_moves_on(monkeypatch, caplog):
+    # cvxpy's conic form of a partial NTP-SVM (the separable rows of real text) outgrew
+    # the memory and took the user's process with it: it is now refused before cvxpy
+    # allocates it, and "auto" goes on with the next method
+    from skntp.svm import ProgramTooLargeError, _problem
+    from skntp.svm.solvers import AUTO_ORDER, conic
+
+    rng = np.random.default_rng(5)
+    H = rng.standard_normal((14, 4))
+    support = np.eye(6, dtype=bool)[rng.integers(0, 6, 14)]
+    sep = ntp_separability(H, support)
+    assert sep.status == "certified" and 0 < sep.n_separable < sep.n_rows
+    problem = partial_ntp_svm_problem(H, sep)
+    nnz = problem.constraint_matrix().nnz
+    assert conic._constraint_nonzeros(problem) == nnz  # counted without the matrix
+    n_var = int(np.prod(problem.shape))
+    need = conic.CONIC_BYTES_PER_NONZERO * nnz + conic.CONIC_BYTES_PER_VARIABLE_PAIR * n_var**2
+    reference = solve_max_margin(problem, method="cvxpy")
+    monkeypatch.setattr(_problem, "available_memory", lambda: 0.99 * need / 0.8)
+    with pytest.raises(ProgramTooLargeError,
+                       match=rf"^{problem.name}: the program has {len(problem.constraints)} "
+                             rf"constraints .* dense in the {n_var} variables"):
+        solve_max_margin(problem, method="cvxpy")
+    monkeypatch.setitem(AUTO_ORDER, "decoder-partial", ("cvxpy", "dcd"))
+    with caplog.at_level("INFO", logger="skntp.svm"):
+        res = solve_max_margin(problem)
+    assert res.method == "dcd" and res.status == "optimal"
+    assert any("(cvxpy) declined" in r.getMessage() for r in caplog.records)
+    np.testing.assert_allclose(res.primal, reference.primal, atol=1e-5)
+    # every method too large: the first refusal is raised
+    monkeypatch.setitem(AUTO_ORDER, "decoder-partial", ("cvxpy",))
+    with pytest.raises(ProgramTooLargeError, match="dense in the"):
+        solve_max_margin(problem)
+    # with just enough memory, cvxpy runs
+    monkeypatch.setattr(_problem, "available_memory", lambda: 1.01 * need / 0.8)
+    assert solve_max_margin(problem, method="cvxpy").status == "optimal"

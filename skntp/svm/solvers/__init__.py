@@ -115,12 +115,14 @@ METHODS = {
 #:   (it declines programs with equalities or other scores); then SCS, to a
 #:   hundredth of ``tol``: on the logit NTP-SVM at m = V = 60 it is certified in
 #:   2.3 s where Clarabel takes 467 s in the same run;
-#: * ``"decoder-partial"`` (:func:`~skntp.svm.partial_ntp_svm_problem`, only built
-#:   when the separability program ran, so at most 20,000 rows): the exact
-#:   least-distance NNLS when small (as for ``"decoder"``), then Clarabel,
+#: * ``"decoder-partial"`` (:func:`~skntp.svm.partial_ntp_svm_problem`: the
+#:   separable rows of the separability program, at most 20,000, or of
+#:   :func:`~skntp.svm.complete_stationary_split`, up to ``m V d = 2e8``): the exact
+#:   least-distance NNLS when small (as for ``"decoder"``), then Clarabel while its
+#:   conic form fits in memory (:func:`~skntp.svm.solvers.conic.check_conic_size`),
 #:   as on real text the program's equalities on the non-separable rows leave
 #:   the dual ill-conditioned: 1.0 s against 60 s for ``dcd`` and ``accelerated-dual``
-#:   (117 contexts, 20 words, d = 28; ``benchmarks/ntp_separability.py``);
+#:   (117 contexts, 20 words, d = 28; ``benchmarks/ntp_separability.py``); then those;
 #: * ``"lp"`` (``norm="max"`` or ``"l1"``): the structured interior-point method
 #:   for the max norm of linear-decoder scores, HiGHS for every other;
 #: * ``"spectral"``: the barrier method (Clarabel fails on these programs);
