@@ -30,19 +30,19 @@ from ..._warnings import user_stacklevel
 from .._norms import MATRIX_NORMS, norm_gap, norm_kind
 from .._problem import BilinearScores, MaxMarginResult, NotSeparableError, check_program_size
 
-__all__ = ["CONIC_BYTES_PER_NONZERO", "CONIC_BYTES_PER_VARIABLE_PAIR", "logit_svm_compact",
-           "solve", "solve_scs"]
+__all__ = ["CONIC_BYTES_PER_NONZERO", "CONIC_BYTES_PER_VARIABLE_PAIR", "check_conic_size",
+           "logit_svm_compact", "solve", "solve_scs"]
 
 #: Memory that cvxpy and the solver need per nonzero of the constraint matrix (cvxpy's
 #: canonicalization keeps several copies of it) and per pair of variables (the factor of
-#: the solver's KKT system, dense on the variables when every row couples them).  Fitted
-#: on NTP-SVMs of the separable rows of real text (1.1 to 6.2 million nonzeros, 4,440
-#: to 10,240 variables: peak RSS 0.32 to 1.96 GB above the program's own, within 10 % of
-#: 241 bytes per nonzero plus 2.8 per variable pair); at 72 million nonzeros and 37,248
-#: variables (281,590 rows of real text, d = 128) Clarabel was killed for memory at
-#: 24 GB, taking the user's process with it.
+#: the solver's KKT system, dense on the variables when every row couples them).  Set
+#: above the peak RSS of Clarabel on NTP-SVMs of the separable rows of real text (1.1 to
+#: 9.5 million nonzeros, 4,400 to 10,240 variables, 0.35 to 2.49 GB: the estimate is 1.12
+#: to 1.40 times the peak; ``benchmarks/conic_memory.py``); at 72 million nonzeros and
+#: 37,248 variables (281,590 rows of real text, d = 128) Clarabel was killed for memory
+#: at 24 GB, taking the user's process with it.
 CONIC_BYTES_PER_NONZERO = 300
-CONIC_BYTES_PER_VARIABLE_PAIR = 4
+CONIC_BYTES_PER_VARIABLE_PAIR = 6
 
 
 def solve(problem, tol, max_iter, be, verbose, callback=None):
