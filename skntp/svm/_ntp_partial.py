@@ -512,7 +512,9 @@ def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY
     rounding floor): in-support logits equal, the other rows ``>= 0``; and its
     normalized margin on them (over ``||D|| sqrt(2) ||q_j||``) must be at least
     ``min_margin`` (a separation that the rounding of ill-conditioned data could
-    have made is not one).  Returns a mask: every row of ``separable``, or none.
+    have made is not one).  Every margin on them must also be above its own rounding
+    error (the floor below, before normalization): a margin of ``2e-14`` from logits of
+    size ``1e4`` has no sign.  Returns a mask: every row of ``separable``, or none.
     """
     none = np.zeros_like(separable)
     if direction is None or not separable.any():
@@ -523,14 +525,17 @@ def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY
     smallest = float(gaps[separable].min())
     if not smallest > 0:
         return none
+    scale = ROW_ULPS * np.finfo(float).eps * (np.abs(Q) @ np.abs(direction).T)
+    floor = scale + scale[np.arange(len(Q)), _anchors(support)][:, None]
+    if not np.all(gaps[separable] > floor[separable]):
+        return none
     if min_margin:
         j = np.nonzero(separable)[0]
         normalized = gaps[separable] / (float(np.linalg.norm(direction)) * math.sqrt(2.0)
                                         * np.linalg.norm(Q, axis=1)[j])
         if not float(normalized.min()) >= min_margin:
             return none
-    scale = ROW_ULPS * np.finfo(float).eps * (np.abs(Q) @ np.abs(direction).T)
-    floor = (scale + scale[np.arange(len(Q)), _anchors(support)][:, None]) / smallest
+    floor /= smallest
     gaps = gaps / smallest
     eq_ok = np.all(np.abs(gaps[support]) <= tol + floor[support])
     rest = ~support & ~separable

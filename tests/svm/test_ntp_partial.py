@@ -930,3 +930,34 @@ def test_the_far_stationary_table_and_the_open_rows_program_give_the_split(seed,
     np.testing.assert_array_equal(split.farkas, found.farkas)
     # nothing to complete: a certified split is returned as it is
     assert complete_stationary_split(H, split) is split
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_margin_below_its_rounding_error_certifies_no_row(seed):
+    # a row off I given a margin of 1e-11 by logits of size 1e4: its sign is below the
+    # rounding of the products (about 1e-9 there), so the direction certifies nothing;
+    # the same direction without that row certifies I
+    from skntp.svm._ntp import _anchors
+    from skntp.svm._ntp_partial import (
+        _separable_rows_certified,
+        _separable_side,
+        orthonormal_contexts,
+    )
+
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    I = separable_rows_by_lp(H, S)
+    Q = orthonormal_contexts(H / np.abs(H).max())
+    D = 1e4 * _separable_side(Q, S, I)
+    np.testing.assert_array_equal(_separable_rows_certified(Q, S, I, D), I)
+    j, v = np.argwhere(~S & ~I)[0]
+    a = _anchors(S)[j]
+    nudged = D.copy()
+    step = Q[j] / (Q[j] @ Q[j])
+    gap = (D[a] - D[v]) @ Q[j]
+    nudged[a] += 0.5 * (1e-11 - gap) * step
+    nudged[v] -= 0.5 * (1e-11 - gap) * step
+    assert 0 < (nudged[a] - nudged[v]) @ Q[j] < 1e-10
+    widened = I.copy()
+    widened[j, v] = True
+    assert not _separable_rows_certified(Q, S, widened, nudged).any()
