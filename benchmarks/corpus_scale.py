@@ -17,7 +17,9 @@ Cases: ``python-768``, the whole Python documentation, two-word contexts of two
 384-dimensional word vectors (m = 11,071, V = 2,128, d = 768, the issue's example);
 ``python-4w-128``, four-word contexts at d = 128 (m = 18,535, V = 1,920);
 ``stdlib-768``, the standard library's docstrings, three-word contexts of 256-dimensional
-vectors (m = 105,782, V = 2,990, d = 768).
+vectors (m = 105,782, V = 2,990, d = 768); ``python-300s-128``, the first 300 sentences of
+the Python documentation, two-word contexts of 64-dimensional vectors (m = 971, V = 291,
+d = 128: 281,096 rows, partly separable, below ``m V d = 2e8``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ CASES = {
                       "n_features": 32},
     "stdlib-768": {"corpus": "stdlib-docstrings", "context_size": 3, "n_words": 3000,
                    "n_features": 256},
+    "python-300s-128": {"corpus": "python", "context_size": 2, "n_words": 300,
+                        "n_features": 64, "n_sentences": 300},
 }
 
 #: The estimator's array layer (``--backend``, ``--device``): W_fin's products run there.

@@ -50,6 +50,7 @@ from .svm import (
     ProgramTooLargeError,
     UndecidedError,
     complete_stationary_split,
+    far_point_split,
     finite_side_problem,
     log_odds_problem,
     norm_value,
@@ -486,14 +487,22 @@ def _ntp_limits(est, data):
         f"{why}" if separability is None else
         f"{separability.n_separable} of {separability.n_rows} margin rows separable, "
         f"certified ({separability.method})"), start)
-    stationary = (separability is None and why != "rank" and est._limit_norm() == "fro"
-                  and m * V * contexts.shape[1] > MAX_FALLBACK_WORK)
+    stationary = separability is None and why != "rank" and est._limit_norm() == "fro"
+    small = m * V * contexts.shape[1] <= MAX_FALLBACK_WORK
     partial = (separability is not None and not separability.is_separable
                and est._limit_norm() == "fro")
     # (W_fin replaces the equations' solution where no row or only some are separable)
     finite, compatible = _log_odds(est, equations, solution=not (stationary or partial))
+    far = None
     if stationary:
-        return _stationary_limits(est, data, compatible, why)
+        # the far iterate's split first: where it is not certified and m V d is small,
+        # the NTP-SVM of every row is tried before "undecided"
+        limits, far = _stationary_split(est, data, compatible, why)
+        if limits is not None:
+            return limits
+        if not small:
+            return _undecided_limits(est, far, why, compatible)
+        finite, compatible = _log_odds(est, equations, solution=True)
     if separability is not None and not separability.is_separable:
         if est._limit_norm() == "fro":
             return _partial_limits(est, data, separability, compatible)
@@ -514,9 +523,9 @@ def _ntp_limits(est, data):
     except (NotSeparableError, UndecidedError):  # (solver="svm" needs it)
         if not undecided:
             raise
-        return _stationary_limits(est, data, compatible, why)
+        return _undecided_limits(est, far, why, compatible)
     if undecided and isinstance(failure, (NotSeparableError, UndecidedError)):
-        return _stationary_limits(est, data, compatible, why)
+        return _undecided_limits(est, far, why, compatible)
     limit = est._limit_norm()
     res, direction = results[limit], directions[limit]
     norm = 0.0 if res is None else norm_value(res.primal, limit)
@@ -595,14 +604,15 @@ def _warn_unconverged(fin):
             stacklevel=user_stacklevel())
 
 
-def _stationary_limits(est, data, compatible, why):
+def _stationary_split(est, data, compatible, why):
     """Data too large for the separability program: the finite part over every row,
     whose stationary point certifies that no row is separable
-    (:func:`~skntp.svm.stationary_separability`); or, where it certifies some rows and
-    ``m V d`` is at most :data:`MAX_FALLBACK_WORK`, the NTP-SVM of the others proves them
-    separable (:func:`~skntp.svm.complete_stationary_split`) and the split's limits
-    follow; otherwise "undecided", with a warning, and no direction (the NTP-SVM of
-    every row is not tried at corpus size)."""
+    (:func:`~skntp.svm.stationary_separability`); or, where ``m V d`` is at most
+    :data:`MAX_FALLBACK_WORK`, the split its far iterate marks
+    (:func:`~skntp.svm.far_point_split`), or, where the table certifies some rows, the
+    NTP-SVM of the others (:func:`~skntp.svm.complete_stationary_split`), each certified
+    both ways, and the split's limits.  Returns ``(limits, far)``: ``limits`` None when
+    nothing is certified, ``far`` the finite part and its table's split."""
     contexts, probs = data["contexts"], data["probs"]
     support = support_mask(probs)
     _phase(est, f"separability of {probs.shape[0]} contexts x {probs.shape[1]} tokens "
@@ -617,11 +627,23 @@ def _stationary_limits(est, data, compatible, why):
            f"({separability.n_rows - separability.n_undecided} of {separability.n_rows} "
            "rows certified not separable; the smallest probability of an out-of-support "
            f"row at W_fin is {fin.min_prob:.3g})")
+    far = (fin, separability)
     if separability.status == "certified":
         _warn_unconverged(fin)
-        return _partial_limits(est, data, separability, compatible, fin=fin)
+        return _partial_limits(est, data, separability, compatible, fin=fin), far
     m, V = support.shape
-    if separability.certified.any() and m * V * contexts.shape[1] <= MAX_FALLBACK_WORK:
+    if m * V * contexts.shape[1] > MAX_FALLBACK_WORK:
+        return None, far
+    start = time.perf_counter()
+    _phase(est, "the split W_fin's far iterate marks: the rows that keep their "
+           "probability, certified by the table of their own loss; the others by the far "
+           "iterate less that loss's minimizer, projected onto the cone")
+    split = far_point_split(contexts, separability, fin.W, probs, data["weights"])
+    done = split is not separability
+    _phase(est, "the far iterate's split: " + (
+        f"certified both ways ({split.n_separable} of {split.n_rows} rows separable)"
+        if done else "not certified"), start)
+    if not done and separability.certified.any():
         start = time.perf_counter()
         _phase(est, f"the {separability.n_undecided} rows the table leaves open: their "
                "NTP-SVM with the certified rows held at 0 (a certified optimum proves them "
@@ -630,9 +652,16 @@ def _stationary_limits(est, data, compatible, why):
         done = split is not separability
         _phase(est, "the open rows: " + ("certified separable: the split is certified both "
                                          "ways" if done else "not certified"), start)
-        if done:
-            # W_fin is the minimizer of the loss without them, not the last iterate
-            return _partial_limits(est, data, split, compatible)
+    if done:
+        # W_fin is the minimizer of the loss without them, not the last iterate
+        return _partial_limits(est, data, split, compatible), far
+    return None, far
+
+
+def _undecided_limits(est, far, why, compatible):
+    """No certified split: "undecided", with a warning, and no direction; the finite
+    part is the far iterate over every row (``far`` from :func:`_stationary_split`)."""
+    fin, separability = far
     _warn_unconverged(fin)
     warnings.warn(
         f"the separability of the data is undecided: {why}, and the stationary point of "

@@ -468,8 +468,9 @@ def test_an_unconverged_finite_part_warns(monkeypatch):
 
 def _force_the_corpus_path(monkeypatch, at_corpus_size=True):
     # the path of data too large for the separability program: W_fin over every row,
-    # its stationary point's table decides (at corpus size, m V d above
-    # MAX_FALLBACK_WORK, at once; below, after the NTP-SVM of every row)
+    # its stationary point's table decides; below corpus size (m V d at most
+    # MAX_FALLBACK_WORK) its far iterate's split, the open rows' NTP-SVM and then the
+    # NTP-SVM of every row are tried before "undecided"
     from skntp import decoder
     from skntp.svm import ProgramTooLargeError
 
@@ -526,20 +527,33 @@ def test_the_corpus_path_on_partly_separable_data_is_undecided_with_its_evidence
     assert f"certifies {certified} of the {truth.n_rows} margin rows not separable" in message
 
 
+@pytest.mark.parametrize("route", ["far point", "open rows"])
 @pytest.mark.parametrize("seed", [3, 4])
 def test_the_rows_a_stationary_table_leaves_open_are_certified_separable(monkeypatch, seed,
-                                                                        capsys):
-    # below corpus size the open rows' NTP-SVM is solved: its certified optimum proves
-    # them separable, so the split is certified both ways, and it is the linear
-    # program's, with the limits of the exact path
+                                                                        route, capsys):
+    # below corpus size the far iterate's split is certified (the rows that keep their
+    # probability by their loss's table, the others by the far iterate projected onto
+    # the cone); where it is not, the open rows' NTP-SVM is solved, and its certified
+    # optimum proves them separable. Either way the split is certified both ways, and it
+    # is the linear program's, with the limits of the exact path
+    from skntp import decoder
+
     X, y, V = _partially_separable_samples(seed)
     exact = NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
     assert exact.is_ntp_separable_ is False and 0 < exact.separable_fraction_ < 1
     _force_the_corpus_path(monkeypatch, at_corpus_size=False)
+    if route == "open rows":
+        monkeypatch.setattr(decoder, "far_point_split", lambda contexts, found, *a: found)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         est = NTPDecoderClassifier(solver="svm", vocabulary=V, verbose=1).fit(X, y)
-    assert "the open rows: certified separable" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    if route == "far point":
+        assert "the far iterate's split: certified both ways" in said
+        assert "the open rows" not in said
+    else:
+        assert "the far iterate's split: not certified" in said
+        assert "the open rows: certified separable" in said
     assert est.is_ntp_separable_ is False
     np.testing.assert_array_equal(est.separable_rows_, exact.separable_rows_)
     np.testing.assert_allclose(est.mm_direction_, exact.mm_direction_, rtol=0, atol=1e-6)

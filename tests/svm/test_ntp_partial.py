@@ -961,3 +961,59 @@ def test_a_margin_below_its_rounding_error_certifies_no_row(seed):
     widened = I.copy()
     widened[j, v] = True
     assert not _separable_rows_certified(Q, S, widened, nudged).any()
+
+
+def _far_iterate(H, P, steps=60):
+    """Newton's iterate on the loss over every row after ``steps`` steps (far out on
+    partly separable data, where the loss has no minimizer) and its table's split."""
+    S = P > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fin = partial_finite_component(
+            H, P, NTPSeparability(np.zeros_like(S), S, "stationary point"), max_iter=steps,
+            max_products=None)
+    return fin, stationary_separability(H, S, fin, P)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-8])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_the_far_point_split_is_that_of_the_lp_of_the_definition(seed, scale):
+    from skntp.svm import far_point_split
+
+    H, P = partially_separable_instance(seed)
+    H = scale * H
+    S = P > 0
+    fin, found = _far_iterate(H, P)
+    assert found.status == "undecided"
+    split = far_point_split(H, found, fin.W, P)
+    truth = separable_rows_by_lp(H, S)
+    assert split.status == "certified" and split.method == "stationary point"
+    assert 0 < truth.sum() < (~S).sum()
+    np.testing.assert_array_equal(split.separable, truth)
+    # both certificates, recomputed here on the contexts divided by their largest entry:
+    # the direction is 0 on the supports and the rows off I and positive on I; the
+    # table's image vanishes and it is negative on every row off I
+    Hs = H / np.abs(H).max()
+    L = Hs @ split.direction.T
+    top = np.where(S, L, -np.inf).max(axis=1, keepdims=True)
+    low = np.where(S, L, np.inf).min(axis=1, keepdims=True)
+    gaps = top - L
+    smallest = gaps[truth].min()
+    assert smallest > 0
+    assert np.all((top - low) / smallest <= 1e-8)
+    assert np.all(np.abs(gaps[~S & ~truth]) / smallest <= 1e-8)
+    T = split.farkas
+    assert np.abs(T.T @ Hs).max() <= 1e-8 * (np.abs(T).T @ np.abs(Hs)).max()
+    assert np.all(T[~S & ~truth] < 0)
+
+
+def test_a_far_point_that_marks_the_wrong_rows_certifies_nothing():
+    # the far iterate reversed: the rows that keep their probability there are not
+    # those off I; whatever the rounds find, nothing uncertified is reported
+    from skntp.svm import far_point_split
+
+    H, P = partially_separable_instance(2)
+    fin, found = _far_iterate(H, P)
+    assert far_point_split(H, found, -fin.W, P) is found
+    certified = NTPSeparability(found.separable, found.support, "stationary point")
+    assert far_point_split(H, certified, fin.W, P) is certified
