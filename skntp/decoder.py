@@ -612,7 +612,8 @@ def _stationary_split(est, data, compatible, why):
     (:func:`~skntp.svm.far_point_split`), or, where the table certifies some rows, the
     NTP-SVM of the others (:func:`~skntp.svm.complete_stationary_split`), each certified
     both ways, and the split's limits.  Returns ``(limits, far)``: ``limits`` None when
-    nothing is certified, ``far`` the finite part and its table's split."""
+    nothing is certified or every row is certified separable (the NTP-SVM of every row
+    decides), ``far`` the finite part and its table's split."""
     contexts, probs = data["contexts"], data["probs"]
     support = support_mask(probs)
     _phase(est, f"separability of {probs.shape[0]} contexts x {probs.shape[1]} tokens "
@@ -652,9 +653,11 @@ def _stationary_split(est, data, compatible, why):
         done = split is not separability
         _phase(est, "the open rows: " + ("certified separable: the split is certified both "
                                          "ways" if done else "not certified"), start)
-    if done:
+    if done and not split.is_separable:
         # W_fin is the minimizer of the loss without them, not the last iterate
         return _partial_limits(est, data, split, compatible), far
+    # (every row certified separable: the NTP-SVM of every row is then feasible, and
+    # Thm. 4.1's limits follow from it)
     return None, far
 
 

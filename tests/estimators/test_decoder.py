@@ -562,6 +562,26 @@ def test_the_rows_a_stationary_table_leaves_open_are_certified_separable(monkeyp
     assert est.loss_infimum_ == pytest.approx(exact.loss_infimum_, rel=1e-9)
 
 
+def test_beyond_the_program_separable_data_get_the_limits_of_theorem_4_1(monkeypatch,
+                                                                       capsys):
+    # d < m and every row separable (w_0 = (1, -5), w_1 = (-5, 1), w_2 = 0 separates the
+    # third context, the sum of the other two): the far iterate's split certifies every
+    # row separable, and the NTP-SVM of every row gives Thm. 4.1's limits, as on the
+    # exact path
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]] * 2)
+    y = np.array([0, 1, 2] * 2)
+    exact = NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert exact.is_ntp_separable_ is True
+    _force_the_corpus_path(monkeypatch, at_corpus_size=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = NTPDecoderClassifier(solver="svm", verbose=1).fit(X, y)
+    assert "certified both ways (6 of 6 rows separable)" in capsys.readouterr().err
+    assert est.is_ntp_separable_ is True and est.separable_fraction_ == 1.0
+    assert est.mm_margin_ == pytest.approx(exact.mm_margin_, rel=1e-7)
+    np.testing.assert_allclose(est.mm_direction_, exact.mm_direction_, atol=1e-7)
+
+
 def test_a_candidate_split_with_a_row_that_is_not_separable_is_not_certified():
     from skntp.svm import NTPSeparability, complete_stationary_split
 
