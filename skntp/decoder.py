@@ -508,7 +508,7 @@ def _ntp_limits(est, data):
             return _partial_limits(est, data, separability, compatible)
         return _limits_without_direction(est, equations, finite, separability, compatible)
     # without a certified split, an infeasible NTP-SVM only says that some row is not
-    # separable: the stationary point of the loss then decides which
+    # separable, not which: the far iterate's evidence is reported, undecided
     undecided = separability is None and why != "rank" and est._limit_norm() == "fro"
     try:
         directions, results, failure = est._limits_in_norms(

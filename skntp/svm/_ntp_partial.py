@@ -1155,7 +1155,7 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
     logits -= np.log(np.exp(logits).sum(axis=1, keepdims=True))
     held = ~support & (logits > math.log(FAR_KEEP))
     del logits
-    products = int(min(1e5, MAX_FIN_WORK / max(m * V * r, 1)))
+    products = max(1, int(min(1e5, MAX_FIN_WORK / max(m * V * r, 1))))
     anchor = _anchors(support)
     for _ in range(max_rounds):
         table = None
