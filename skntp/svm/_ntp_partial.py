@@ -149,12 +149,14 @@ class NTPSeparability:
         separable, :func:`~skntp.svm.spanning_proof`, certified by a stationary
         point), ``"stationary point"`` (a stationary point's table:
         :func:`no_row_is_separable`, :func:`stationary_separability`, and with the
-        rows it leaves open certified separable, :func:`complete_stationary_split`)
-        or ``"highs"`` (the linear program).
+        rows it leaves open certified separable, :func:`complete_stationary_split`;
+        or the table of the rows a far iterate holds, :func:`far_point_split`) or
+        ``"highs"`` (the linear program).
     direction : ndarray of shape (V, d) or None
         A point of the recession cone, positive on every row of ``I``, for the
         contexts divided by their largest entry (``None`` unless a program ran:
-        the linear program, or the NTP-SVM of :func:`complete_stationary_split`).
+        the linear program, or the NTP-SVM of :func:`complete_stationary_split`; or
+        the projected far iterate of :func:`far_point_split`).
     status : {"certified", "undecided"}
         ``"certified"``: every row of ``I`` is certified separable (``direction``,
         or linearly independent contexts) and every other row certified not
