@@ -1092,7 +1092,8 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
     On partly separable data Newton on the loss over every row goes far out: the
     iterate is ``W_fin + g W^mm_I`` plus a vanishing error (Ji & Telgarsky 2019, the
     module docstring), so the rows of ``N`` keep their probabilities and those of
-    ``I`` fall.  The candidate ``N`` is the rows above :data:`FAR_KEEP` there.
+    ``I`` fall.  The candidate ``N`` is the rows above :data:`FAR_KEEP` there, and
+    those that ``found``'s table certifies.
 
     * The side ``N``: the minimizer ``W_N`` of the loss restricted to the supports and
       ``N`` (Newton, on an orthonormal basis of the contexts) gives a Farkas table of
@@ -1157,6 +1158,8 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
     logits -= logits.max(axis=1, keepdims=True)
     logits -= np.log(np.exp(logits).sum(axis=1, keepdims=True))
     held = ~support & (logits > math.log(FAR_KEEP))
+    if found.certified is not None:  # (rows the far table certified are not separable)
+        held |= found.certified & ~support
     del logits
     products = max(1, int(min(1e5, MAX_FIN_WORK / max(m * V * r, 1))))
     anchor = _anchors(support)
