@@ -504,6 +504,13 @@ def _on_contexts(contexts, Q, direction):
     return np.linalg.lstsq(contexts, Q @ direction.T, rcond=None)[0].T
 
 
+def _margin_floor(Q, support, direction):
+    """The rounding error of every margin ``(e_a - e_v)^T D q_j`` (``a`` the anchor of
+    ``S_j``): ``ROW_ULPS`` ulps of ``|q_j|^T |d_v|`` plus those of ``|q_j|^T |d_a|``."""
+    scale = ROW_ULPS * np.finfo(float).eps * (np.abs(Q) @ np.abs(direction).T)
+    return scale + scale[np.arange(len(Q)), _anchors(support)][:, None]
+
+
 def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY_TOL,
                               min_margin=0.0):
     """Which rows of ``separable`` the direction certifies, on the contexts ``Q``.
@@ -527,8 +534,7 @@ def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY
     smallest = float(gaps[separable].min())
     if not smallest > 0:
         return none
-    scale = ROW_ULPS * np.finfo(float).eps * (np.abs(Q) @ np.abs(direction).T)
-    floor = scale + scale[np.arange(len(Q)), _anchors(support)][:, None]
+    floor = _margin_floor(Q, support, direction)
     if not np.all(gaps[separable] > floor[separable]):
         return none
     if min_margin:
@@ -1203,10 +1209,8 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
         D = d.reshape(V, r)
         L = Q @ D.T
         gaps = L[np.arange(m), anchor][:, None] - L
-        scale = ROW_ULPS * np.finfo(float).eps * (np.abs(Q) @ np.abs(D).T)
-        floor = scale + scale[np.arange(m), anchor][:, None]
         separable = ~support & ~held
-        unsigned = separable & (gaps <= floor)
+        unsigned = separable & (gaps <= _margin_floor(Q, support, D))
         _log.info("far-point split: %d rows separable by the projected far point, %d "
                   "without a certified sign", int(separable.sum()), int(unsigned.sum()))
         if unsigned.any():
