@@ -688,18 +688,21 @@ def _partial_limits(est, data, separability, compatible, fin=None):
     """The limits of data that are not NTP-separable (:mod:`skntp.svm._ntp_partial`):
     ``W^mm_I`` (``None`` when no row is separable) and ``W_fin`` (``fin`` when given)."""
     contexts = data["contexts"]
-    problem = partial_ntp_svm_problem(contexts, separability)
     res = direction = None
     if separability.n_separable:
+        # (built inside the solve: a program too large to build is a failure the
+        # estimator reports, as one too large to solve)
         res, _ = est._solve_limit(
             "NTP-SVM of the separable rows",
-            lambda cb: solve_max_margin(problem, method=est._svm_method("fro"), callback=cb,
+            lambda cb: solve_max_margin(partial_ntp_svm_problem(contexts, separability),
+                                        method=est._svm_method("fro"), callback=cb,
                                         **backend_kwargs(est)),
             "There is no max-margin direction: mm_direction_ is None.")
         direction = None if res is None else unit(res.primal)[0]
     if fin is None:
         fin = _finite_part(est, data, separability)
-    return Limits(direction, fin.W, SubspaceProjector.from_problem(finite_side_problem(problem)),
+    finite_side = finite_side_problem(contexts, separability)
+    return Limits(direction, fin.W, SubspaceProjector.from_problem(finite_side),
                   is_ntp_compatible_=compatible, is_ntp_separable_=False, mm_margin_=0.0,
                   svm_result_=res, limit_directions_={"fro": direction},
                   separable_rows_=separability.separable,

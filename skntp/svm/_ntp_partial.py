@@ -70,7 +70,13 @@ from .._backend import (
 from .._warnings import user_stacklevel
 from ._certificate import ROW_ULPS
 from ._newton import newton_cg
-from ._ntp import _anchors, _check_contexts, exchangeable_tokens, spanning_proof
+from ._ntp import (
+    _TOO_LARGE_ADVICE,
+    _anchors,
+    _check_contexts,
+    exchangeable_tokens,
+    spanning_proof,
+)
 from ._problem import (
     BilinearScores,
     Constraints,
@@ -78,6 +84,7 @@ from ._problem import (
     NotSeparableError,
     ProgramTooLargeError,
     available_memory,
+    check_program_size,
 )
 
 __all__ = ["NOT_SEPARABLE_MARGIN", "SEPARABILITY_TOL", "FiniteComponent", "NTPSeparability",
@@ -715,22 +722,9 @@ def _separability_program(Q, support, max_rows):
     j_in, z_in = j_in[keep], z_in[keep]
     n_w = Vc * r
 
-    def rows(j, v, extra_cols=None):
-        # w_v^T q_j - w_{z_j}^T q_j (+ s_{jv}): anchored rows, no level variable
-        n = j.size
-        rr = [np.repeat(np.arange(n), r), np.repeat(np.arange(n), r)]
-        cc = [(v[:, None] * r + np.arange(r)).ravel(),
-              (anchor[j][:, None] * r + np.arange(r)).ravel()]
-        x = [Q[j].ravel(), -Q[j].ravel()]
-        if extra_cols is not None:
-            rr.append(np.arange(n))
-            cc.append(extra_cols)
-            x.append(np.ones(n))
-        return sp.csr_matrix((np.concatenate(x), (np.concatenate(rr), np.concatenate(cc))),
-                             shape=(n, n_w + n_out))
-
-    A_eq = rows(j_in, z_in)
-    A_ub = rows(j_out, v_out, n_w + np.arange(n_out))
+    # w_v^T q_j - w_{z_j}^T q_j (+ s_{jv}): anchored rows, no level variable
+    A_eq = _anchored_rows(Q, anchor, j_in, z_in, n_w + n_out)
+    A_ub = _anchored_rows(Q, anchor, j_out, v_out, n_w + n_out, n_w + np.arange(n_out))
     cost = np.concatenate([np.zeros(n_w), -np.ones(n_out)])
     # the cone is scaled to margins s <= 1, so W is bounded there: a box of 1e4
     # (contexts of at most unit norm: margins down to about 1e-4 of ||W||) keeps HiGHS
@@ -824,6 +818,36 @@ def _clarabel_lp(cost, A_ub, A_eq, bounds):
                           eqlin=OptimizeResult(marginals=np.asarray(eq)))
 
 
+def _loss_table(Z, probs, pi, Q, allowed=None):
+    """The table ``T = -pi (softmax - p)`` of the loss (2) at the logits ``Z`` (m, V),
+    in ``Z``'s buffer (overwritten), its image ``Q^T T`` projected off the orthonormal
+    contexts ``Q`` by chunks of rows.
+
+    With ``allowed``, the softmax runs over the allowed tokens of each row only (the
+    loss restricted to them), and the entries off ``allowed``, the projection's
+    rounding, are clipped to ``<= 0`` (a Farkas table's sign there).  ``probs`` is
+    dense or sparse; at m = 105,782, V = 2,990 a table is 2.5 GB, so nothing else of
+    that shape is allocated."""
+    if allowed is not None:
+        Z[~allowed] = -np.inf
+    Z -= Z.max(axis=1, keepdims=True)
+    np.exp(Z, out=Z)
+    Z /= Z.sum(axis=1, keepdims=True)
+    Z *= -pi[:, None]
+    if sp.issparse(probs):
+        j, v = probs.nonzero()
+        Z[j, v] += pi[j] * np.asarray(probs[j, v]).ravel()
+    else:
+        Z += pi[:, None] * probs
+    image = Q.T @ Z
+    for start, stop in row_chunks(*Z.shape):
+        Z[start:stop] -= Q[start:stop] @ image
+    if allowed is not None:
+        off = ~allowed
+        Z[off] = np.minimum(Z[off], 0.0)
+    return Z
+
+
 def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="all",
                       perturbation=0.0):
     """The Farkas table of a stationary point of the loss restricted to ``allowed``.
@@ -868,14 +892,7 @@ def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="a
     n_rows = int(np.count_nonzero(rows))
 
     def table_at(w):
-        Z = Q @ w.reshape(V, r).T
-        Z = np.where(allowed, Z, -np.inf)
-        S = np.exp(Z - Z.max(axis=1, keepdims=True))
-        S /= S.sum(axis=1, keepdims=True)
-        T = -(S - P) / m
-        T -= Q @ (Q.T @ T)
-        T[~allowed] = np.minimum(T[~allowed], 0.0)
-        return T
+        return _loss_table(Q @ w.reshape(V, r).T, P, np.full(m, 1.0 / m), Q, allowed)
 
     def attempt(w):
         T = table_at(w)
@@ -991,18 +1008,7 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     H = H / top
     Q, cond = orthonormal_contexts(H, return_condition=True)
     blur = _span_uncertainty(Q, cond)
-    # the table -pi (softmax - p) in one (m, V) buffer, its image projected off by chunks
-    # of rows (at m = 105,782, V = 2,990 a table is 2.5 GB)
-    T = (H * top) @ finite.W.T
-    T -= T.max(axis=1, keepdims=True)
-    np.exp(T, out=T)
-    T /= T.sum(axis=1, keepdims=True)
-    T *= -pi[:, None]
-    j, v = P.nonzero()
-    T[j, v] += pi[j] * np.asarray(P[j, v]).ravel()
-    image = Q.T @ T
-    for start, stop in row_chunks(m, T.shape[1]):
-        T[start:stop] -= Q[start:stop] @ image
+    T = _loss_table((H * top) @ finite.W.T, P, pi, Q)
     none = np.zeros_like(support)
     rows = ~support
     refuted = np.zeros_like(support)
@@ -1072,23 +1078,32 @@ FAR_DROP = 1e-5
 MAX_PROJECTION_ROWS = 5_000
 
 
+def _anchored_rows(Q, anchor, j, v, n_cols, extra_cols=None):
+    """The rows ``(e_v - e_a)^T W q_j`` (``a = anchor[j]``) on ``W.ravel()`` (``W`` of
+    shape (V, r)) as a sparse matrix of ``n_cols`` columns, with a 1 in ``extra_cols``
+    (a slack of each row) when given."""
+    n, r = j.size, Q.shape[1]
+    rr = [np.repeat(np.arange(n), r), np.repeat(np.arange(n), r)]
+    cc = [(v[:, None] * r + np.arange(r)).ravel(),
+          (anchor[j][:, None] * r + np.arange(r)).ravel()]
+    x = [Q[j].ravel(), -Q[j].ravel()]
+    if extra_cols is not None:
+        rr.append(np.arange(n))
+        cc.append(extra_cols)
+        x.append(np.ones(n))
+    return sp.csr_matrix((np.concatenate(x), (np.concatenate(rr), np.concatenate(cc))),
+                         shape=(n, n_cols))
+
+
 def _projection_rows(Q, support, held):
-    """The rows ``(e_a - e_v)^T D q_j`` (``a`` the anchor of ``S_j``) of the in-support
-    equalities and of the rows ``held`` at 0, as a sparse matrix on ``D.ravel()``."""
-    m, r = Q.shape
-    V = support.shape[1]
+    """The anchored rows (:func:`_anchored_rows`) of the in-support equalities and of
+    the rows ``held`` at 0."""
     anchor = _anchors(support)
     j_in, z_in = np.nonzero(support)
     keep = z_in != anchor[j_in]
     j_held, v_held = np.nonzero(held)
-    j = np.concatenate([j_in[keep], j_held])
-    v = np.concatenate([z_in[keep], v_held])
-    n = j.size
-    rows = np.repeat(np.arange(n), r)
-    cols = np.concatenate([(anchor[j][:, None] * r + np.arange(r)).ravel(),
-                           (v[:, None] * r + np.arange(r)).ravel()])
-    return sp.csr_matrix((np.concatenate([Q[j].ravel(), -Q[j].ravel()]),
-                          (np.concatenate([rows, rows]), cols)), shape=(n, V * r))
+    return _anchored_rows(Q, anchor, np.concatenate([j_in[keep], j_held]),
+                          np.concatenate([z_in[keep], v_held]), support.shape[1] * Q.shape[1])
 
 
 def far_point_split(contexts, found, far_point, next_token_probs=None, context_weights=None,
@@ -1173,16 +1188,10 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
         table = None
         for _ in range(max_rounds):
             allowed = support | held
-            _, w, n_iter = _restricted_newton(Q, P, pi, allowed, tol=1e-13, max_iter=100,
-                                              cg_iter=200, max_products=products,
-                                              report=None)
-            Z = np.where(allowed, Q @ w.reshape(V, r).T, -np.inf)
-            Z -= Z.max(axis=1, keepdims=True)
-            np.exp(Z, out=Z)
-            Z /= Z.sum(axis=1, keepdims=True)
-            T = -pi[:, None] * (Z - probs)
-            T -= Q @ (Q.T @ T)
-            T[~allowed] = np.minimum(T[~allowed], 0.0)
+            loss, w, n_iter = _restricted_newton(Q, P, pi, allowed, tol=1e-13, max_iter=100,
+                                                 cg_iter=200, max_products=products,
+                                                 report=None)
+            T = _loss_table(Q @ w.reshape(V, r).T, probs, pi, Q, allowed)
             refuted = np.zeros_like(support)
             if image_vanishes(H, support, T):
                 refuted = held & _refuted_rows(Q, support, T, _refutation_margin(blur), blur)
@@ -1192,7 +1201,7 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
             if np.array_equal(refuted, held):
                 table = T
                 break
-            falling = held & (Z < FAR_DROP)
+            falling = held & (to_numpy(loss.softmax_at(w)) < FAR_DROP)
             if not falling.any():
                 return found
             held &= ~falling
@@ -1246,7 +1255,22 @@ def partial_ntp_svm_problem(contexts, separability):
     -------
     MaxMarginProblem
         Its equalities span ``F_I``, the subspace of the finite part.
+
+    Raises
+    ------
+    ProgramTooLargeError
+        Where its ``m V - m`` rows would not fit in memory, as the NTP-SVM's
+        (:func:`~skntp.svm.ntp_svm_problem`); before anything is built.
     """
+    m, V = separability.support.shape
+    check_program_size("NTP-SVM of the separable rows", m * V - m, _TOO_LARGE_ADVICE)
+    return _partial_program(contexts, separability, separable_rows=True)
+
+
+def _partial_program(contexts, separability, separable_rows):
+    """:func:`partial_ntp_svm_problem`, or with ``separable_rows=False`` its equality
+    rows alone (:func:`finite_side_problem`), without the size check: the equalities
+    are the in-support ones and those of ``N``."""
     support, separable = separability.support, separability.separable
     contexts, _ = _check_contexts(contexts, support)
     m, V = support.shape
@@ -1255,22 +1279,37 @@ def partial_ntp_svm_problem(contexts, separability):
     keep = z_eq != anchor[j_eq]
     j_eq, z_eq = j_eq[keep], z_eq[keep]
     j_n, v_n = np.nonzero(~support & ~separable)
-    j_i, v_i = np.nonzero(separable)
-    cons = Constraints.concatenate([
+    parts = [
         Constraints(j_eq, z_eq, anchor[j_eq], np.zeros(j_eq.size), np.ones(j_eq.size, bool)),
         Constraints(j_n, anchor[j_n], v_n, np.zeros(j_n.size), np.ones(j_n.size, bool)),
-        Constraints(j_i, anchor[j_i], v_i, np.ones(j_i.size), np.zeros(j_i.size, bool)),
-    ])
+    ]
+    if not separable_rows:
+        return MaxMarginProblem(BilinearScores(contexts, None, n_outputs=V),
+                                Constraints.concatenate(parts), name="the finite side F_I")
+    j_i, v_i = np.nonzero(separable)
+    parts.append(Constraints(j_i, anchor[j_i], v_i, np.ones(j_i.size), np.zeros(j_i.size, bool)))
     return MaxMarginProblem(
-        BilinearScores(contexts, None, n_outputs=V), cons, name="NTP-SVM of the separable rows",
+        BilinearScores(contexts, None, n_outputs=V), Constraints.concatenate(parts),
+        name="NTP-SVM of the separable rows",
         infeasible_message="the rows marked separable are not (the separability program "
         "was wrong)",
         info={"separability": separability})
 
 
-def finite_side_problem(problem):
+def finite_side_problem(problem, separability=None):
     """The equality rows of :func:`partial_ntp_svm_problem` alone: they span ``F_I``
-    (the subspace of ``W_fin``; e.g. for :class:`~skntp.metrics.SubspaceProjector`)."""
+    (the subspace of ``W_fin``; e.g. for :class:`~skntp.metrics.SubspaceProjector`).
+
+    Parameters
+    ----------
+    problem : MaxMarginProblem or array-like of shape (m, d)
+        That program; or, with ``separability``, its contexts: the equalities are then
+        built alone (the in-support ones and those of ``N``), where the whole program
+        is too large to build.
+    separability : NTPSeparability, optional
+    """
+    if separability is not None:
+        return _partial_program(problem, separability, separable_rows=False)
     c = problem.constraints
     eq = c.equality
     return MaxMarginProblem(problem.scores, Constraints(c.block[eq], c.pos[eq], c.ref[eq],

@@ -21,10 +21,12 @@ from skntp.decoder import aggregate_contexts
 from skntp.metrics import alignment
 from skntp.svm import (
     NotSeparableError,
+    ProgramTooLargeError,
     finite_component,
     ntp_separability,
     ntp_svm,
     ntp_svm_problem,
+    partial_ntp_svm_problem,
 )
 from skntp.svm._problem import constraint_violation
 
@@ -429,6 +431,30 @@ def test_partially_separable_data_get_both_limits():
     assert gd.alignment_ > 0.98 and gd.history_["finite_distance"][-1] < 0.01
     assert 0 < gd.history_["loss"][-1] - gd.loss_infimum_ < 1e-3
     assert np.all(np.diff(gd.history_["alignment"][5:]) > -1e-9)
+
+
+def test_a_separable_side_too_large_to_build_is_reported_not_built(monkeypatch):
+    # the split is certified, W^mm_I's program would not fit: refused before it is
+    # built (check_program_size), reported once, W_fin and the split kept
+    from skntp.svm import _problem
+
+    X, y, V = _partially_separable_samples(3)
+    full = NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
+    monkeypatch.setattr(_problem, "available_memory", lambda: 1000)
+    with pytest.raises(ProgramTooLargeError, match="separable rows.*GiB"):
+        partial_ntp_svm_problem(full.contexts_, ntp_separability(
+            full.contexts_, full.next_token_probs_))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        est = NTPDecoderClassifier(max_iter=5, vocabulary=V).fit(X, y)
+    msgs = [str(w.message) for w in rec if "constraints" in str(w.message)]
+    assert len(msgs) == 1 and "compute_limits=False" in msgs[0], msgs
+    assert est.mm_direction_ is None and est.is_ntp_separable_ is False
+    np.testing.assert_array_equal(est.separable_rows_, full.separable_rows_)
+    np.testing.assert_allclose(est.finite_component_, full.finite_component_, rtol=0,
+                               atol=1e-9 * np.abs(full.finite_component_).max())
+    with pytest.raises(ProgramTooLargeError):
+        NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
 
 
 def test_the_limits_on_torch_are_those_on_numpy():
