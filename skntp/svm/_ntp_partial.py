@@ -1184,13 +1184,38 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
     del logits
     products = max(1, int(min(1e5, MAX_FIN_WORK / max(m * V * r, 1))))
     anchor = _anchors(support)
+
+    def falling_at(w, allowed):
+        # the rows of held whose probabilities, in the softmax over allowed, are below
+        # FAR_DROP (computed on the contexts that hold some)
+        j = np.nonzero(held.any(axis=1))[0]
+        Z = np.where(allowed[j], Q[j] @ w.reshape(V, r).T, -np.inf)
+        Z -= Z.max(axis=1, keepdims=True)
+        Z -= np.log(np.exp(Z).sum(axis=1, keepdims=True))
+        falling = np.zeros_like(held)
+        falling[j] = held[j] & (Z < math.log(FAR_DROP))
+        return falling
+
+    def stalled(allowed):
+        # a held row that separates leaves the loss without a minimizer: Newton's
+        # gradient stalls (five steps without halving, where it converges
+        # quadratically to a minimizer) while that row's probability falls
+        watch = {"best": math.inf, "flat": 0}
+
+        def report(k, g, w):
+            watch["flat"] = 0 if g <= 0.5 * watch["best"] else watch["flat"] + 1
+            watch["best"] = min(watch["best"], g)
+            if watch["flat"] >= 5 and falling_at(w, allowed).any():
+                raise StopIteration
+        return report
+
     for _ in range(max_rounds):
         table = None
         for _ in range(max_rounds):
             allowed = support | held
-            loss, w, n_iter = _restricted_newton(Q, P, pi, allowed, tol=1e-13, max_iter=100,
-                                                 cg_iter=200, max_products=products,
-                                                 report=None)
+            _, w, n_iter = _restricted_newton(Q, P, pi, allowed, tol=1e-13, max_iter=100,
+                                              cg_iter=200, max_products=products,
+                                              report=stalled(allowed))
             T = _loss_table(Q @ w.reshape(V, r).T, probs, pi, Q, allowed)
             refuted = np.zeros_like(support)
             if image_vanishes(H, support, T):
@@ -1201,7 +1226,7 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
             if np.array_equal(refuted, held):
                 table = T
                 break
-            falling = held & (to_numpy(loss.softmax_at(w)) < FAR_DROP)
+            falling = falling_at(w, allowed)
             if not falling.any():
                 return found
             held &= ~falling
