@@ -63,7 +63,7 @@ from .svm import (
     solve_ntp_svm,
     stationary_separability,
 )
-from .svm._ntp_partial import support_mask
+from .svm._ntp_partial import MAX_LP_ROWS, _program_rows, support_mask
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
@@ -80,17 +80,21 @@ def _phase(est, message, start=None):
         print(f"[NTPDecoderClassifier] {message}", file=sys.stderr, flush=True)
 
 
-def _separability(contexts, probs):
+def _separability(contexts, probs, stationary_route):
     """``(separability, why)``: the separable rows by :func:`~skntp.svm.ntp_separability`
     when certified both ways (``why`` None); ``(None, "rank")`` when the contexts are
     linearly independent (every row is separable: the NTP-SVM decides); ``(None,
     reason)`` when the program is too large, HiGHS fails on it, or the split is
-    undecided (the log of ``skntp.svm`` says which, and an undecided split warns)."""
+    undecided (the log of ``skntp.svm`` says which, and an undecided split warns).
+    With ``stationary_route`` (``W_fin`` over every row follows where the program is
+    too large, :func:`_stationary_split`) its stationary point is not tried there: its
+    Newton solve would be the same, twice."""
     m, d = contexts.shape
     if m <= d and np.linalg.matrix_rank(contexts) == m:
         return None, "rank"
     try:
-        found = ntp_separability(contexts, probs)
+        found = ntp_separability(contexts, probs, max_rows=MAX_LP_ROWS, stationary_point=not (
+            stationary_route and _program_rows(probs) > MAX_LP_ROWS))
     except (ProgramTooLargeError, RuntimeError) as exc:  # too large, or HiGHS failed
         return None, str(exc)
     if found.status != "certified":
@@ -482,7 +486,7 @@ def _ntp_limits(est, data):
     _phase(est, f"{m} contexts x {V} tokens (d={contexts.shape[1]}): separability "
            "diagnosis: the contexts' rank, their cones, a stationary point, the linear "
            "program (each certified both ways)")
-    separability, why = _separability(contexts, probs)
+    separability, why = _separability(contexts, probs, est._limit_norm() == "fro")
     _phase(est, "separability: " + (
         f"{why}" if separability is None else
         f"{separability.n_separable} of {separability.n_rows} margin rows separable, "

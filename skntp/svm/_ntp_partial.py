@@ -558,7 +558,8 @@ def _separable_rows_certified(Q, support, separable, direction, tol=SEPARABILITY
     return separable.copy() if (eq_ok and rest_ok) else none
 
 
-def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
+def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS,
+                     stationary_point=True):
     """Find the separable margin rows ``I`` of NTP data, and certify both sides.
 
     The split is found on an orthonormal basis ``Q`` of the contexts' span
@@ -611,6 +612,11 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
         The largest program solved (out-of-support rows after the reduction).
         HiGHS takes seconds at this size on real text and grows much faster than
         linearly beyond it.
+    stationary_point : bool, default=True
+        Whether ``"auto"`` tries the stationary point.  A caller that minimizes the
+        loss over every row anyway (the decoder's ``W_fin``) certifies with that
+        minimizer's table (:func:`stationary_separability`) and passes False where
+        the program is too large: the same Newton solve is not run twice.
 
     Returns
     -------
@@ -653,7 +659,7 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
                   "the contexts' cones do not prove it", time.perf_counter() - start)
         if spans:
             return NTPSeparability(none, support, "positive spanning")
-    if method == "auto" and m * V * d <= MAX_PROOF_WORK:
+    if method == "auto" and stationary_point and m * V * d <= MAX_PROOF_WORK:
         start = time.perf_counter()
         table = _stationary_table(Q, contexts, support, ~none, perturbation=blur)
         _log.info("separability of %d contexts x %d tokens (d=%d): %s in %.2f s", m, V, d,
@@ -697,6 +703,17 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS):
     return NTPSeparability(separable, support, "highs", _on_contexts(contexts, Q, direction),
                            status=status,
                            farkas=table, certified=certified)
+
+
+def _program_rows(support):
+    """The rows of :func:`ntp_separability`'s program: the out-of-support rows after
+    merging exchangeable tokens (``support`` dense or sparse)."""
+    representative, _, _ = exchangeable_tokens(support)
+    if sp.issparse(support):
+        inside = sp.csc_matrix(support, dtype=bool)[:, representative].count_nonzero()
+    else:
+        inside = np.count_nonzero(np.asarray(support, dtype=bool)[:, representative])
+    return support.shape[0] * representative.size - int(inside)
 
 
 def _separability_program(Q, support, max_rows):
@@ -1119,8 +1136,10 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
     * The side ``N``: the minimizer ``W_N`` of the loss restricted to the supports and
       ``N`` (Newton, on an orthonormal basis of the contexts) gives a Farkas table of
       every row of ``N``, checked as :func:`stationary_separability` checks its own.
-      While a row of ``N`` is separable that loss has no minimizer: the rows whose
-      probabilities fall below :data:`FAR_DROP` leave ``N``, and Newton runs again.
+      While a row of ``N`` is separable that loss has no minimizer: Newton's gradient
+      stalls (five steps without halving) while that row's probability falls; the
+      rows whose probabilities are then below :data:`FAR_DROP` leave ``N``, and Newton
+      runs again.
     * The side ``I``: ``D = far_point - W_N``, projected onto the in-support equalities
       and the rows of ``N`` held at 0, is a point of the recession cone positive on
       ``I`` when its margins there are (:func:`_separable_rows_certified`, as the

@@ -508,6 +508,54 @@ def _force_the_corpus_path(monkeypatch, at_corpus_size=True):
         monkeypatch.setattr(decoder, "MAX_FALLBACK_WORK", 0)
 
 
+def test_where_the_program_is_too_large_the_loss_is_minimized_once(monkeypatch):
+    # the stationary point of ntp_separability and W_fin over every row are the same
+    # Newton solve: where the program is too large (the stationary route follows),
+    # only W_fin runs, and its table certifies as the stationary point's would
+    from skntp import decoder
+    from skntp.svm import _ntp_partial
+
+    # positive contexts (no positive spanning) and wide supports: no row separable,
+    # certified by a stationary point
+    rng = np.random.default_rng(0)
+    X = np.abs(rng.standard_normal((60, 3)))
+    S = rng.random((60, 4)) < 0.6
+    S[np.arange(60), rng.integers(0, 4, 60)] = True
+    S[S.all(axis=1), 0] = False
+    y = S / S.sum(axis=1, keepdims=True)
+    calls = {"stationary point": 0, "W_fin": 0}
+
+    def counted(name, func):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return func(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(_ntp_partial, "_stationary_table",
+                        counted("stationary point", _ntp_partial._stationary_table))
+    monkeypatch.setattr(decoder, "partial_finite_component",
+                        counted("W_fin", decoder.partial_finite_component))
+    exact = NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert calls == {"stationary point": 1, "W_fin": 1}
+    assert exact.is_ntp_separable_ is False and exact.separable_fraction_ == 0.0
+    calls.update({"stationary point": 0, "W_fin": 0})
+    monkeypatch.setattr(decoder, "MAX_LP_ROWS", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = NTPDecoderClassifier(solver="svm").fit(X, y)
+    assert calls == {"stationary point": 0, "W_fin": 1}
+    assert est.is_ntp_separable_ is False and est.separable_fraction_ == 0.0
+    np.testing.assert_allclose(est.finite_component_, exact.finite_component_, rtol=0,
+                               atol=1e-8 * np.abs(exact.finite_component_).max())
+    # a limit norm without the stationary route keeps the stationary point
+    calls.update({"stationary point": 0, "W_fin": 0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # (3 steps)
+        with pytest.warns(UserWarning, match="Frobenius norm only"):
+            NTPDecoderClassifier(solver="nsd", descent_norm="max", max_iter=3).fit(X, y)
+    assert calls["stationary point"] == 1
+
+
 def test_the_corpus_path_certifies_data_with_no_separable_row(monkeypatch):
     from skntp.datasets import load_text_ntp
 
