@@ -485,7 +485,8 @@ def _ntp_limits(est, data):
     start = time.perf_counter()
     _phase(est, f"{m} contexts x {V} tokens (d={contexts.shape[1]}): separability "
            "diagnosis: the contexts' rank, their cones, a stationary point, the linear "
-           "program (each certified both ways)")
+           "program (each certified both ways; where the program is too large, W_fin's "
+           "stationary point)")
     separability, why = _separability(contexts, probs, est._limit_norm() == "fro")
     _phase(est, "separability: " + (
         f"{why}" if separability is None else
