@@ -51,7 +51,6 @@ from .svm import (
     UndecidedError,
     complete_stationary_split,
     far_point_split,
-    finite_side_problem,
     log_odds_problem,
     norm_value,
     ntp_separability,
@@ -63,7 +62,7 @@ from .svm import (
     solve_ntp_svm,
     stationary_separability,
 )
-from .svm._ntp_partial import MAX_LP_ROWS, _program_rows, support_mask
+from .svm._ntp_partial import MAX_LP_ROWS, _partial_program, _program_rows, support_mask
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
@@ -706,7 +705,7 @@ def _partial_limits(est, data, separability, compatible, fin=None):
         direction = None if res is None else unit(res.primal)[0]
     if fin is None:
         fin = _finite_part(est, data, separability)
-    finite_side = finite_side_problem(contexts, separability)
+    finite_side = _partial_program(contexts, separability, separable_rows=False)
     return Limits(direction, fin.W, SubspaceProjector.from_problem(finite_side),
                   is_ntp_compatible_=compatible, is_ntp_separable_=False, mm_margin_=0.0,
                   svm_result_=res, limit_directions_={"fro": direction},

@@ -1312,9 +1312,10 @@ def partial_ntp_svm_problem(contexts, separability):
 
 
 def _partial_program(contexts, separability, separable_rows):
-    """:func:`partial_ntp_svm_problem`, or with ``separable_rows=False`` its equality
-    rows alone (:func:`finite_side_problem`), without the size check: the equalities
-    are the in-support ones and those of ``N``."""
+    """:func:`partial_ntp_svm_problem` without the size check, or with
+    ``separable_rows=False`` its equality rows alone (those of
+    :func:`finite_side_problem`, built without the rest where the whole program is too
+    large to build): the in-support ones and those of ``N``."""
     support, separable = separability.support, separability.separable
     contexts, _ = _check_contexts(contexts, support)
     m, V = support.shape
@@ -1340,20 +1341,9 @@ def _partial_program(contexts, separability, separable_rows):
         info={"separability": separability})
 
 
-def finite_side_problem(problem, separability=None):
+def finite_side_problem(problem):
     """The equality rows of :func:`partial_ntp_svm_problem` alone: they span ``F_I``
-    (the subspace of ``W_fin``; e.g. for :class:`~skntp.metrics.SubspaceProjector`).
-
-    Parameters
-    ----------
-    problem : MaxMarginProblem or array-like of shape (m, d)
-        That program; or, with ``separability``, its contexts: the equalities are then
-        built alone (the in-support ones and those of ``N``), where the whole program
-        is too large to build.
-    separability : NTPSeparability, optional
-    """
-    if separability is not None:
-        return _partial_program(problem, separability, separable_rows=False)
+    (the subspace of ``W_fin``; e.g. for :class:`~skntp.metrics.SubspaceProjector`)."""
     c = problem.constraints
     eq = c.equality
     return MaxMarginProblem(problem.scores, Constraints(c.block[eq], c.pos[eq], c.ref[eq],
