@@ -62,7 +62,13 @@ from .svm import (
     solve_ntp_svm,
     stationary_separability,
 )
-from .svm._ntp_partial import MAX_LP_ROWS, _partial_program, _program_rows, support_mask
+from .svm._ntp_partial import (
+    MAX_LP_ROWS,
+    MAX_SIDE_WORK,
+    _partial_program,
+    _program_rows,
+    support_mask,
+)
 
 __all__ = ["NTPDecoderClassifier", "aggregate_contexts", "ntp_cross_entropy"]
 
@@ -514,13 +520,29 @@ def _ntp_limits(est, data):
     # without a certified split, an infeasible NTP-SVM only says that some row is not
     # separable, not which: the far iterate's evidence is reported, undecided
     undecided = separability is None and why != "rank" and est._limit_norm() == "fro"
+
+    def solve(norm, cb):
+        # (astype copies: a comparison would sort probs' indices in place)
+        support = probs.astype(bool)
+        if not undecided:
+            return solve_ntp_svm(contexts, support, norm=norm, method=est._svm_method(norm),
+                                 callback=cb, **backend_kwargs(est))[1]
+        # the split undecided: a program holding a row that is not separable is
+        # infeasible, which first-order methods may not prove in their passes, so the
+        # solve has MAX_SIDE_WORK, and a result not certified optimal is "undecided"
+        passes = int(min(100_000, max(100, MAX_SIDE_WORK / (m * V * contexts.shape[1]))))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            res = solve_ntp_svm(contexts, support, norm=norm, method=est._svm_method(norm),
+                                callback=cb, max_iter=passes, **backend_kwargs(est))[1]
+        if res.status != "optimal":
+            raise UndecidedError(f"the NTP-SVM of every row was not certified within "
+                                 f"{passes} passes ({res.status})")
+        return res
+
     try:
         directions, results, failure = est._limits_in_norms(
-            "NTP-SVM",
-            # (astype copies: a comparison would sort probs' indices in place)
-            lambda norm, cb: solve_ntp_svm(contexts, probs.astype(bool), norm=norm,
-                                           method=est._svm_method(norm), callback=cb,
-                                           **backend_kwargs(est))[1],
+            "NTP-SVM", solve,
             "Gradient solvers still fit, but there is no max-margin direction: "
             "mm_direction_ is None.",
             **({"quiet": (NotSeparableError, UndecidedError)} if undecided else {}))

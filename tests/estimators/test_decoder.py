@@ -636,6 +636,67 @@ def test_the_rows_a_stationary_table_leaves_open_are_certified_separable(monkeyp
     assert est.loss_infimum_ == pytest.approx(exact.loss_infimum_, rel=1e-9)
 
 
+def test_an_undecided_split_gives_the_ntp_svm_of_every_row_a_bounded_solve(monkeypatch):
+    # the split undecided (the far split and the open rows' program not certified), the
+    # NTP-SVM of every row is tried within MAX_SIDE_WORK: on partly separable data it is
+    # infeasible, which first-order methods may not prove in their passes (on real text
+    # at 2,140 contexts x 566 tokens none had in 7 minutes). A result not certified
+    # there is the answer "undecided", with its one warning, not a convergence failure
+    from skntp import decoder
+    from skntp.svm import MaxMarginResult
+
+    X, y, V = _partially_separable_samples(3)
+    _force_the_corpus_path(monkeypatch, at_corpus_size=False)
+    monkeypatch.setattr(decoder, "far_point_split", lambda contexts, found, *a: found)
+    monkeypatch.setattr(decoder, "complete_stationary_split", lambda contexts, found: found)
+    monkeypatch.setattr(decoder, "MAX_SIDE_WORK", 1.0)
+    passes = []
+
+    def unfinished(contexts, support, **kwargs):
+        passes.append(kwargs.get("max_iter"))
+        return None, MaxMarginResult(primal=np.zeros((V, contexts.shape[1])), dual=None,
+                                     method="dcd", status="max_iter")
+
+    monkeypatch.setattr(decoder, "solve_ntp_svm", unfinished)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        est = NTPDecoderClassifier(vocabulary=V, max_iter=5).fit(X, y)
+    assert passes == [100]
+    assert [w.category for w in rec] == [UserWarning]
+    assert "separability of the data is undecided" in str(rec[0].message)
+    assert rec[0].filename == __file__
+    assert est.is_ntp_separable_ is None and est.mm_direction_ is None
+
+
+def test_the_open_rows_program_has_a_bounded_solve(monkeypatch):
+    # a candidate I holding a row that is not separable makes the open rows' program
+    # infeasible: it is solved within MAX_SIDE_WORK (passes over its constraints), and
+    # an answer not certified there leaves the split as it was
+    from skntp.svm import NTPSeparability, _ntp_partial, _solve, complete_stationary_split
+
+    H, P = partially_separable_instance(3)
+    truth = ntp_separability(H, P)
+    rest = ~truth.support & ~truth.separable
+    fewer = rest.copy()
+    fewer[tuple(np.argwhere(rest)[0])] = False
+    found = NTPSeparability(np.zeros_like(rest), truth.support, "stationary point",
+                            status="undecided", farkas=truth.farkas, certified=fewer)
+    passes = []
+    solve = _solve.solve_max_margin
+
+    def recorded(problem, **kwargs):
+        passes.append((kwargs.get("max_iter"), len(problem.constraints)))
+        return solve(problem, **kwargs)
+
+    monkeypatch.setattr(_solve, "solve_max_margin", recorded)
+    rank = np.linalg.matrix_rank(H)
+    monkeypatch.setattr(_ntp_partial, "MAX_SIDE_WORK", 1.0)
+    assert complete_stationary_split(H, found) is found
+    monkeypatch.setattr(_ntp_partial, "MAX_SIDE_WORK", 3e3 * rank * passes[0][1])
+    assert complete_stationary_split(H, found) is found
+    assert [n for n, _ in passes] == [100, 3000]
+
+
 def test_beyond_the_program_separable_data_get_the_limits_of_theorem_4_1(monkeypatch,
                                                                        capsys):
     # d < m and every row separable (w_0 = (1, -5), w_1 = (-5, 1), w_2 = 0 separates the
