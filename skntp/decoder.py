@@ -253,7 +253,8 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         NTP-separable, whose finite part is ``W_fin``) and LSQR's work budget
         (``skntp.decoder.MAX_COMPATIBILITY_WORK``) ended above that residual.
     is_ntp_separable_ : bool or None
-        The NTP-SVM is feasible (Def. 3.2); ``None`` when unknown (too large).
+        The NTP-SVM is feasible (Def. 3.2); ``None`` when unknown (too large, or the
+        split undecided with no row certified not separable).
     separable_rows_ : ndarray of shape (m, V), bool, or None
         The margin rows ``(j, v)``, ``v not in S_j``, that some direction of the
         recession cone separates (:func:`skntp.svm.ntp_separability`); ``None``
@@ -427,7 +428,7 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
             return
         self.n_iter_ = result.n_iter
         self.history_ = dict(result.history, excess_loss=result.history["loss"] - self.entropy_)
-        if (self.is_ntp_separable_ is False and not self.separable_fraction_ > 0
+        if (self.is_ntp_separable_ is False and self.separable_fraction_ == 0
                 and not result.converged
                 and self.solver != "regpath" and self.history_["grad_norm"][-1] > 1e-8):
             warnings.warn(
@@ -510,7 +511,9 @@ def _ntp_limits(est, data):
         limits, far = _stationary_split(est, data, compatible, why)
         if limits is not None:
             return limits
-        if not small:
+        if not small or far[1].certified.any():
+            # (rows its table certifies not separable make the NTP-SVM of every row
+            # infeasible: certified, it is not solved to learn that)
             return _undecided_limits(est, far, why, compatible)
         finite, compatible = _log_odds(est, equations, solution=True)
     if separability is not None and not separability.is_separable:
@@ -689,25 +692,35 @@ def _stationary_split(est, data, compatible, why):
 
 def _undecided_limits(est, far, why, compatible):
     """No certified split: "undecided", with a warning, and no direction; the finite
-    part is the far iterate over every row (``far`` from :func:`_stationary_split`)."""
+    part is the far iterate over every row (``far`` from :func:`_stationary_split`).
+    Where its table certifies some rows not separable, the data are certified not
+    NTP-separable (``is_ntp_separable_=False``, the NTP-SVM infeasible by those rows'
+    Farkas table), though which rows separate is undecided."""
     fin, separability = far
     _warn_unconverged(fin)
+    refuted = separability.n_rows - separability.n_undecided
+    verdict = (
+        "The data are not NTP-separable (is_ntp_separable_ is False: those rows' Farkas "
+        "table proves the NTP-SVM infeasible), but which rows separate is undecided: "
+        "there is no certified max-margin direction (mm_direction_ is None; "
+        "separable_rows_ is None)" if refuted else
+        "There is no certified max-margin direction (mm_direction_ is None; "
+        "is_ntp_separable_ and separable_rows_ are None)")
     warnings.warn(
-        f"the separability of the data is undecided: {why}, and the stationary point of "
-        f"the loss certifies {separability.n_rows - separability.n_undecided} of the "
-        f"{separability.n_rows} margin rows not separable. At its last Newton iterate "
+        f"the separability of the data is undecided: {why.rstrip('.')}, and the stationary "
+        f"point of the loss certifies {refuted} of the {separability.n_rows} margin rows "
+        "not separable. At its last Newton iterate "
         f"({fin.n_iter} steps, relative gradient {fin.grad_norm:.3g}) the smallest "
         f"probability of an out-of-support row is {fin.min_prob:.3g}: probabilities "
         "that fall toward 0 as Newton goes on are the mark of separable rows (Ji & "
         "Telgarsky 2019), along which the loss has an infimum far out and no minimizer; "
-        "this fit does not certify them. There is no certified "
-        "max-margin direction (mm_direction_ is None; is_ntp_separable_ and "
-        "separable_rows_ are None); finite_component_ is the loss's last Newton iterate.",
-        UserWarning, stacklevel=user_stacklevel())
-    return Limits(None, fin.W, None, is_ntp_compatible_=compatible, is_ntp_separable_=None,
-                  mm_margin_=float("nan"), svm_result_=None, limit_directions_={"fro": None},
-                  separable_rows_=None, separable_fraction_=float("nan"),
-                  loss_infimum_=float("nan"))
+        f"this fit does not certify them. {verdict}; finite_component_ is the loss's "
+        "last Newton iterate.", UserWarning, stacklevel=user_stacklevel())
+    return Limits(None, fin.W, None, is_ntp_compatible_=compatible,
+                  is_ntp_separable_=False if refuted else None,
+                  mm_margin_=0.0 if refuted else float("nan"), svm_result_=None,
+                  limit_directions_={"fro": None}, separable_rows_=None,
+                  separable_fraction_=float("nan"), loss_infimum_=float("nan"))
 
 
 def _partial_limits(est, data, separability, compatible, fin=None):

@@ -584,7 +584,10 @@ def test_the_corpus_path_on_partly_separable_data_is_undecided_with_its_evidence
         est = NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
     undecided = [w for w in rec if "separability of the data is undecided" in str(w.message)]
     assert len(undecided) == 1 and undecided[0].filename == __file__
-    assert est.is_ntp_separable_ is None and est.separable_rows_ is None
+    # rows certified not separable: the data are certified not NTP-separable, though
+    # which rows separate is undecided
+    assert est.is_ntp_separable_ is False and est.mm_margin_ == 0.0
+    assert est.separable_rows_ is None
     assert est.mm_direction_ is None and np.isnan(est.separable_fraction_)
     # the figure it reports is the last iterate's, recomputed here
     L = est.contexts_ @ est.finite_component_.T
@@ -643,7 +646,7 @@ def test_an_undecided_split_gives_the_ntp_svm_of_every_row_a_bounded_solve(monke
     # at 2,140 contexts x 566 tokens none had in 7 minutes). A result not certified
     # there is the answer "undecided", with its one warning, not a convergence failure
     from skntp import decoder
-    from skntp.svm import MaxMarginResult
+    from skntp.svm import MaxMarginResult, NTPSeparability
 
     X, y, V = _partially_separable_samples(3)
     _force_the_corpus_path(monkeypatch, at_corpus_size=False)
@@ -651,6 +654,29 @@ def test_an_undecided_split_gives_the_ntp_svm_of_every_row_a_bounded_solve(monke
     monkeypatch.setattr(decoder, "complete_stationary_split", lambda contexts, found: found)
     monkeypatch.setattr(decoder, "MAX_SIDE_WORK", 1.0)
     passes = []
+    solve = decoder.solve_ntp_svm
+
+    def recorded(contexts, support, **kwargs):
+        passes.append(kwargs.get("max_iter"))
+        return solve(contexts, support, **kwargs)
+
+    # the table certifies rows not separable: the NTP-SVM of every row is infeasible,
+    # certified, and is not solved to learn that
+    monkeypatch.setattr(decoder, "solve_ntp_svm", recorded)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        est = NTPDecoderClassifier(vocabulary=V, max_iter=5).fit(X, y)
+    assert passes == [] and est.is_ntp_separable_ is False
+    # (and no claim that no row separates: GD's unfinished run is no convergence failure)
+    assert [w.category for w in rec] == [UserWarning]
+    assert "is_ntp_separable_ is False" in str(rec[0].message)
+
+    # a table that certifies no row: the NTP-SVM of every row is tried, bounded
+    def certifies_none(contexts, support, *args):
+        return NTPSeparability(np.zeros_like(support), support, "stationary point",
+                               status="undecided", certified=np.zeros_like(support))
+
+    monkeypatch.setattr(decoder, "stationary_separability", certifies_none)
 
     def unfinished(contexts, support, **kwargs):
         passes.append(kwargs.get("max_iter"))

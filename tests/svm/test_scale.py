@@ -164,7 +164,10 @@ def test_limits_leave_the_gradient_fit_bit_identical():
 def test_too_large_program_is_refused_with_its_size(monkeypatch):
     monkeypatch.setattr(_problem, "available_memory", lambda: 10_000_000)
     rng = np.random.default_rng(7)
-    H = rng.standard_normal((300, 8))
+    # (linearly independent contexts: every row separable, so the decoder solves the
+    # NTP-SVM of every row; d < m would take the stationary route, whose table
+    # certifies rows not separable and so the NTP-SVM infeasible without solving it)
+    H = rng.standard_normal((300, 300))
     S = np.eye(200, dtype=bool)[rng.integers(0, 200, 300)]
     with pytest.raises(ProgramTooLargeError, match=r"59\.7k? ?|5\.97e\+04.*GiB"):
         ntp_svm(H, S)
