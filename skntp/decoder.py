@@ -64,9 +64,9 @@ from .svm import (
 )
 from .svm._ntp_partial import (
     MAX_LP_ROWS,
-    MAX_SIDE_WORK,
     _partial_program,
     _program_rows,
+    side_passes,
     support_mask,
 )
 
@@ -532,8 +532,9 @@ def _ntp_limits(est, data):
                                  callback=cb, **backend_kwargs(est))[1]
         # the split undecided: a program holding a row that is not separable is
         # infeasible, which first-order methods may not prove in their passes, so the
-        # solve has MAX_SIDE_WORK, and a result not certified optimal is "undecided"
-        passes = int(min(100_000, max(100, MAX_SIDE_WORK / (m * V * contexts.shape[1]))))
+        # solve has a budget (MAX_SIDE_WORK), and a result not certified optimal there
+        # is "undecided"
+        passes = side_passes(m * V, contexts.shape[1])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             res = solve_ntp_svm(contexts, support, norm=norm, method=est._svm_method(norm),

@@ -141,12 +141,14 @@ MAX_LP_ROWS = 20_000
 
 #: The work (passes over the constraints times their count times the contexts' rank)
 #: after which the NTP-SVM of a candidate separable side stops undecided
-#: (:func:`_separable_side`): a candidate that holds a row that is not separable makes
-#: that program infeasible, which the first-order methods of ``"auto"`` may not prove
-#: within their default 100,000 passes.  The medium real-text case (971 contexts,
-#: V = 291, rank 128: 281,590 constraints) certifies its ``W^mm_I`` in 1,337 passes
-#: (4.8e10, 7.7 s); its candidate of every row ran 400 s without an answer, and at
-#: 2,140 contexts x 566 tokens (1.2 M constraints, 14 ms a pass) over 7 minutes.
+#: (:func:`_separable_side`; the decoder's NTP-SVM of every row where its split is
+#: undecided too, :func:`side_passes`): a candidate that holds a row that is not
+#: separable makes that program infeasible, which the first-order methods of
+#: ``"auto"`` may not prove within their default 100,000 passes.  The medium
+#: real-text case (971 contexts, V = 291, rank 128: 281,590 constraints) certifies its
+#: ``W^mm_I`` in 1,337 passes (4.8e10, 7.7 s); its candidate of every row ran 400 s
+#: without an answer, and at 2,140 contexts x 566 tokens (1.2 M constraints, 14 ms a
+#: pass) over 7 minutes.
 MAX_SIDE_WORK = 1e11
 
 
@@ -476,6 +478,12 @@ def table_multipliers(constraints, support, table):
     return np.where(on_ref, table[c.block, c.pos], -table[c.block, np.maximum(c.ref, 0)])
 
 
+def side_passes(n_constraints, rank):
+    """The passes (``max_iter``) that :data:`MAX_SIDE_WORK` gives a program of
+    ``n_constraints`` rows on contexts of rank ``rank``: between 100 and 100,000."""
+    return int(min(100_000, max(100, MAX_SIDE_WORK / max(n_constraints * rank, 1))))
+
+
 def _separable_side(Q, support, separable):
     """The NTP-SVM of the rows ``separable`` (:func:`partial_ntp_svm_problem`) on the
     contexts ``Q``, by :func:`~skntp.svm.solve_max_margin` within :data:`MAX_SIDE_WORK`:
@@ -484,8 +492,7 @@ def _separable_side(Q, support, separable):
     from ._solve import solve_max_margin
 
     problem = partial_ntp_svm_problem(Q, NTPSeparability(separable, support, "highs"))
-    passes = int(min(100_000, max(100, MAX_SIDE_WORK
-                                  / max(len(problem.constraints) * Q.shape[1], 1))))
+    passes = side_passes(len(problem.constraints), Q.shape[1])
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an uncertified answer is simply not used

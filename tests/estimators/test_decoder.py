@@ -646,13 +646,13 @@ def test_an_undecided_split_gives_the_ntp_svm_of_every_row_a_bounded_solve(monke
     # at 2,140 contexts x 566 tokens none had in 7 minutes). A result not certified
     # there is the answer "undecided", with its one warning, not a convergence failure
     from skntp import decoder
-    from skntp.svm import MaxMarginResult, NTPSeparability
+    from skntp.svm import MaxMarginResult, NTPSeparability, _ntp_partial
 
     X, y, V = _partially_separable_samples(3)
     _force_the_corpus_path(monkeypatch, at_corpus_size=False)
     monkeypatch.setattr(decoder, "far_point_split", lambda contexts, found, *a: found)
     monkeypatch.setattr(decoder, "complete_stationary_split", lambda contexts, found: found)
-    monkeypatch.setattr(decoder, "MAX_SIDE_WORK", 1.0)
+    monkeypatch.setattr(_ntp_partial, "MAX_SIDE_WORK", 1.0)
     passes = []
     solve = decoder.solve_ntp_svm
 
