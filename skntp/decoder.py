@@ -511,7 +511,7 @@ def _ntp_limits(est, data):
         limits, far = _stationary_split(est, data, compatible, why)
         if limits is not None:
             return limits
-        if not small or far[1].certified.any():
+        if not small or _n_refuted(far[1]):
             # (rows its table certifies not separable make the NTP-SVM of every row
             # infeasible: certified, it is not solved to learn that)
             return _undecided_limits(est, far, why, compatible)
@@ -691,6 +691,12 @@ def _stationary_split(est, data, compatible, why):
     return None, far
 
 
+def _n_refuted(separability):
+    """The number of rows an undecided split certifies not separable."""
+    s = separability
+    return int(np.count_nonzero(s.certified & ~s.separable & ~s.support))
+
+
 def _undecided_limits(est, far, why, compatible):
     """No certified split: "undecided", with a warning, and no direction; the finite
     part is the far iterate over every row (``far`` from :func:`_stationary_split`).
@@ -699,7 +705,7 @@ def _undecided_limits(est, far, why, compatible):
     Farkas table), though which rows separate is undecided."""
     fin, separability = far
     _warn_unconverged(fin)
-    refuted = separability.n_rows - separability.n_undecided
+    refuted = _n_refuted(separability)
     verdict = (
         "The data are not NTP-separable (is_ntp_separable_ is False: those rows' Farkas "
         "table proves the NTP-SVM infeasible), but which rows separate is undecided: "
