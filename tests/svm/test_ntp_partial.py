@@ -1017,3 +1017,43 @@ def test_a_far_point_that_marks_the_wrong_rows_certifies_nothing():
     assert far_point_split(H, found, -fin.W, P) is found
     certified = NTPSeparability(found.separable, found.support, "stationary point")
     assert far_point_split(H, certified, fin.W, P) is certified
+
+
+def test_the_stationary_table_certifies_with_the_better_of_its_two_forms():
+    # real text (the first 40 sentences of the Python documentation, d = 16 < m): at
+    # W_fin over every row, converged, the table -pi (softmax - p) as computed has the
+    # gradient for image, while its projection off the contexts' basis spreads its
+    # rounding over every entry: the tiny probabilities' rows are certified by the
+    # first, and the check keeps whichever certifies more (each checked in full)
+    from skntp.datasets import load_text_ntp
+    from skntp.decoder import aggregate_contexts
+    from skntp.svm import farkas_row_bounds, orthonormal_contexts
+    from skntp.svm._ntp_partial import image_vanishes
+
+    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
+                         n_sentences=40, embedding="words", return_X_y=True)
+    labels, y = np.unique(y, return_inverse=True)
+    H, pi, P, _ = aggregate_contexts(X, np.eye(labels.size)[y])
+    P = P.toarray()
+    S = P > 0
+    fin = partial_finite_component(H, P, NTPSeparability(np.zeros_like(S), S,
+                                                         "stationary point"), pi)
+    assert fin.converged
+    found = stationary_separability(H, S, fin, P, pi)
+    # the two tables from the definition, checked here
+    Z = H @ fin.W.T
+    soft = np.exp(Z - Z.max(axis=1, keepdims=True))
+    soft /= soft.sum(axis=1, keepdims=True)
+    T = -pi[:, None] * (soft - P)
+    Q = orthonormal_contexts(H / np.abs(H).max())
+    projected = T - Q @ (Q.T @ T)
+    counts = []
+    for table in (T, projected):
+        assert image_vanishes(H, S, table)
+        counts.append(int(np.count_nonzero(~S & (farkas_row_bounds(Q, S, table) <= 1e-5))))
+    assert counts[0] > 1.2 * counts[1]
+    certified = found.n_rows - found.n_undecided
+    assert abs(certified - max(counts)) <= 0.01 * max(counts)
+    # the rows it reports are certified by the table it reports
+    bounds = farkas_row_bounds(Q, S, found.farkas)
+    assert np.all(bounds[found.certified & ~S] <= 1e-5)
