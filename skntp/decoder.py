@@ -49,6 +49,7 @@ from .svm import (
     NTPSeparability,
     ProgramTooLargeError,
     UndecidedError,
+    analytic_center_separability,
     complete_stationary_split,
     far_point_split,
     log_odds_problem,
@@ -62,6 +63,7 @@ from .svm import (
     solve_ntp_svm,
     stationary_separability,
 )
+from .svm._ntp_center import center_fits
 from .svm._ntp_partial import (
     MAX_LP_ROWS,
     _partial_program,
@@ -637,7 +639,9 @@ def _warn_unconverged(fin):
 def _stationary_split(est, data, compatible, why):
     """Data too large for the separability program: the finite part over every row,
     whose stationary point certifies that no row is separable
-    (:func:`~skntp.svm.stationary_separability`); or, where ``m V d`` is at most
+    (:func:`~skntp.svm.stationary_separability`), or, where it converged and its table
+    leaves rows open, the analytic center of the margin polytope started from it
+    (:func:`~skntp.svm.analytic_center_separability`); or, where ``m V d`` is at most
     :data:`MAX_FALLBACK_WORK`, the split its far iterate marks
     (:func:`~skntp.svm.far_point_split`), or, where the table certifies some rows, the
     NTP-SVM of the others (:func:`~skntp.svm.complete_stationary_split`), each certified
@@ -659,6 +663,26 @@ def _stationary_split(est, data, compatible, why):
            "rows certified not separable; the smallest probability of an out-of-support "
            f"row at W_fin is {fin.min_prob:.3g})")
     far = (fin, separability)
+    if separability.status != "certified" and fin.converged and center_fits(
+            *support.shape, contexts.shape[1]):
+        # a minimizer of the loss: most likely no row separates, but its table's entries
+        # fall exponentially and float64 certifies only the largest
+        start = time.perf_counter()
+        _phase(est, "W_fin converged, its table leaves rows open: the analytic center of "
+               "the margin polytope (a Farkas table of every row, its entries not "
+               "exponentially small)")
+        progress = make_limit_progress(est.verbose,
+                                       desc="analytic center (gap: relative gradient)")
+        try:
+            center = analytic_center_separability(contexts, support, start=fin.W,
+                                                  callback=progress)
+        finally:
+            close_progress(progress)
+        _phase(est, "the analytic center: " + ("every row certified not separable"
+                                               if center is not None else "not certified"),
+               start)
+        if center is not None:
+            separability = center
     if separability.status == "certified":
         _warn_unconverged(fin)
         return _partial_limits(est, data, separability, compatible, fin=fin), far

@@ -38,6 +38,7 @@ from ._ntp import (
     solve_ntp_svm,
     spanning_proof,
 )
+from ._ntp_center import analytic_center_separability
 from ._ntp_partial import (
     FiniteComponent,
     NTPSeparability,
@@ -74,6 +75,7 @@ __all__ = [
     "MaxMarginResult",
     "FiniteComponent",
     "NTPSeparability",
+    "analytic_center_separability",
     "complete_stationary_split",
     "far_point_split",
     "farkas_row_bounds",

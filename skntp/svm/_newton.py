@@ -28,7 +28,8 @@ __all__ = ["newton_cg", "newton_polish"]
 
 
 def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
-              max_products=None, precondition_at=None, line_at=None, single_above=None):
+              max_products=None, precondition_at=None, line_at=None, single_above=None,
+              max_step=None):
     """Minimize a smooth convex ``fun`` by Newton steps (CG on the Hessian) and backtracking.
 
     ``fun(x) -> (value, gradient)``, ``hess_at(x) -> (v -> Hessian(x) v)``;
@@ -57,6 +58,11 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
     ``single_above``, if given: steps whose CG tolerance is at least this call
     ``hess_at(x, single=True)`` (products in single precision: far from the minimizer
     the step needs a few digits, and the products are the cost).
+
+    ``max_step(x, step)``, if given, is the largest ``t`` with ``x + t step`` in the
+    domain of ``fun`` (a barrier's, where ``fun`` is ``+inf`` outside): the first
+    length tried is ``min(1, 0.99 max_step)``, the fraction to the boundary of
+    interior-point methods, instead of 1.
 
     Returns ``(x, n_iter)``.
     """
@@ -105,14 +111,16 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
             slope = float(grad @ step)
         if not (slope < 0 and np.isfinite(slope)):  # CG lost descent: a gradient step
             step, slope = -grad, -g * g
-        t = 1.0
-        new_value, new_grad = fun(x + step)
-        if (-slope <= 64 * np.finfo(float).eps * abs(value) and new_value <= value
+        t = 1.0 if max_step is None else min(1.0, 0.99 * float(max_step(x, step)))
+        if not t > 0:  # (at the domain's boundary: no step left)
+            return x, k
+        new_value, new_grad = fun(x + t * step)
+        if (-t * slope <= 64 * np.finfo(float).eps * abs(value) and new_value <= value
                 + 64 * np.finfo(float).eps * abs(value)
                 and np.linalg.norm(new_grad) < g):
             # the decrease is below the loss's rounding: the values cannot rank the
             # steps, the gradient's norm can (the full Newton step is kept if it shrinks)
-            x, value, grad = x + step, new_value, new_grad
+            x, value, grad = x + t * step, new_value, new_grad
             continue
         if line_at is not None and not new_value <= value + 0.25 * slope:
             along = scipy.optimize.minimize_scalar(

@@ -169,7 +169,9 @@ class NTPSeparability:
         point), ``"stationary point"`` (a stationary point's table:
         :func:`no_row_is_separable`, :func:`stationary_separability`, and with the
         rows it leaves open certified separable, :func:`complete_stationary_split`;
-        or the table of the rows a far iterate holds, :func:`far_point_split`) or
+        or the table of the rows a far iterate holds, :func:`far_point_split`),
+        ``"analytic center"`` (no row separable, the table of the margin polytope's
+        analytic center: :func:`~skntp.svm.analytic_center_separability`) or
         ``"highs"`` (the linear program).
     direction : ndarray of shape (V, d) or None
         A point of the recession cone, positive on every row of ``I``, for the
@@ -185,7 +187,8 @@ class NTPSeparability:
         The Farkas table of the rows certified not separable
         (:func:`farkas_row_bounds`): ``-pi_j (softmax_j - p_j)`` at a stationary
         point of the loss restricted to the rows off ``I``, on an orthonormal
-        basis of the contexts' span.
+        basis of the contexts' span, or the gradient's table of the barrier whose
+        minimizer is the analytic center (``method="analytic center"``).
     certified : ndarray of shape (m, V), bool or None
         The out-of-support rows whose side is certified (``None``: all of them).
     """

@@ -604,6 +604,38 @@ def test_the_corpus_path_on_partly_separable_data_is_undecided_with_its_evidence
     assert f"certifies {certified} of the {truth.n_rows} margin rows not separable" in message
 
 
+def test_where_w_fin_converges_the_analytic_center_certifies_what_its_table_cannot(
+        monkeypatch, capsys):
+    # real text (the first 40 sentences of the Python documentation, d = 16 < m) on the
+    # corpus path: W_fin over every row converges, its table certifies a tenth of the
+    # rows (entries pi_j s_jv down to float64's rounding); the analytic center of the
+    # margin polytope, started from W_fin, certifies every row: no row separable,
+    # certified both ways, with no warning (before: "undecided")
+    from skntp.datasets import load_text_ntp
+    from skntp.svm import NTPSeparability, partial_finite_component, stationary_separability
+    from skntp.svm._ntp_partial import support_mask
+
+    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
+                         n_sentences=40, embedding="words", return_X_y=True)
+    _force_the_corpus_path(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = NTPDecoderClassifier(solver="svm", verbose=1).fit(X, y)
+    assert "the analytic center: every row certified not separable" in capsys.readouterr().err
+    S = support_mask(est.next_token_probs_)
+    assert est.is_ntp_separable_ is False and est.mm_margin_ == 0.0
+    assert est.separable_fraction_ == 0.0 and not est.separable_rows_.any()
+    assert est.mm_direction_ is None
+    # its W_fin is the loss's minimizer, and that minimizer's table alone is undecided
+    H = est.contexts_
+    fin = partial_finite_component(H, est.next_token_probs_, NTPSeparability(
+        np.zeros_like(S), S, "stationary point"), est.context_weights_)
+    assert fin.converged
+    np.testing.assert_allclose(H @ est.finite_component_.T, H @ fin.W.T, atol=1e-8)
+    table = stationary_separability(H, S, fin, est.next_token_probs_, est.context_weights_)
+    assert table.status == "undecided" and table.n_undecided > 0.5 * table.n_rows
+
+
 @pytest.mark.parametrize("route", ["far point", "open rows"])
 @pytest.mark.parametrize("seed", [3, 4])
 def test_the_rows_a_stationary_table_leaves_open_are_certified_separable(monkeypatch, seed,

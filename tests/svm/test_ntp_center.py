@@ -1,0 +1,226 @@
+"""The analytic center of the margin polytope (skntp.svm._ntp_center): its Farkas table of
+every row, checked here from the definition; the barrier's minimizer against cvxpy's."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from helpers import partially_separable_instance
+from scipy.optimize import linprog
+
+from skntp.svm import (
+    NTPSeparability,
+    analytic_center_separability,
+    partial_finite_component,
+    stationary_separability,
+)
+from skntp.svm._newton import newton_cg
+
+
+def _random_instance(seed, m=40, d=3, V=6):
+    # contexts in general position with m >> d, wide supports: no row separable
+    rng = np.random.default_rng(seed)
+    H = rng.standard_normal((m, d))
+    S = rng.random((m, V)) < 0.3
+    S[np.arange(m), rng.integers(0, V, m)] = True
+    return H, S
+
+
+def _anchors(S):
+    return np.argmax(S, axis=1)
+
+
+def _gaps(H, S, W):
+    # r_jv(W) = (e_{z_j} - e_v)^T W h_j, z_j the first token of S_j
+    L = H @ W.T
+    return L[np.arange(len(H)), _anchors(S)][:, None] - L
+
+
+def _farkas_bounds(H, S, T):
+    # from the definition: with each row of T summed to 0 on its anchor, every D in the
+    # cone K has sum_{v not in S_j} (-T_jv) r_jv(D) = <D, T^T H>, each term >= 0, so a
+    # row's normalized margin r_jv(D) / (||D|| ||a_jv||) is at most
+    # (||T^T H|| + eps || |T|^T |H| ||) / (-T_jv ||a_jv||), ||a_jv|| = sqrt(2) ||h_j||;
+    # on an orthonormal basis of the contexts' span (an SVD's here), where the bound
+    # does not depend on their conditioning
+    U, s, _ = np.linalg.svd(H / np.abs(H).max(), full_matrices=False)
+    H = U[:, s > s[0] * 1e-12]
+    T = T.copy()
+    rows = np.arange(len(H))
+    T[rows, _anchors(S)] -= T.sum(axis=1)
+    assert np.all(T[~S] < 0)
+    numerator = (np.linalg.norm(T.T @ H)
+                 + np.finfo(float).eps * np.linalg.norm(np.abs(T).T @ np.abs(H)))
+    a = np.sqrt(2.0) * np.linalg.norm(H, axis=1)
+    return numerator / (-T[~S] * np.repeat(a, (~S).sum(axis=1)))
+
+
+def _separable_rows_lp(H, S):
+    # Def. 3.2's cone: max sum s_jv s.t. r_jv(W) >= s_jv, 0 <= s_jv <= 1, equal logits
+    # on each support; the rows with s_jv > 0 at the optimum are separable
+    m, V = S.shape
+    d = H.shape[1]
+    n_w = V * d
+    a = _anchors(S)
+    jo, vo = np.nonzero(~S)
+    ji, zi = np.nonzero(S & (np.arange(V)[None, :] != a[:, None]))
+
+    def rows(j, v, extra=None):
+        # the coefficients of r_jv(W) on vec(W) (row-major W of shape (V, d))
+        n = len(j)
+        k = np.repeat(np.arange(n), d)
+        cols = np.concatenate([(a[j][:, None] * d + np.arange(d)).ravel(),
+                               (v[:, None] * d + np.arange(d)).ravel()])
+        vals = np.concatenate([H[j].ravel(), -H[j].ravel()])
+        k = np.concatenate([k, k])
+        if extra is not None:
+            k, cols = np.concatenate([k, np.arange(n)]), np.concatenate([cols, n_w + extra])
+            vals = np.concatenate([vals, np.ones(n)])
+        return sp.csr_matrix((vals, (k, cols)), shape=(n, n_w + len(jo)))
+    A_ub = -rows(jo, vo)
+    A_ub = A_ub + sp.csr_matrix((np.ones(len(jo)), (np.arange(len(jo)),
+                                                      n_w + np.arange(len(jo)))),
+                                shape=A_ub.shape)
+    A_eq = rows(ji, zi) if len(ji) else None
+    res = linprog(np.concatenate([np.zeros(n_w), -np.ones(len(jo))]), A_ub=A_ub,
+                  b_ub=np.zeros(len(jo)), A_eq=A_eq,
+                  b_eq=np.zeros(len(ji)) if len(ji) else None,
+                  bounds=[(None, None)] * n_w + [(0, 1)] * len(jo), method="highs")
+    assert res.status == 0
+    return int(np.count_nonzero(res.x[n_w:] > 1e-7))
+
+
+def test_newton_keeps_a_barrier_inside_its_domain():
+    # 100 sum x_i - sum log x_i - sum log(1 - x_i) from x = 0.5: the full Newton step
+    # (-12.5) leaves the domain; with max_step the first length tried is 0.99 of the
+    # way to the boundary, so the barrier is never evaluated outside; either way the
+    # minimizer, the root of 100 x^2 - 102 x + 1, is found
+    outside = []
+
+    def fun(x):
+        if np.any(x <= 0) or np.any(x >= 1):
+            outside.append(x)
+            return np.inf, np.zeros_like(x)
+        return (float(100 * x.sum() - np.log(x).sum() - np.log1p(-x).sum()),
+                100 - 1 / x + 1 / (1 - x))
+
+    def hess_at(x):
+        return lambda v: (1 / x**2 + 1 / (1 - x) ** 2) * v
+
+    def max_step(x, step):
+        with np.errstate(divide="ignore"):
+            t = np.where(step < 0, -x / step, np.where(step > 0, (1 - x) / step, np.inf))
+        return float(t.min())
+
+    center = (102 - np.sqrt(102**2 - 400)) / 200
+    for guard in (None, max_step):
+        outside.clear()
+        x, _ = newton_cg(fun, hess_at, np.full(3, 0.5), 1e-10, 100, max_step=guard)
+        np.testing.assert_allclose(x, center, rtol=1e-12)
+        assert (len(outside) == 0) == (guard is not None)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("unit", [1.0, 1e-8, 1e8])
+def test_the_center_certifies_every_row_where_none_is_separable(seed, unit):
+    H, S = _random_instance(seed)
+    assert _separable_rows_lp(H, S) == 0
+    found = analytic_center_separability(unit * H, S)
+    assert found is not None and found.status == "certified"
+    assert found.method == "analytic center" and found.n_separable == 0
+    assert np.all(_farkas_bounds(H, S, found.farkas) <= 1e-5)
+
+
+def test_the_center_is_the_minimizer_of_the_barrier(monkeypatch):
+    # the barrier of the module docstring, written here in cvxpy: its minimizer's
+    # multipliers 1 / (1 + r_jv) are the table's entries off the supports (Newton run
+    # on to the barrier's precision: the function stops once its table certifies)
+    from skntp.svm import _ntp_center
+
+    monkeypatch.setattr(_ntp_center, "CHECK_BELOW", 1e-15)
+    H, S = _random_instance(0, m=15, d=2, V=4)
+    box = 10.0
+    found = analytic_center_separability(H, S, box=box)
+    m, V = S.shape
+    W = cp.Variable((V, H.shape[1]))
+    L = H @ W.T
+    a = _anchors(S)
+    jo, vo = np.nonzero(~S)
+    ji, zi = np.nonzero(S & (np.arange(V)[None, :] != a[:, None]))
+    gap = cp.hstack([L[j, a[j]] - L[j, v] for j, v in zip(jo, vo)])
+    equal = cp.hstack([L[j, a[j]] - L[j, z] for j, z in zip(ji, zi)])
+    cp.Problem(cp.Minimize(-cp.sum(cp.log(1 + gap)) - cp.sum(cp.log(box - equal))
+                           - cp.sum(cp.log(box + equal)))).solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12,
+        tol_ktratio=1e-10)
+    r = _gaps(H, S, W.value)
+    # (the table is for the contexts on their orthonormal basis: a positive multiple)
+    theirs = 1.0 / (1.0 + r[~S])
+    ours = -found.farkas[~S]
+    np.testing.assert_allclose(ours / ours.sum(), theirs / theirs.sum(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("unit", [1.0, 1e-8])
+def test_a_separable_row_leaves_the_center_uncertified(seed, unit):
+    # the polytope is unbounded along a point of K: no certificate, never a wrong one
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    assert _separable_rows_lp(H, S) > 0
+    assert analytic_center_separability(unit * H, S) is None
+
+
+def test_the_center_certifies_real_text_where_the_loss_table_cannot():
+    # the first 40 sentences of the Python documentation, d = 16 < m: W_fin over every
+    # row converges, but its table's entries pi_j s_jv spread down to float64's
+    # rounding and certify a tenth of the rows; the center's table certifies all
+    from skntp.datasets import load_text_ntp
+    from skntp.decoder import aggregate_contexts
+
+    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
+                         n_sentences=40, embedding="words", return_X_y=True)
+    labels, y = np.unique(y, return_inverse=True)
+    H, pi, P, _ = aggregate_contexts(X, np.eye(labels.size)[y])
+    P = P.toarray()
+    S = P > 0
+    fin = partial_finite_component(H, P, NTPSeparability(np.zeros_like(S), S,
+                                                         "stationary point"), pi)
+    assert fin.converged
+    loss_table = stationary_separability(H, S, fin, P, pi)
+    assert loss_table.status == "undecided"
+    assert loss_table.n_undecided > 0.5 * loss_table.n_rows
+    found = analytic_center_separability(H, S)
+    assert found is not None and found.n_separable == 0
+    bounds = _farkas_bounds(H, S, found.farkas)
+    assert bounds.size == loss_table.n_rows and np.all(bounds <= 1e-5)
+    # its smallest multiplier against its largest: polynomial, not exponential
+    entries = -found.farkas[~S]
+    assert entries.min() > 1e-6 * entries.max()
+
+
+@pytest.mark.slow
+def test_the_real_text_the_center_certifies_has_no_separable_row():
+    # Def. 3.2's linear program on the same 13,642 rows (a minute with HiGHS)
+    from skntp.datasets import load_text_ntp
+    from skntp.decoder import aggregate_contexts
+
+    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
+                         n_sentences=40, embedding="words", return_X_y=True)
+    labels, y = np.unique(y, return_inverse=True)
+    H, _, P, _ = aggregate_contexts(X, np.eye(labels.size)[y])
+    assert _separable_rows_lp(H, P.toarray() > 0) == 0
+
+
+def test_bad_input_is_refused():
+    H, S = _random_instance(0)
+    with pytest.raises(ValueError, match="box must be positive"):
+        analytic_center_separability(H, S, box=0.0)
+    with pytest.raises(ValueError, match="above its work bound"):
+        from skntp.svm import _ntp_center
+
+        original = _ntp_center.MAX_CENTER_WORK
+        try:
+            _ntp_center.MAX_CENTER_WORK = 10
+            analytic_center_separability(H, S)
+        finally:
+            _ntp_center.MAX_CENTER_WORK = original
