@@ -88,9 +88,12 @@ CHECK_BELOW = 1e-6
 def center_fits(m, V, rank):
     """Whether :func:`analytic_center_separability` is tried on ``m`` contexts of rank
     ``rank`` and ``V`` tokens: one Hessian product of at most :data:`MAX_CENTER_WORK`
-    multiply-adds, the per-token blocks in an eighth of the memory."""
+    multiply-adds, the per-token blocks (and their inverses) in an eighth of the
+    memory, its ``(m, V)`` tables (the gaps, the bounds, the table, the curvatures and
+    a product's work, a few more transiently) in half of it."""
     return (m * V * rank <= MAX_CENTER_WORK
-            and 8.0 * V * rank * rank <= 0.125 * available_memory())
+            and 16.0 * V * rank * rank <= 0.125 * available_memory()
+            and 8.0 * 8 * m * V <= 0.5 * available_memory())
 
 
 class _MarginBarrier:
@@ -266,8 +269,8 @@ def analytic_center_separability(contexts, support, *, start=None, max_iter=200,
     ------
     ValueError
         Where one Hessian product (``m V r`` multiply-adds) is above
-        :data:`MAX_CENTER_WORK`, or the per-token blocks (``V r^2`` numbers) do not
-        fit in an eighth of the memory.
+        :data:`MAX_CENTER_WORK`, or its blocks or tables do not fit
+        (:func:`center_fits`).
     """
     H, support = _check_contexts(contexts, support)
     support = _dense_support(support)
@@ -282,9 +285,9 @@ def analytic_center_separability(contexts, support, *, start=None, max_iter=200,
     r = Q.shape[1]
     if not center_fits(m, V, r):
         raise ValueError(f"the analytic center of {m} contexts x {V} tokens (rank {r}) is "
-                         f"above its work bound (m V r = {m * V * r:.3g} > "
-                         f"{MAX_CENTER_WORK:.0e}, or {V} blocks of {r} x {r} beyond an "
-                         "eighth of the memory).")
+                         f"above its work bound: m V r = {m * V * r:.3g} (at most "
+                         f"{MAX_CENTER_WORK:.0e}), {V} blocks of {r} x {r} and (m, V) "
+                         f"tables within {available_memory() / 2**30:.1f} GiB of memory.")
     rows = ~support
     n_rows = int(np.count_nonzero(rows))
     none = np.zeros_like(support)

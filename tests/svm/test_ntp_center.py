@@ -211,16 +211,16 @@ def test_the_real_text_the_center_certifies_has_no_separable_row():
     assert _separable_rows_lp(H, P.toarray() > 0) == 0
 
 
-def test_bad_input_is_refused():
+def test_bad_input_is_refused(monkeypatch):
+    from skntp.svm import _ntp_center
+
     H, S = _random_instance(0)
     with pytest.raises(ValueError, match="box must be positive"):
         analytic_center_separability(H, S, box=0.0)
-    with pytest.raises(ValueError, match="above its work bound"):
-        from skntp.svm import _ntp_center
-
-        original = _ntp_center.MAX_CENTER_WORK
-        try:
-            _ntp_center.MAX_CENTER_WORK = 10
-            analytic_center_separability(H, S)
-        finally:
-            _ntp_center.MAX_CENTER_WORK = original
+    # above its work, or beyond the memory of its blocks and tables
+    for name, value in (("MAX_CENTER_WORK", 10), ("available_memory", lambda: 1000)):
+        with monkeypatch.context() as patch:
+            patch.setattr(_ntp_center, name, value)
+            assert not _ntp_center.center_fits(*S.shape, H.shape[1])
+            with pytest.raises(ValueError, match="above its work bound"):
+                analytic_center_separability(H, S)
