@@ -57,6 +57,7 @@ from ._ntp import _anchors, _check_contexts
 from ._ntp_partial import (
     NTPSeparability,
     _dense_support,
+    _invert_blocks,
     _power_of_two_scale,
     _project_off,
     _refutation_margin,
@@ -213,7 +214,7 @@ class _MarginBarrier:
             mean = np.trace(B, axis1=1, axis2=2) / r
             B[:, np.arange(r), np.arange(r)] += np.maximum(
                 1e-12 * mean, 1e-14 * mean.max(initial=0.0))[:, None]
-            inverse = np.linalg.inv(B)
+            inverse = _invert_blocks(B)
 
             def apply(x):
                 R = x.reshape(V, r)

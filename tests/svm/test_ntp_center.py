@@ -224,3 +224,27 @@ def test_bad_input_is_refused(monkeypatch):
             assert not _ntp_center.center_fits(*S.shape, H.shape[1])
             with pytest.raises(ValueError, match="above its work bound"):
                 analytic_center_separability(H, S)
+
+
+def test_the_diagnosis_certifies_by_the_center_before_the_linear_program(monkeypatch):
+    # ntp_separability on the same real text: the loss's Newton converges but its table
+    # does not certify; the center does, and the linear program (a minute with HiGHS)
+    # is not run
+    from skntp.datasets import load_text_ntp
+    from skntp.decoder import aggregate_contexts
+    from skntp.svm import _ntp_partial, ntp_separability
+
+    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
+                         n_sentences=40, embedding="words", return_X_y=True)
+    labels, y = np.unique(y, return_inverse=True)
+    H, _, P, _ = aggregate_contexts(X, np.eye(labels.size)[y])
+    S = P.toarray() > 0
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the linear program ran")
+
+    monkeypatch.setattr(_ntp_partial, "_separability_program", refused)
+    found = ntp_separability(H, S, max_rows=20_000)
+    assert found.status == "certified" and found.method == "analytic center"
+    assert found.n_separable == 0
+    assert np.all(_farkas_bounds(H, S, found.farkas) <= 1e-5)
