@@ -49,7 +49,8 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
     along the Newton step, cheaper than ``fun`` (no gradient).  A full step
     that lowers the loss by less than a quarter of the linear prediction
     (half of what a quadratic model promises) is then replaced by the step
-    length that minimizes the loss on ``[0, 1]`` (bounded Brent, to ``1e-3``):
+    length that minimizes the loss on ``[0, 1]`` (``[0, t]`` with ``max_step``'s first
+    length ``t``; bounded Brent, to ``1e-3``):
     far from the minimizer the Newton step overshoots, and halving it took 31
     Newton steps where this took 21 (``benchmarks/ntp_separability.py
     --preconditioner``).  Otherwise, and if the minimizer found does not lower
@@ -122,9 +123,9 @@ def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,
             # steps, the gradient's norm can (the full Newton step is kept if it shrinks)
             x, value, grad = x + t * step, new_value, new_grad
             continue
-        if line_at is not None and not new_value <= value + 0.25 * slope:
+        if line_at is not None and not new_value <= value + 0.25 * t * slope:
             along = scipy.optimize.minimize_scalar(
-                line_at(x, step), bounds=(0.0, 1.0), method="bounded",
+                line_at(x, step), bounds=(0.0, t), method="bounded",
                 options={"xatol": 1e-3})
             if along.x > 0:
                 t = float(along.x)

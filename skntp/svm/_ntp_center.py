@@ -35,12 +35,14 @@ every one of the 1,208,069 rows (``benchmarks/README.md``).  Where some row is
 separable, ``P`` is unbounded along a point of ``K`` and Newton's iterates leave along
 it; the attempt then ends without a certificate.
 
-Why not a library: the Farkas program of these rows (1.2 million rows on 72,448
-variables) is 1.6e5 times larger than what :func:`~skntp.svm.ntp_separability` gives
-HiGHS (``MAX_LP_ROWS``), and cvxpy's conic form of it is refused for memory
-(:func:`~skntp.svm.solvers.conic.check_conic_size`); the barrier's Newton steps are the
-products of the loss's Newton (two ``m x r x V`` products each) with the per-token
-blocks as preconditioner, in :func:`~skntp.svm._newton.newton_cg`.
+Why not a library: the separability program of these rows (1.2 million rows on 72,448
+variables, 60 times what :func:`~skntp.svm.ntp_separability` gives HiGHS) was killed for
+memory at 22 of the machine's 24 GiB after about 3 minutes, and cvxpy's conic form of
+it is refused for memory (:func:`~skntp.svm.solvers.conic.check_conic_size`); on 13,642
+rows of real text HiGHS takes 52.1 s, the center 0.1 s (``benchmarks/analytic_center.py``,
+``benchmarks/README.md``).  The barrier's Newton steps are the products of the loss's
+Newton (two ``m x r x V`` products each) with the per-token blocks as preconditioner,
+in :func:`~skntp.svm._newton.newton_cg`.
 """
 
 from __future__ import annotations
