@@ -1524,11 +1524,12 @@ def _inverse_blocks(products, weights, d):
     ridge = np.maximum(1e-10 * mean, 1e-14 * mean.max(initial=0.0))
     ridge = np.maximum(ridge, np.finfo(float).tiny / np.finfo(float).eps)
     B[:, np.arange(d), np.arange(d)] += ridge[:, None]
-    return _invert_blocks(B).astype(np.float32)
+    return _invert_blocks(B, np.float32)
 
 
-def _invert_blocks(B):
-    """The inverses of the ``(n, d, d)`` blocks ``B``, by shares of blocks.
+def _invert_blocks(B, dtype=float):
+    """The inverses of the ``(n, d, d)`` blocks ``B``, by shares of blocks, in ``dtype``
+    (each share converted as it is done: no double-precision copy of them all).
 
     ``n`` separate ``d x d`` inverses.  BLAS's own threads on each small factorization
     took 70 s instead of 1.2 s next to a busy process (threads waiting for cores); one
@@ -1536,7 +1537,8 @@ def _invert_blocks(B):
     blocks of 128 x 128)."""
     workers = max(1, min(os.cpu_count() or 1, B.shape[0] // 64))
     with blas_threads(0), ThreadPoolExecutor(workers) as pool:
-        return np.concatenate(list(pool.map(np.linalg.inv, np.array_split(B, workers))))
+        shares = pool.map(np.linalg.inv, np.array_split(B, workers))
+        return np.concatenate([share.astype(dtype, copy=False) for share in shares])
 
 
 class _RestrictedLoss:

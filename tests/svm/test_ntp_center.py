@@ -57,7 +57,13 @@ def _farkas_bounds(H, S, T):
 
 def _separable_rows_lp(H, S):
     # Def. 3.2's cone: max sum s_jv s.t. r_jv(W) >= s_jv, 0 <= s_jv <= 1, equal logits
-    # on each support; the rows with s_jv > 0 at the optimum are separable
+    # on each support; the rows with s_jv > 0 at the optimum are separable.  On an
+    # orthonormal basis of the contexts' span (an SVD's): the cone of W H^T is that of
+    # W' U^T, and HiGHS fails on the raw word vectors of real text.  W in a box of 1e4
+    # (the cone is scaled to s <= 1: normalized margins down to about 1e-4 / sqrt(V d),
+    # below the package's 1e-5); unboxed, HiGHS ends that text with "Not Set"
+    U, s, _ = np.linalg.svd(H / np.abs(H).max(), full_matrices=False)
+    H = U[:, s > s[0] * 1e-12]
     m, V = S.shape
     d = H.shape[1]
     n_w = V * d
@@ -85,8 +91,8 @@ def _separable_rows_lp(H, S):
     res = linprog(np.concatenate([np.zeros(n_w), -np.ones(len(jo))]), A_ub=A_ub,
                   b_ub=np.zeros(len(jo)), A_eq=A_eq,
                   b_eq=np.zeros(len(ji)) if len(ji) else None,
-                  bounds=[(None, None)] * n_w + [(0, 1)] * len(jo), method="highs")
-    assert res.status == 0
+                  bounds=[(-1e4, 1e4)] * n_w + [(0, 1)] * len(jo), method="highs")
+    assert res.status == 0, res.message
     return int(np.count_nonzero(res.x[n_w:] > 1e-7))
 
 
