@@ -76,9 +76,9 @@ _log = logging.getLogger("skntp.svm")
 
 #: The half-width ``C`` of the in-support rows' box, in the units of the margin rows'
 #: bound.  On the real text of 2,140 contexts (module docstring) ``C = 1`` reached the
-#: certificate in 95 Newton steps (160 s) from ``W = 0``, where ``C = 1000`` had not
-#: halved its relative gradient (0.2 to 0.1) in the 40 steps after its 60th: the
-#: larger box leaves a polytope whose damped Newton phase is longer.
+#: certificate in 95 Newton steps (160 s) from ``W = 0``, where with ``C = 1000`` the
+#: relative gradient went only from 0.27 to 0.18 between steps 60 and 95 (and from
+#: ``W_fin``, 0.12 at step 86): the larger box leaves a longer damped Newton phase.
 EQUALITY_BOX = 1.0
 
 #: The largest ``m V r`` (work of one Hessian product) for which the center is tried.
