@@ -1,6 +1,7 @@
 """Helpers shared by the tests: reference programs written from the papers' equations,
 instances and checks."""
 
+import functools
 import itertools
 import warnings
 
@@ -8,7 +9,7 @@ import cvxpy as cp
 import networkx as nx
 import numpy as np
 
-from skntp.datasets import make_ntp_data, make_token_priority_data
+from skntp.datasets import load_text_ntp, make_ntp_data, make_token_priority_data
 from skntp.graphs import (
     is_acyclic,
     strongly_connected_components,
@@ -527,3 +528,23 @@ def logit_margins(S, L):
     ties = np.nanmax(inside, axis=1) - np.nanmin(inside, axis=1)
     worst_out = np.max(np.where(S, -np.inf, Lt), axis=1)
     return float(ties.max()), float(np.min(np.nanmin(inside, axis=1) - worst_out))
+
+
+@functools.cache
+def _python_text_40():
+    from skntp.decoder import aggregate_contexts
+
+    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
+                         n_sentences=40, embedding="words", return_X_y=True)
+    labels, codes = np.unique(y, return_inverse=True)
+    H, pi, P, _ = aggregate_contexts(X, np.eye(labels.size)[codes])
+    return X, y, H, pi, P.toarray()
+
+
+def python_text_40():
+    """Real text where ``d < m``: the first 40 sentences of the Python documentation,
+    2-word contexts of 8-dimensional word vectors (d = 16; 161 distinct contexts, 86
+    next words, 13,642 margin rows).  Returns copies of ``(X, y, H, pi, P)``: the
+    samples, and the distinct contexts with their weights and dense next-token
+    probabilities."""
+    return tuple(a.copy() for a in _python_text_40())

@@ -24,7 +24,29 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse.linalg
 
-__all__ = ["newton_cg", "newton_polish"]
+__all__ = ["GradientStall", "newton_cg", "newton_polish"]
+
+
+class GradientStall:
+    """Whether Newton's quadratic phase has stalled, from the gradients it reports.
+
+    Called with each step's gradient norm, it answers True once ``patience`` steps
+    in a row have not halved the smallest norm seen so far: where Newton converges
+    quadratically to a minimizer each step would more than halve it, so a stall means
+    the objective's precision is reached, or the iterates drift along a direction
+    with no minimizer (a separable row).  The stop of the stationary-point proof, the
+    far-point split and the analytic center.
+    """
+
+    def __init__(self, patience=5):
+        self.patience = patience
+        self.best = math.inf
+        self.flat = 0
+
+    def __call__(self, gradient):
+        self.flat = 0 if gradient <= 0.5 * self.best else self.flat + 1
+        self.best = min(self.best, gradient)
+        return self.flat >= self.patience
 
 
 def newton_cg(fun, hess_at, x, gtol, max_iter, cg_iter=200, report=None,

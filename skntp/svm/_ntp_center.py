@@ -54,7 +54,7 @@ import time
 import numpy as np
 
 from .._backend import row_chunks
-from ._newton import newton_cg
+from ._newton import GradientStall, newton_cg
 from ._ntp import _anchors, _check_contexts
 from ._ntp_partial import (
     NTPSeparability,
@@ -309,7 +309,8 @@ def analytic_center_separability(contexts, support, *, start=None, max_iter=200,
         del g
     barrier = _MarginBarrier(Q, support, bound)
     scale = max(float(np.max(np.linalg.norm(Q, axis=1))), np.finfo(float).tiny)
-    watch = {"table": None, "best": math.inf, "flat": 0}
+    watch = {"table": None}
+    stalled = GradientStall()
 
     def certifies(w):
         # the table as computed, whose image is the gradient, then projected off the
@@ -334,11 +335,7 @@ def analytic_center_separability(contexts, support, *, start=None, max_iter=200,
             callback(k, g, 0.0)
         if g > CHECK_BELOW:
             return
-        if certifies(w):
-            raise StopIteration
-        watch["flat"] = 0 if g <= 0.5 * watch["best"] else watch["flat"] + 1
-        watch["best"] = min(watch["best"], g)
-        if watch["flat"] >= 5:
+        if certifies(w) or stalled(g):
             raise StopIteration
 
     w, n_iter = newton_cg(barrier.value_and_gradient, barrier.hessian_at, w,

@@ -69,7 +69,7 @@ from .._backend import (
 )
 from .._warnings import user_stacklevel
 from ._certificate import ROW_ULPS
-from ._newton import newton_cg
+from ._newton import GradientStall, newton_cg
 from ._ntp import (
     _TOO_LARGE_ADVICE,
     _anchors,
@@ -965,7 +965,8 @@ def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="a
         return np.zeros((m, V)) if require == "all" else None
     P = support / support.sum(axis=1, keepdims=True)
     scale = max(float(np.max(np.linalg.norm(Q, axis=1))), np.finfo(float).tiny)
-    watch = {"table": None, "count": 0, "best": math.inf, "flat": 0}
+    watch = {"table": None, "count": 0}
+    stalled = GradientStall()
     n_rows = int(np.count_nonzero(rows))
 
     def table_at(w):
@@ -990,18 +991,14 @@ def _stationary_table(Q, contexts, support, allowed, *, max_iter=100, require="a
     def report(k, g, w):
         if g > NEAR_STATIONARY * scale:
             return
-        if attempt(w):
-            raise StopIteration
-        watch["flat"] = 0 if g <= 0.5 * watch["best"] else watch["flat"] + 1
-        watch["best"] = min(watch["best"], g)
-        if watch["flat"] >= 5:
+        if attempt(w) or stalled(g):
             raise StopIteration
 
     _, w, _ = _restricted_newton(Q, P, np.full(m, 1.0 / m), allowed, tol=1e-13,
                                  max_iter=max_iter, cg_iter=200, max_products="auto",
                                  report=report)
     if minimizer is not None:
-        minimizer["converged"] = watch["best"] <= CONVERGED_BELOW * scale
+        minimizer["converged"] = stalled.best <= CONVERGED_BELOW * scale
     if attempt(w) or (require == "some" and watch["count"] > 0):
         return watch["table"]
     return None
@@ -1297,14 +1294,11 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
 
     def stalled(allowed):
         # a held row that separates leaves the loss without a minimizer: Newton's
-        # gradient stalls (five steps without halving, where it converges
-        # quadratically to a minimizer) while that row's probability falls
-        watch = {"best": math.inf, "flat": 0}
+        # gradient stalls while that row's probability falls
+        stall = GradientStall()
 
         def report(k, g, w):
-            watch["flat"] = 0 if g <= 0.5 * watch["best"] else watch["flat"] + 1
-            watch["best"] = min(watch["best"], g)
-            if watch["flat"] >= 5 and falling_at(w, allowed).any():
+            if stall(g) and falling_at(w, allowed).any():
                 raise StopIteration
         return report
 

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import partially_separable_instance
+from helpers import partially_separable_instance, python_text_40
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import log_loss
@@ -611,12 +611,10 @@ def test_where_w_fin_converges_the_analytic_center_certifies_what_its_table_cann
     # rows (entries pi_j s_jv down to float64's rounding); the analytic center of the
     # margin polytope, started from W_fin, certifies every row: no row separable,
     # certified both ways, with no warning (before: "undecided")
-    from skntp.datasets import load_text_ntp
     from skntp.svm import NTPSeparability, partial_finite_component, stationary_separability
     from skntp.svm._ntp_partial import support_mask
 
-    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
-                         n_sentences=40, embedding="words", return_X_y=True)
+    X, y, _, _, _ = python_text_40()
     _force_the_corpus_path(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

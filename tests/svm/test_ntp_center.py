@@ -5,7 +5,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import partially_separable_instance
+from helpers import partially_separable_instance, python_text_40
 from scipy.optimize import linprog
 
 from skntp.svm import (
@@ -180,14 +180,7 @@ def test_the_center_certifies_real_text_where_the_loss_table_cannot():
     # the first 40 sentences of the Python documentation, d = 16 < m: W_fin over every
     # row converges, but its table's entries pi_j s_jv spread down to float64's
     # rounding and certify a tenth of the rows; the center's table certifies all
-    from skntp.datasets import load_text_ntp
-    from skntp.decoder import aggregate_contexts
-
-    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
-                         n_sentences=40, embedding="words", return_X_y=True)
-    labels, y = np.unique(y, return_inverse=True)
-    H, pi, P, _ = aggregate_contexts(X, np.eye(labels.size)[y])
-    P = P.toarray()
+    _, _, H, pi, P = python_text_40()
     S = P > 0
     fin = partial_finite_component(H, P, NTPSeparability(np.zeros_like(S), S,
                                                          "stationary point"), pi)
@@ -207,14 +200,8 @@ def test_the_center_certifies_real_text_where_the_loss_table_cannot():
 @pytest.mark.slow
 def test_the_real_text_the_center_certifies_has_no_separable_row():
     # Def. 3.2's linear program on the same 13,642 rows (a minute with HiGHS)
-    from skntp.datasets import load_text_ntp
-    from skntp.decoder import aggregate_contexts
-
-    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
-                         n_sentences=40, embedding="words", return_X_y=True)
-    labels, y = np.unique(y, return_inverse=True)
-    H, _, P, _ = aggregate_contexts(X, np.eye(labels.size)[y])
-    assert _separable_rows_lp(H, P.toarray() > 0) == 0
+    _, _, H, _, P = python_text_40()
+    assert _separable_rows_lp(H, P > 0) == 0
 
 
 def test_bad_input_is_refused(monkeypatch):
@@ -236,15 +223,10 @@ def test_the_diagnosis_certifies_by_the_center_before_the_linear_program(monkeyp
     # ntp_separability on the same real text: the loss's Newton converges but its table
     # does not certify; the center does, and the linear program (a minute with HiGHS)
     # is not run
-    from skntp.datasets import load_text_ntp
-    from skntp.decoder import aggregate_contexts
     from skntp.svm import _ntp_partial, ntp_separability
 
-    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
-                         n_sentences=40, embedding="words", return_X_y=True)
-    labels, y = np.unique(y, return_inverse=True)
-    H, _, P, _ = aggregate_contexts(X, np.eye(labels.size)[y])
-    S = P.toarray() > 0
+    _, _, H, _, P = python_text_40()
+    S = P > 0
 
     def refused(*args, **kwargs):
         raise AssertionError("the linear program ran")
@@ -254,3 +236,16 @@ def test_the_diagnosis_certifies_by_the_center_before_the_linear_program(monkeyp
     assert found.status == "certified" and found.method == "analytic center"
     assert found.n_separable == 0
     assert np.all(_farkas_bounds(H, S, found.farkas) <= 1e-5)
+
+
+def test_a_stall_is_five_steps_that_do_not_halve_the_best_gradient():
+    from skntp.svm._newton import GradientStall
+
+    stall = GradientStall()
+    # quadratic convergence never stalls; a plateau does on its fifth step
+    assert not any(stall(g) for g in (1.0, 0.1, 1e-3, 1e-7, 1e-14))
+    assert [stall(g) for g in (0.9e-14, 0.8e-14, 0.7e-14, 0.6e-14, 0.55e-14)] == [
+        False, False, False, False, True]
+    # a halving step starts the count again
+    late = GradientStall(patience=2)
+    assert [late(g) for g in (1.0, 0.9, 0.4, 0.3, 0.35)] == [False, False, False, False, True]

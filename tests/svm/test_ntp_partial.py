@@ -12,6 +12,7 @@ from helpers import (
     finite_side_rows,
     partially_separable_instance,
     projector_onto_rows,
+    python_text_40,
     regularized_ntp_fit,
     separable_rows_by_lp,
 )
@@ -1028,16 +1029,10 @@ def test_the_stationary_table_certifies_with_the_better_of_its_two_forms():
     # gradient for image, while its projection off the contexts' basis spreads its
     # rounding over every entry: the tiny probabilities' rows are certified by the
     # first, and the check keeps whichever certifies more (each checked in full)
-    from skntp.datasets import load_text_ntp
-    from skntp.decoder import aggregate_contexts
     from skntp.svm import farkas_row_bounds, orthonormal_contexts
     from skntp.svm._ntp_partial import image_vanishes
 
-    X, y = load_text_ntp(corpus="python", context_size=2, n_words=100, n_features=8,
-                         n_sentences=40, embedding="words", return_X_y=True)
-    labels, y = np.unique(y, return_inverse=True)
-    H, pi, P, _ = aggregate_contexts(X, np.eye(labels.size)[y])
-    P = P.toarray()
+    _, _, H, pi, P = python_text_40()
     S = P > 0
     fin = partial_finite_component(H, P, NTPSeparability(np.zeros_like(S), S,
                                                          "stationary point"), pi)
