@@ -372,12 +372,14 @@ def farkas_program(problem):
 
 
 def _best_farkas(problem, candidates):
-    """The candidate multipliers (or their polish) with the smallest margin bound."""
+    """The candidate multipliers (or their polish) with the smallest margin bound; the
+    polish (a least-squares solve) only for multipliers that do not certify as given."""
     best = (None, None)
     for dual in candidates:
         if dual is None or np.shape(dual) != (len(problem.constraints),):
             continue
-        for lam in (dual, polish_farkas(problem, dual)):
+        for polish in (False, True):
+            lam = polish_farkas(problem, dual) if polish else dual
             if lam is None:
                 continue
             cert = farkas_certificate(problem, lam)

@@ -145,8 +145,13 @@ def _no_separable_row(contexts, support, constraints):
     Its table is the Farkas certificate (:func:`~skntp.svm.no_row_is_separable`); it is
     computed when the contexts of the frequent tokens positively span (a cheap sign
     that no row is separable, :func:`spanning_proof`) or the work is at most
-    :data:`~skntp.svm._ntp_partial.MAX_PROOF_WORK`.
+    :data:`~skntp.svm._ntp_partial.MAX_PROOF_WORK`.  Where the loss's Newton converges
+    but its table has entries float64 cannot hold, the table of the analytic center
+    (:func:`~skntp.svm.analytic_center_separability`, within
+    :func:`~skntp.svm._ntp_center.center_fits`) is the certificate.  Either way the
+    dispatcher checks the multipliers against the program's own rows.
     """
+    from ._ntp_center import analytic_center_separability, center_fits
     from ._ntp_partial import (
         MAX_PROOF_WORK,
         _dense_support,
@@ -172,13 +177,24 @@ def _no_separable_row(contexts, support, constraints):
     spans = spanning_proof(Q, support)
     if not spans and m * V * contexts.shape[1] > MAX_PROOF_WORK:
         return None
-    table = _stationary_table(Q, H, support, np.ones_like(support), require="image")
+    minimizer = {}
+    table = _stationary_table(Q, H, support, np.ones_like(support), require="image",
+                              minimizer=minimizer)
+    certificate = ("the loss has a stationary point, whose table is the Farkas "
+                   "certificate (skntp.svm.no_row_is_separable)")
+    if table is None and minimizer["converged"] and center_fits(m, V, Q.shape[1]):
+        # the loss has a minimizer, but its table's entries (pi_j s_jv) fall below
+        # float64's range; the analytic center's fall only polynomially
+        found = analytic_center_separability(H, support)
+        if found is not None:
+            table = found.farkas
+            certificate = ("the analytic center of the margin polytope has a Farkas "
+                           "table (skntp.svm.analytic_center_separability)")
     if table is None:
         return None
     why = ("the contexts of the frequent tokens positively span R^d "
            "(skntp.svm.spanning_proof), and " if spans else "")
-    return (f"No margin row is separable: {why}the loss has a stationary point, whose "
-            "table is the Farkas certificate (skntp.svm.no_row_is_separable). "
+    return (f"No margin row is separable: {why}{certificate}. "
             "skntp.svm.ntp_separability and NTPDecoderClassifier give the limits of such "
             "data (W_fin, the minimizer of the loss).",
             table_multipliers(constraints, support, table))
