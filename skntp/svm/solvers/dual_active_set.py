@@ -33,7 +33,12 @@ __all__ = ["solve"]
 
 
 class _Infeasible(Exception):
-    """Raised by :func:`_dual_active_set` on a proof of infeasibility."""
+    """Raised by :func:`_dual_active_set` on a proof of infeasibility, with its Farkas
+    multipliers (one per constraint) in ``ray``."""
+
+    def __init__(self, ray):
+        super().__init__()
+        self.ray = ray
 
 
 # selection of the violated constraint: programs with at most 2 * _DAS_POOL
@@ -175,7 +180,9 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
     zero = norms == 0.0
     if zero.any():
         if (h[zero] > 0).any():
-            raise _Infeasible
+            ray = np.zeros(m)
+            ray[zero & (h > 0)] = 1.0  # 0 >= h_i > 0
+            raise _Infeasible(ray)
         norms[zero] = np.inf  # never violated: inverse norm 0
     inv = 1.0 / norms
     thr = (1e-10 * scale) * inv  # tolerance on the normalized slacks
@@ -259,7 +266,14 @@ def _dual_active_set_loop(rows, h, d, max_add, pool, scan_every):
             # g_p in span(G_A^T) (||g_p|| = 1: zn >= 1e-8 implies ||z|| >= 1e-8)
             if q == d or zn <= 1e-20 or (zn < 1e-8 and z.dot(z) <= 1e-20):
                 if t1 == math.inf:
-                    raise _Infeasible
+                    # n_p = sum_k r_k n_act[k] with every r_k <= 0: the normalized
+                    # rows p and act[k] with multipliers 1 and -r_k cancel, and their
+                    # right-hand sides sum to -sp > 0 (Farkas), back on the raw rows
+                    ray = np.zeros(m)
+                    ray[p] = 1.0
+                    if q:
+                        ray[act[:q]] = -r
+                    raise _Infeasible(ray * inv)
                 t, full = t1, False
             else:
                 t2 = -sp / zn  # full step: g_p x = h_p
@@ -335,12 +349,14 @@ def solve(problem, tol, max_iter, be, verbose, callback=None):
     rows = KeyRows(problem)
     try:
         out = _dual_active_set(rows, h, d)
-    except _Infeasible:
-        raise NotSeparableError(
+    except _Infeasible as found:
+        exc = NotSeparableError(
             f"{problem.name} is infeasible (dual active set: a violated constraint is a "
             f"non-positive combination of active ones, the dual is unbounded): "
             f"{problem.infeasible_message}."
-        ) from None
+        )
+        exc.ray = found.ray  # its Farkas multipliers, checked by the dispatcher
+        raise exc from None
     if out is None:  # addition limit: let another method try
         return None
     x, lam, n_add = out

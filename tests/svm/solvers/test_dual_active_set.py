@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import head_from_rows, rel_err, tight_cvxpy
+from helpers import head_from_rows, rel_err, rows_by_definition, tight_cvxpy
 
 import skntp.svm.solvers.dual_active_set as dual_active_set
 import skntp.svm.solvers.least_distance as least_distance
@@ -159,11 +159,30 @@ def test_infeasible_raises(seed):
         solve_max_margin(problem, method="cvxpy")
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_its_infeasibility_carries_farkas_multipliers(seed):
+    # checked on the rows written from the definitions: lam >= 0, A^T lam = 0 to the
+    # rounding of its terms, r^T lam > 0; the dispatcher then needs no LP of its own
+    from skntp._backend import get_backend
+
+    problem = _infeasible(seed)
+    with pytest.raises(NotSeparableError) as raised:
+        dual_active_set.solve(problem, 1e-8, 1000, get_backend("numpy"), 0)
+    lam = raised.value.ray
+    A = rows_by_definition(problem)
+    assert lam.shape == (A.shape[0],) and np.all(lam >= 0)
+    scale = np.abs(A).T @ lam
+    assert np.all(np.abs(A.T @ lam) <= 1e-12 * scale.max())
+    assert problem.constraints.rhs @ lam > 1e-6 * np.abs(problem.constraints.rhs) @ lam
+
+
 def test_zero_row_with_positive_rhs_is_infeasible():
     X = np.random.default_rng(3).standard_normal((5, 3))
     X[2] = 0.0
-    with pytest.raises(NotSeparableError, match="head SVM is infeasible"):
+    with pytest.raises(NotSeparableError, match="head SVM is infeasible") as raised:
         solve_max_margin(head_from_rows(X), method=METHOD)
+    # certified by the zero row alone: 0 >= 1
+    assert np.array_equal(raised.value.result.dual, np.eye(5)[2])
 
 
 def test_auto_routes_key_scores_here():
