@@ -11,6 +11,7 @@ from scipy.optimize import linprog
 from skntp.svm import (
     NTPSeparability,
     analytic_center_separability,
+    ntp_svm_problem,
     partial_finite_component,
     stationary_separability,
 )
@@ -262,3 +263,22 @@ def test_the_ntp_svm_is_proven_infeasible_by_the_center_before_any_method():
     problem = ntp_svm_problem(H, P > 0)
     with pytest.raises(NotSeparableError, match="analytic center of the margin polytope"):
         solve_max_margin(problem, method="dcd", max_iter=1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_partly_separable_data_do_not_pay_for_the_center_in_the_programs_proof(
+        monkeypatch, seed):
+    # there the loss has no minimizer, so the NTP-SVM's own proof never tries the
+    # center (it could not certify: the polytope is unbounded), and says nothing
+    from skntp.svm import _ntp_center
+    from skntp.svm._ntp import _no_separable_row
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the analytic center ran")
+
+    monkeypatch.setattr(_ntp_center, "analytic_center_separability", refused)
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    assert _separable_rows_lp(H, S) > 0
+    problem = ntp_svm_problem(H, S)
+    assert _no_separable_row(H, S, problem.constraints) is None
