@@ -909,7 +909,8 @@ class JointAttentionSVM(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator
     max_enumeration : int, default=256
         Largest number of token choices ``prod_i T_i`` searched exhaustively by
         ``solver="svm"`` (above it, the alternating heuristic of
-        :func:`skntp.svm.joint_svm`).
+        :func:`skntp.svm.joint_svm`, whose failure is
+        :class:`~skntp.svm.UndecidedError`, never "not separable").
     compute_limits : bool, default=True
         Solve the head SVM and (ATT-SVM) for the selected tokens during
         ``fit`` (the directions and their alignment histories).

@@ -29,7 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._att_svm import att_svm_problem
-from ._problem import Constraints, KeyScores, MaxMarginProblem, NotSeparableError, real_array
+from ._problem import (
+    Constraints,
+    KeyScores,
+    MaxMarginProblem,
+    NotSeparableError,
+    UndecidedError,
+    real_array,
+)
 from ._solve import solve_max_margin
 
 __all__ = [
@@ -315,7 +322,11 @@ def joint_svm(X, y, keys=None, *, mask=None, max_enumeration=MAX_ENUMERATION,
         If no choice of one token per input is both separable by a head
         through the origin and selectable by attention: the joint problem is
         not separable (the loss has no direction along which it vanishes
-        while attention selects one token per input).
+        while attention selects one token per input).  Only from the exhaustive
+        search, each choice's programs certified infeasible.
+    UndecidedError
+        If the heuristic finds no such choice (it does not search them all, so
+        the problem may still be separable), or a program is undecided.
     """
     X = np.asarray(X, dtype=float)
     if X.ndim != 3:
@@ -407,13 +418,16 @@ def joint_svm(X, y, keys=None, *, mask=None, max_enumeration=MAX_ENUMERATION,
                 chosen = (alpha, v, margin, p_mm)
                 break
         if chosen is None:
-            raise NotSeparableError(
-                "joint SVM is infeasible: the alternating heuristic (used above "
+            # a search that is not exhaustive proves nothing: some choice it did not
+            # reach may be both separable and selectable
+            raise UndecidedError(
+                "joint SVM: undecided. The alternating heuristic (used above "
                 f"max_enumeration={max_enumeration} token choices) found no choice of one "
                 "token per input that is both separable by a head through the origin "
                 "(head SVM) and selectable by attention (ATT-SVM), from "
-                f"{len(starts)} starting heads; the joint problem is likely not "
-                "separable (raise max_enumeration to search exhaustively)."
+                f"{len(starts)} starting heads; it does not search every choice, so the "
+                "joint problem may still be separable. Raise max_enumeration to "
+                f"{n_choices:.0f} to search exhaustively, or pass more starts (n_starts)."
             )
     alpha, v, margin, p_mm = chosen
     support = support_vectors(X[rows, alpha], y, v, tol=support_tol)

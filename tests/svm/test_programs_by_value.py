@@ -775,13 +775,16 @@ def _joint_heuristic_by_hand(X, y, mask, n_starts):
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("n_starts", [0, 2, 32])
 def test_joint_svm_heuristic_follows_its_documented_algorithm(seed, n_starts):
-    from skntp.svm import NotSeparableError, joint_svm
+    from skntp.svm import UndecidedError, joint_svm
 
     X, y, mask = _padded(seed, (4, 3, 4, 2, 4, 3), d=5)  # 1 152 choices: the heuristic
     by_hand = _joint_heuristic_by_hand(X, y, mask, n_starts)
     if by_hand is None:  # no fixed point is selectable by attention (6 of the 24 cases)
-        with pytest.raises(NotSeparableError, match="alternating heuristic"):
+        # undecided, not "not separable": in each of these 6 cases some choice the
+        # heuristic did not reach is both separable and selectable
+        with pytest.raises(UndecidedError, match="alternating heuristic"):
             joint_svm(X, y, mask=mask, n_starts=n_starts)
+        assert joint_svm(X, y, mask=mask, max_enumeration=1152).label_margin > 0
         return
     alpha, v, margin, n_solved = by_hand
     res = joint_svm(X, y, mask=mask, n_starts=n_starts)
@@ -812,14 +815,17 @@ def test_joint_svm_passes_its_options_to_every_program(monkeypatch):
 
 
 def test_joint_svm_reports_its_starts_and_refuses_no_inputs():
-    from skntp.svm import NotSeparableError, joint_svm
+    from skntp.svm import NotSeparableError, UndecidedError, joint_svm
 
-    # every token the same: no head separates the two labels; 1 + 32 starting heads
+    # every token the same: no head separates the two labels; 1 + 32 starting heads,
+    # which prove nothing (undecided); the exhaustive search proves it
     X = np.ones((2, 20, 3))
-    with pytest.raises(NotSeparableError, match="from 33 starting heads"):
+    with pytest.raises(UndecidedError, match="from 33 starting heads"):
         joint_svm(X, [1.0, -1.0], max_enumeration=1)
-    with pytest.raises(NotSeparableError, match="from 4 starting heads"):
+    with pytest.raises(UndecidedError, match="from 4 starting heads"):
         joint_svm(X, [1.0, -1.0], max_enumeration=1, n_starts=3)
+    with pytest.raises(NotSeparableError, match="among all 400 choices"):
+        joint_svm(X, [1.0, -1.0], max_enumeration=400)
     for shape in [(0, 3, 2), (2, 0, 2)]:
         with pytest.raises(ValueError, match="at least one input of one token"):
             joint_svm(np.zeros(shape), np.ones(shape[0]))
