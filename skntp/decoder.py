@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import time
@@ -45,6 +46,7 @@ from .losses.decoder import (
 )
 from .metrics import SubspaceProjector, history_metrics
 from .svm import (
+    BilinearScores,
     NotSeparableError,
     NTPSeparability,
     ProgramTooLargeError,
@@ -55,6 +57,7 @@ from .svm import (
     log_odds_problem,
     norm_value,
     ntp_separability,
+    orthonormal_contexts,
     partial_finite_component,
     partial_ntp_svm_problem,
     separable_row_gaps,
@@ -587,22 +590,36 @@ MAX_COMPATIBILITY_WORK = 2e10
 def _log_odds(est, equations, solution):
     """``(finite, compatible)``: the minimum-norm solution of the in-support log-odds
     equations (3) and whether they are solvable.  With ``solution=False`` only the
-    verdict is used: LSQR stops at a work budget, and ``compatible`` is ``None``
-    (unknown) when the budget ends at a residual above the threshold."""
+    verdict is used, and LSQR stops at a work budget.  Where the contexts leave a
+    residual above ``1e-8``, the verdict is the equations' on an orthonormal basis of
+    the contexts' span (solvability depends on the span only; on ill-conditioned
+    contexts LSQR stops far from a solution that exists): ``False`` only where LSQR
+    stops there on its tolerance, ``None`` (unknown) where it stops on its iterations
+    or its estimate of the condition number."""
     n_rows = len(equations.constraints)
     start = time.perf_counter()
     _phase(est, f"the in-support log-odds equations ({n_rows} rows) by LSQR" + (
         "" if solution else ": whether they are solvable (W_fin replaces their solution)"))
+    V, d = equations.shape
+    budget = max(100, int(MAX_COMPATIBILITY_WORK / ((V + n_rows) * d)))
     if solution:
         finite, residual = solve_min_norm(equations)
-        converged = True
     else:
-        V, d = equations.shape
-        budget = max(100, int(MAX_COMPATIBILITY_WORK / ((V + n_rows) * d)))
-        finite, residual, converged = solve_min_norm(equations, max_iter=budget,
-                                                     return_converged=True)
-    compatible = True if residual <= 1e-8 else (False if converged else None)
-    verdict = "unknown, LSQR's budget spent" if compatible is None else compatible
+        finite, residual, _ = solve_min_norm(equations, max_iter=budget,
+                                             return_converged=True)
+    compatible = True
+    if residual > 1e-8:
+        # not solved on the contexts themselves; solvability depends on their span
+        # only, so the verdict is the equations' on an orthonormal basis of it (its
+        # condition that of the token differences alone): "no" only where LSQR stops
+        # there on its tolerance, not on its iterations or a condition estimate
+        Q = orthonormal_contexts(equations.scores.queries)
+        on_basis = dataclasses.replace(
+            equations, scores=BilinearScores(Q, None, n_outputs=V))
+        _, residual, converged = solve_min_norm(on_basis, max_iter=budget,
+                                                return_converged=True)
+        compatible = True if residual <= 1e-8 else (False if converged else None)
+    verdict = "unknown, LSQR did not converge" if compatible is None else compatible
     _phase(est, f"NTP_H-compatible: {verdict} (relative residual {residual:.2g})", start)
     return finite, compatible
 

@@ -447,7 +447,9 @@ def solve_min_norm(problem, *, tol=1e-13, max_iter=None, return_converged=False)
     max_iter : int, optional
         LSQR's iteration limit; by default 20 times the number of unknowns.
     return_converged : bool, default=False
-        Also return whether LSQR stopped on a tolerance (not on ``max_iter``).
+        Also return whether LSQR stopped on a tolerance: not on ``max_iter``, nor on
+        its estimate of the condition number (above ``1e8``, where its residual
+        says nothing of the equations' solvability).
 
     Returns
     -------
@@ -478,4 +480,5 @@ def solve_min_norm(problem, *, tol=1e-13, max_iter=None, return_converged=False)
     w = np.asarray(out[0]).reshape(problem.shape)
     res = float(np.linalg.norm(op.matvec(out[0]) - c.rhs)) / max(
         1.0, float(np.linalg.norm(c.rhs)))
-    return (w, res) + ((out[1] != 7,) if return_converged else ())
+    # (istop 3, 6: the condition number's limits; 7: the iteration limit)
+    return (w, res) + ((out[1] in (0, 1, 2, 4, 5),) if return_converged else ())

@@ -801,3 +801,34 @@ def test_a_candidate_split_with_a_row_that_is_not_separable_is_not_certified():
     assert smallest > 0
     assert np.all(np.abs((top - low) / smallest) <= 1e-6)
     assert np.all(np.abs(gaps[rest] / smallest) <= 1e-6)
+
+
+@pytest.mark.parametrize("condition", [1.0, 1e6, 1e10])
+def test_compatibility_is_decided_on_the_contexts_span(condition):
+    # 40 linearly independent contexts: the log-odds equations (3) always have a
+    # solution (W^T = H^{-1} log P), whatever their condition; LSQR on the contexts of
+    # condition 1e6 stopped at a relative residual of 0.13 and said "not compatible".
+    # Three contexts with h_3 = h_1 + h_2 and log-odds that do not add up: never
+    # compatible, whatever a map of that condition does to them
+    rng = np.random.default_rng(0)
+    U, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    Vt, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    H = U @ np.diag(np.geomspace(1, 1 / condition, 40)) @ Vt
+    P = rng.dirichlet(np.ones(3), size=40)
+    W = np.linalg.solve(H, np.log(P)).T
+    logits = H @ W.T
+    assert np.allclose(logits - logits[:, :1], np.log(P / P[:, :1]), atol=1e-4)
+    X, y, w = np.repeat(H, 3, axis=0), np.tile([0, 1, 2], 40), P.ravel()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = NTPDecoderClassifier(solver="gd", max_iter=5).fit(X, y, sample_weight=w)
+    assert est.is_ntp_compatible_ is True
+
+    A = U[:2, :2] @ np.diag([1.0, 1 / condition])
+    H3 = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]) @ A
+    P3 = np.array([[0.5, 0.5], [0.5, 0.5], [0.9, 0.1]])  # log-odds 0, 0 and not 0
+    X, y, w = np.repeat(H3, 2, axis=0), np.tile([0, 1], 3), P3.ravel()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = NTPDecoderClassifier(solver="gd", max_iter=5).fit(X, y, sample_weight=w)
+    assert est.is_ntp_compatible_ is False
