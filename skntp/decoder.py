@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 import time
 import warnings
@@ -590,29 +591,27 @@ MAX_COMPATIBILITY_WORK = 2e10
 def _log_odds(est, equations, solution):
     """``(finite, compatible)``: the minimum-norm solution of the in-support log-odds
     equations (3) and whether they are solvable.  With ``solution=False`` only the
-    verdict is used, and LSQR stops at a work budget.  Where the contexts leave a
-    residual above ``1e-8``, the verdict is the equations' on an orthonormal basis of
-    the contexts' span (solvability depends on the span only; on ill-conditioned
-    contexts LSQR stops far from a solution that exists): ``False`` only where LSQR
-    stops there on its tolerance, ``None`` (unknown) where it stops on its iterations
-    or its estimate of the condition number."""
+    verdict is used (``finite`` is ``None``).  The verdict, where the contexts
+    themselves leave a residual above ``1e-8`` or with ``solution=False``, is the
+    equations' on an orthonormal basis of the contexts' span, by LSQR within a work
+    budget (solvability depends on the span only; on ill-conditioned contexts LSQR
+    stops far from a solution that exists): ``False`` only where LSQR stops there on
+    its tolerance, ``None`` (unknown) where it stops on its iterations or its estimate
+    of the condition number."""
     n_rows = len(equations.constraints)
     start = time.perf_counter()
     _phase(est, f"the in-support log-odds equations ({n_rows} rows) by LSQR" + (
         "" if solution else ": whether they are solvable (W_fin replaces their solution)"))
     V, d = equations.shape
     budget = max(100, int(MAX_COMPATIBILITY_WORK / ((V + n_rows) * d)))
-    if solution:
-        finite, residual = solve_min_norm(equations)
-    else:
-        finite, residual, _ = solve_min_norm(equations, max_iter=budget,
-                                             return_converged=True)
+    finite, residual = solve_min_norm(equations) if solution else (None, math.inf)
     compatible = True
     if residual > 1e-8:
-        # not solved on the contexts themselves; solvability depends on their span
-        # only, so the verdict is the equations' on an orthonormal basis of it (its
-        # condition that of the token differences alone): "no" only where LSQR stops
-        # there on its tolerance, not on its iterations or a condition estimate
+        # (not solved on the contexts themselves, or only the verdict asked for)
+        # solvability depends on the contexts' span only, so the verdict is the
+        # equations' on an orthonormal basis of it (its condition that of the token
+        # differences alone): "no" only where LSQR stops there on its tolerance, not on
+        # its iterations or its estimate of the condition number
         Q = orthonormal_contexts(equations.scores.queries)
         on_basis = dataclasses.replace(
             equations, scores=BilinearScores(Q, None, n_outputs=V))
