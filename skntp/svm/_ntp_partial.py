@@ -127,7 +127,11 @@ SEPARABILITY_TOL = 1e-8
 #: real text (3,889 contexts, V = 298) the weakest is 1.1e-6 and the 99th
 #: percentile 1.8e-9; with tokens never next (400 contexts, V = 50, probabilities
 #: down to 1.5e-8) the weakest is 1.6e-6.  The linear program's multipliers, which
-#: weigh every row off ``I`` by at least 1, bound them by about 1e-13.
+#: weigh every row off ``I`` by at least 1, bound them by about 1e-13.  So "not
+#: separable" is certified to this precision, not to the NTP-SVM dispatcher's Farkas
+#: test (``FARKAS_MARGIN``, 1e-11): a row separable only by a normalized margin below
+#: it can be certified not separable (three contexts (1, 0), (-1, 1e-8), (0, 1), one
+#: support token each: all separable, by 5e-9; two certified not, bounds 1e-8).
 NOT_SEPARABLE_MARGIN = 1e-5
 
 #: Seconds HiGHS is given to solve the separability program to 1e-10 before its
