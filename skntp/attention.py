@@ -261,11 +261,12 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
         Method of the max-margin core for (ATT-SVM).
     threshold : float, default=1 - 1e-5
         Saturation threshold of App. E.
-    mm : ndarray of shape (k,), "infeasible" or None
+    mm : ndarray of shape (k,), "infeasible", "undecided" or None
         A max-margin solution of the selected tokens computed elsewhere (e.g.
         in another norm: the nuclear-norm limit of factored attention, its
         SVM-neighbors being its tight constraints); ``"infeasible"`` when there
-        is none.  ``None`` solves (ATT-SVM).
+        is none (certified), ``"undecided"`` when its solve certified neither a
+        solution nor infeasibility.  ``None`` solves (ATT-SVM).
 
     Returns
     -------
@@ -275,11 +276,14 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
         of (ATT-SVM) with margin 1, or ``None`` if infeasible),
         ``neighbors`` (Def. 2, bool (n, T) or ``None``), ``min_score_gap``
         (``min_{i, t in T_i} gamma_{i alpha_i} - gamma_it``, Fig. 9(b)),
-        ``locally_optimal`` (Def. 2), ``selects_optimal`` (every
-        ``alpha_i`` is an optimal token), ``correlation`` (cosine of ``p``
-        with ``p^mm(alpha)``) and ``convergence``: ``"not-saturated"``,
-        ``"global"`` (saturated on the optimal tokens, a GMM), ``"local"``
-        (saturated on locally optimal tokens, an LMM) or ``"other"``.
+        ``locally_optimal`` (Def. 2; ``None`` where (ATT-SVM) is undecided),
+        ``selects_optimal`` (every ``alpha_i`` is an optimal token),
+        ``correlation`` (cosine of ``p`` with ``p^mm(alpha)``) and
+        ``convergence``: ``"not-saturated"``, ``"global"`` (saturated on the
+        optimal tokens, a GMM), ``"local"`` (saturated on locally optimal
+        tokens, an LMM), ``"other"``, or ``"undecided"`` (saturated, but no
+        certified answer of (ATT-SVM): neither a solution, whose tight rows
+        Def. 2 needs, nor infeasibility; an uncertified point is never used).
     """
     keys = np.asarray(keys, dtype=float)
     scores = np.asarray(scores, dtype=float)
@@ -296,6 +300,7 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
            "min_score_gap": float("nan"), "locally_optimal": False,
            "selects_optimal": bool(optimal[np.arange(n), selected].all()),
            "correlation": float("nan"), "mm_result": None}
+    undecided = isinstance(mm, str) and mm == "undecided"
     if isinstance(mm, str):
         mm = None
     elif mm is None:
@@ -304,6 +309,12 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
                                            return_result=True)
         except NotSeparableError:
             mm = None
+        except UndecidedError:
+            mm, undecided = None, True
+        if out["mm_result"] is not None and out["mm_result"].status != "optimal":
+            mm, undecided = None, True  # (the dispatcher warned: not certified)
+    if undecided:
+        out["locally_optimal"] = None
     if mm is not None:
         nb = svm_neighbors(keys, selected, mm, mask=mask)
         gap = min_score_gap(scores, selected, nb)
@@ -311,6 +322,8 @@ def diagnose_selection(keys, scores, query, *, mask=None, optimal=None, method="
                    correlation=alignment(query, mm))
     if not out["saturated"]:
         out["convergence"] = "not-saturated"
+    elif undecided:
+        out["convergence"] = "undecided"
     elif mm is None:
         out["convergence"] = "other"
     elif out["selects_optimal"] and (out["locally_optimal"] or optimal.sum(1).max() > 1):
@@ -448,7 +461,8 @@ class _TokenSelector(ClassifierMixin, TransformerMixin, ImplicitBiasEstimator):
         self.attention_saturation_ = rep["saturation"]
         self.svm_result_ = rep.get("mm_result")
         self.svm_neighbors_ = rep.get("neighbors")
-        self.is_locally_optimal_ = bool(rep.get("locally_optimal", False))
+        optimal = rep.get("locally_optimal", False)
+        self.is_locally_optimal_ = None if optimal is None else bool(optimal)
         self.min_score_gap_ = rep.get("min_score_gap", float("nan"))
         self.convergence_ = rep.get("convergence", "not-saturated")
         self.alignment_ = cosine(q - finite, self.mm_direction_)
@@ -656,14 +670,14 @@ class AttentionSelector(_TokenSelector):
         when some input has several); ``None`` when infeasible.
     svm_neighbors_ : ndarray of bool, shape (n, T) or None
         SVM-neighbors ``T_i`` of the selected tokens (Def. 2).
-    is_locally_optimal_ : bool
-        The selected tokens are locally optimal (Def. 2).
+    is_locally_optimal_ : bool or None
+        The selected tokens are locally optimal (Def. 2); ``None``: their ATT-SVM is undecided.
     min_score_gap_ : float
         ``min_{i, t in T_i} gamma_{i alpha_i} - gamma_it`` (Fig. 9(b)).
-    convergence_ : {"global", "local", "other", "not-saturated"}
-        The bars of Fig. 9: softmax not saturated (mean selected probability
-        ``< 1 - 1e-5``, App. E); saturated on the optimal tokens (GMM);
-        saturated on locally optimal tokens (LMM); saturated otherwise.
+    convergence_ : {"global", "local", "other", "not-saturated", "undecided"}
+        The bars of Fig. 9: softmax not saturated (mean selected probability ``< 1 - 1e-5``,
+        App. E); saturated on the optimal tokens (GMM), on locally optimal tokens (LMM),
+        otherwise, or with no certified answer of the selected tokens' ATT-SVM.
     attention_saturation_ : float
         ``mean_i max_t S(K_i p)_t``.
     mm_margin_ : float

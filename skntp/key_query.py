@@ -143,14 +143,26 @@ def _kept_token_limit(est, data, q, kept, norm):
 
 
 def _matrix_limit(est, data, selected, norm):
-    """The key-query ATT-SVM solution (margin 1) in ``norm``; ``None`` when infeasible
-    (the selection's diagnosis says so) or too large for memory (with a warning)."""
-    W, _ = est._solve_limit(
+    """``(W, failure)``: the key-query ATT-SVM solution (margin 1) in ``norm``, or
+    ``None`` and why: certified infeasible (:class:`~skntp.svm.NotSeparableError`,
+    which the selection's diagnosis reports), not certified or too large for memory
+    (with a warning)."""
+    W, failure = est._solve_limit(
         f"key-query ATT-SVM of the selected tokens ({norm_name(norm)} norm)",
         lambda cb: att_svm_w(data["X"], data["Z"], selected, mask=data["mask"], norm=norm,
                              method=est._svm_method(norm), callback=cb),
         f"The {norm}-norm limit is None.", required=False, quiet=(NotSeparableError,))
-    return W if W is not None and W.any() else None  # zero: one token per input
+    return (W if W is not None and W.any() else None), failure  # zero: one token per input
+
+
+def _diagnosis_input(W, failure):
+    """What :func:`~skntp.attention.diagnose_selection` gets of :func:`_matrix_limit`'s
+    answer: the solution, ``"infeasible"`` (certified, or ``W = 0``: one token per
+    input) or ``"undecided"`` (not certified, or too large)."""
+    if W is not None:
+        return W.ravel()
+    undecided = failure is not None and not isinstance(failure, NotSeparableError)
+    return "undecided" if undecided else "infeasible"
 
 
 def _factors(W, rank):
@@ -429,14 +441,14 @@ class KeyQuerySelector(_TokenSelector):
         when some input has several); ``None`` when infeasible.
     svm_neighbors_ : ndarray of bool, shape (n, T) or None
         SVM-neighbors ``T_i`` of the selected tokens (Def. 2).
-    is_locally_optimal_ : bool
-        The selected tokens are locally optimal (Def. 2).
+    is_locally_optimal_ : bool or None
+        The selected tokens are locally optimal (Def. 2); ``None``: their ATT-SVM is undecided.
     min_score_gap_ : float
         ``min_{i, t in T_i} gamma_{i alpha_i} - gamma_it`` (Fig. 9(b)).
-    convergence_ : {"global", "local", "other", "not-saturated"}
-        The bars of Fig. 9: softmax not saturated (mean selected probability
-        ``< 1 - 1e-5``, App. E); saturated on the optimal tokens (GMM);
-        saturated on locally optimal tokens (LMM); saturated otherwise.
+    convergence_ : {"global", "local", "other", "not-saturated", "undecided"}
+        The bars of Fig. 9: softmax not saturated (mean selected probability ``< 1 - 1e-5``,
+        App. E); saturated on the optimal tokens (GMM), on locally optimal tokens (LMM),
+        otherwise, or with no certified answer of the selected tokens' ATT-SVM.
     attention_saturation_ : float
         ``mean_i max_t S(X_i W^T z_i)_t``.
     mm_margin_ : float
@@ -637,9 +649,9 @@ class KeyQuerySelector(_TokenSelector):
         mm = None
         if self.compute_limits or self.solver == "svm":
             selected = _selection(keys, q, mask)["selected"]
-            for norm in solutions:
-                solutions[norm] = _matrix_limit(self, data, selected, norm)
-            mm = "infeasible" if solutions[own] is None else solutions[own].ravel()
+            solved = {norm: _matrix_limit(self, data, selected, norm) for norm in solutions}
+            solutions = {norm: W for norm, (W, _) in solved.items()}
+            mm = _diagnosis_input(*solved[own])
         rep = self._diagnosed(data, q, mm)
         # (unit: the norm of a solution of tiny entries underflows, its direction not)
         directions = {n: None if w is None else unit(w)[0] for n, w in solutions.items()}

@@ -525,3 +525,32 @@ def test_fig8_lmm_and_gmm_starts():
             for name, p0 in data.starts.items()}
     assert fits["lmm"].convergence_ == "local" and fits["gmm"].convergence_ == "global"
     assert fits["lmm"].trajectory_["query"].shape == (101, 2)
+
+
+@pytest.mark.parametrize("how", ["undecided", "max_iter"])
+def test_an_uncertified_att_svm_leaves_the_selection_undecided(monkeypatch, how):
+    # Def. 2 needs the tight rows of a certified solution: where the selected tokens'
+    # ATT-SVM is undecided, or ends with a point no method certified, the diagnosis
+    # says neither "locally optimal" nor "not": None, convergence "undecided"
+    from skntp import attention
+    from skntp.svm import MaxMarginResult, UndecidedError
+
+    D = make_attention_fig1c()
+    solved = attention.att_svm
+
+    def uncertified(*args, return_result=False, **kwargs):
+        if not return_result:  # (the GMM of the optimal tokens: unchanged)
+            return solved(*args, **kwargs)
+        if how == "undecided":
+            raise UndecidedError("ATT-SVM: undecided (by this test)")
+        p, res = solved(*args, return_result=True, **kwargs)
+        return p, MaxMarginResult(primal=p, dual=res.dual, method=res.method,
+                                  status="max_iter")
+
+    est = AttentionSelector(D.head, D.key_query, solver="svm", classes=C).fit(D.X, D.y)
+    assert est.convergence_ == "global" and est.is_locally_optimal_ is True
+    monkeypatch.setattr(attention, "att_svm", uncertified)
+    est = AttentionSelector(D.head, D.key_query, solver="svm", classes=C).fit(D.X, D.y)
+    assert est.attention_saturation_ >= 1 - np.exp(-20)
+    assert est.convergence_ == "undecided" and est.is_locally_optimal_ is None
+    assert est.svm_neighbors_ is None

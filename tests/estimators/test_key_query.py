@@ -419,3 +419,26 @@ def test_given_path_radii_and_low_rank_svm_warning():
                                parameterization="KQ", rank=1, solver="svm",
                                classes=[-1, 1]).fit(Xc, y)
     assert est.query_factor_.shape == (10, 1)
+
+
+def test_an_undecided_att_svm_leaves_the_selection_undecided(monkeypatch):
+    # the selected tokens' ATT-SVM with no certified answer (a warning says so): the
+    # diagnosis reports neither "locally optimal" nor "not" (before: False, "other")
+    from skntp import key_query
+    from skntp.svm import UndecidedError
+
+    X, y, Z, v = key_query_setup(3)
+    Xc = np.concatenate([X, Z[:, None]], axis=1)
+    options = dict(head=v, query_index="extra-row", solver="ngd", max_iter=3000,
+                   classes=[-1, 1])
+    est = KeyQuerySelector(**options).fit(Xc, y)
+    assert est.convergence_ == "local" and est.is_locally_optimal_ is True
+
+    def undecided(*args, **kwargs):
+        raise UndecidedError("ATT-SVM: undecided (by this test)")
+
+    monkeypatch.setattr(key_query, "att_svm_w", undecided)
+    with pytest.warns(UserWarning, match="undecided"):
+        est = KeyQuerySelector(**options).fit(Xc, y)
+    assert est.attention_saturation_ >= 1 - 1e-5
+    assert est.convergence_ == "undecided" and est.is_locally_optimal_ is None
