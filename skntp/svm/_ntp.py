@@ -151,7 +151,7 @@ def _no_separable_row(contexts, support, constraints):
     :func:`~skntp.svm._ntp_center.center_fits`) is the certificate.  Either way the
     dispatcher checks the multipliers against the program's own rows.
     """
-    from ._ntp_center import analytic_center_separability, center_fits
+    from ._ntp_center import center_after_the_loss
     from ._ntp_partial import (
         MAX_PROOF_WORK,
         _dense_support,
@@ -182,14 +182,13 @@ def _no_separable_row(contexts, support, constraints):
                               minimizer=minimizer)
     certificate = ("the loss has a stationary point, whose table is the Farkas "
                    "certificate (skntp.svm.no_row_is_separable)")
-    if table is None and minimizer["converged"] and center_fits(m, V, Q.shape[1]):
-        # the loss has a minimizer, but its table's entries (pi_j s_jv) fall below
-        # float64's range; the analytic center's fall only polynomially
-        found = analytic_center_separability(H, support)
-        if found is not None:
-            table = found.farkas
-            certificate = ("the analytic center of the margin polytope has a Farkas "
-                           "table (skntp.svm.analytic_center_separability)")
+    # (where the loss's minimizer has a table float64 cannot check: the center's)
+    found = None if table is not None else center_after_the_loss(H, support, Q.shape[1],
+                                                                 minimizer)
+    if found is not None:
+        table = found.farkas
+        certificate = ("the analytic center of the margin polytope has a Farkas "
+                       "table (skntp.svm.analytic_center_separability)")
     if table is None:
         return None
     why = ("the contexts of the frequent tokens positively span R^d "

@@ -70,7 +70,7 @@ from ._ntp_partial import (
 )
 from ._problem import available_memory
 
-__all__ = ["analytic_center_separability", "center_fits"]
+__all__ = ["analytic_center_separability", "center_fits", "center_after_the_loss"]
 
 _log = logging.getLogger("skntp.svm")
 
@@ -97,6 +97,20 @@ def center_fits(m, V, rank):
     return (m * V * rank <= MAX_CENTER_WORK
             and 16.0 * V * rank * rank <= 0.125 * available_memory()
             and 8.0 * 8 * m * V <= 0.5 * available_memory())
+
+
+def center_after_the_loss(contexts, support, rank, minimizer):
+    """The analytic center's certificate where the loss's own table did not certify:
+    only where the loss's Newton converged (``minimizer["converged"]``, as
+    :func:`~skntp.svm._ntp_partial._stationary_table` sets it; otherwise some row may
+    separate, the polytope is unbounded and the center would not certify) and the
+    center fits (:func:`center_fits`).  The step that :func:`~skntp.svm.ntp_separability`
+    and the NTP-SVM's own infeasibility proof share.  Returns
+    :class:`~skntp.svm.NTPSeparability` (no row separable) or ``None``."""
+    m, V = support.shape
+    if not (minimizer.get("converged") and center_fits(m, V, rank)):
+        return None
+    return analytic_center_separability(contexts, support)
 
 
 class _MarginBarrier:

@@ -699,20 +699,12 @@ def ntp_separability(contexts, support, *, method="auto", max_rows=MAX_LP_ROWS,
                   else "no certifying stationary point", time.perf_counter() - start)
         if table is not None:
             return NTPSeparability(none, support, "stationary point", farkas=table)
-        if minimizer["converged"]:
-            # a minimizer whose table float64 cannot check: the analytic center's can
-            from ._ntp_center import analytic_center_separability, center_fits
+        # a minimizer whose table float64 cannot check: the analytic center's can
+        from ._ntp_center import center_after_the_loss
 
-            if center_fits(m, V, Q.shape[1]):
-                start = time.perf_counter()
-                found = analytic_center_separability(contexts, support)
-                _log.info("separability of %d contexts x %d tokens (d=%d): the loss has a "
-                          "minimizer; %s in %.2f s", m, V, d,
-                          "no row separable, by the analytic center" if found is not None
-                          else "the analytic center does not certify",
-                          time.perf_counter() - start)
-                if found is not None:
-                    return found
+        found = center_after_the_loss(contexts, support, Q.shape[1], minimizer)
+        if found is not None:
+            return found
         _log.info("separability of %d contexts x %d tokens (d=%d): the linear program "
                   "decides", m, V, d)
     separable, direction, lp_table, ftol = _separability_program(Q, support, max_rows)
