@@ -674,9 +674,13 @@ def _stationary_split(est, data, compatible, why):
     # minimizer, and the split's own W_fin replaces it)
     fin = _finite_part(est, data, everything, warn=False)
     separability = stationary_separability(contexts, support, fin, probs, data["weights"])
+    exact = separability.rectangle_rows
     _phase(est, f"the stationary point's table: {separability.status} "
            f"({separability.n_rows - separability.n_undecided} of {separability.n_rows} "
-           "rows certified not separable; the smallest probability of an out-of-support "
+           "rows certified not separable" + (
+               "" if exact is None else
+               f", {int(np.count_nonzero(exact))} of them by rectangles of contexts") +
+           "; the smallest probability of an out-of-support "
            f"row at W_fin is {fin.min_prob:.3g})")
     far = (fin, separability)
     if separability.status != "certified" and fin.converged and center_fits(
@@ -746,17 +750,23 @@ def _undecided_limits(est, far, why, compatible):
     fin, separability = far
     _warn_unconverged(fin)
     refuted = _n_refuted(separability)
+    exact = (0 if separability.rectangle_rows is None
+             else int(np.count_nonzero(separability.rectangle_rows)))
     verdict = (
         "The data are not NTP-separable (is_ntp_separable_ is False: those rows' Farkas "
-        "table proves the NTP-SVM infeasible), but which rows separate is undecided: "
+        "tables prove the NTP-SVM infeasible), but which rows separate is undecided: "
         "there is no certified max-margin direction (mm_direction_ is None; "
         "separable_rows_ is None)" if refuted else
         "There is no certified max-margin direction (mm_direction_ is None; "
         "is_ntp_separable_ and separable_rows_ are None)")
+    how = ("by the stationary point's table" if not exact else
+           f"{exact} exactly, by rectangles of contexts that share coordinates "
+           "(skntp.svm.rectangle_certificate)" + (
+               ", the others by the stationary point's table" if refuted > exact else ""))
     warnings.warn(
-        f"the separability of the data is undecided: {why.rstrip('.')}, and the stationary "
-        f"point of the loss certifies {refuted} of the {separability.n_rows} margin rows "
-        "not separable. At its last Newton iterate "
+        f"the separability of the data is undecided: {why.rstrip('.')}, and the fit "
+        f"certifies {refuted} of the {separability.n_rows} margin rows not separable "
+        f"({how}). At the last Newton iterate of the loss "
         f"({fin.n_iter} steps, relative gradient {fin.grad_norm:.3g}) the smallest "
         f"probability of an out-of-support row is {fin.min_prob:.3g}: probabilities "
         "that fall toward 0 as Newton goes on are the mark of separable rows (Ji & "

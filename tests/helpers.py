@@ -548,3 +548,17 @@ def python_text_40():
     samples, and the distinct contexts with their weights and dense next-token
     probabilities."""
     return tuple(a.copy() for a in _python_text_40())
+
+
+def word_contexts(seed, n_words=(6, 6), widths=(3, 3), n_contexts=24, V=5, max_support=2):
+    """Contexts that concatenate one vector per position (the loader's
+    ``embedding="words"``), on distinct word tuples, with small random supports."""
+    rng = np.random.default_rng(seed)
+    vectors = [rng.standard_normal((n, w)) for n, w in zip(n_words, widths)]
+    tuples = np.stack([rng.integers(0, n, 4 * n_contexts) for n in n_words], axis=1)
+    tuples = np.unique(tuples, axis=0)[:n_contexts]
+    H = np.hstack([vec[tuples[:, k]] for k, vec in enumerate(vectors)])
+    S = np.zeros((len(H), V), dtype=bool)
+    for j in range(len(H)):
+        S[j, rng.choice(V, rng.integers(1, max_support + 1), replace=False)] = True
+    return H, S

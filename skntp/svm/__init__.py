@@ -54,6 +54,11 @@ from ._ntp_partial import (
     separable_row_gaps,
     stationary_separability,
 )
+from ._ntp_rectangles import (
+    RectangleCertificate,
+    check_rectangle_certificate,
+    rectangle_certificate,
+)
 from ._problem import (
     BilinearScores,
     Constraints,
@@ -75,7 +80,9 @@ __all__ = [
     "MaxMarginResult",
     "FiniteComponent",
     "NTPSeparability",
+    "RectangleCertificate",
     "analytic_center_separability",
+    "check_rectangle_certificate",
     "complete_stationary_split",
     "far_point_split",
     "farkas_row_bounds",
@@ -85,6 +92,7 @@ __all__ = [
     "ntp_separability",
     "partial_finite_component",
     "partial_ntp_svm_problem",
+    "rectangle_certificate",
     "separable_row_gaps",
     "stationary_separability",
     "spanning_proof",

@@ -111,7 +111,7 @@ def ntp_svm_problem(contexts, support, *, norm="fro"):
     return MaxMarginProblem(
         BilinearScores(contexts, None, n_outputs=V),
         cons,
-        infeasibility_proof=(_computed_once(partial(_no_separable_row, contexts, support,
+        infeasibility_proof=(_computed_once(partial(_infeasibility_proof, contexts, support,
                                                     cons))
                              if contexts.shape[0] > contexts.shape[1] else None),
         name="NTP-SVM",
@@ -138,18 +138,23 @@ def _computed_once(proof):
     return once
 
 
-def _no_separable_row(contexts, support, constraints):
-    """``(message, multipliers)`` when the loss's stationary point proves that no margin
-    row of the NTP-SVM is separable (the program is then infeasible), else ``None``.
+def _infeasibility_proof(contexts, support, constraints):
+    """``(message, multipliers)`` when a table proves some margin row of the NTP-SVM not
+    separable (the program is then infeasible), else ``None``.
 
-    Its table is the Farkas certificate (:func:`~skntp.svm.no_row_is_separable`); it is
-    computed when the contexts of the frequent tokens positively span (a cheap sign
-    that no row is separable, :func:`spanning_proof`) or the work is at most
+    The loss's stationary point proves that no row is separable
+    (:func:`~skntp.svm.no_row_is_separable`); it is computed when the contexts of the
+    frequent tokens positively span (a cheap sign that no row is separable,
+    :func:`spanning_proof`) or the work is at most
     :data:`~skntp.svm._ntp_partial.MAX_PROOF_WORK`.  Where the loss's Newton converges
     but its table has entries float64 cannot hold, the table of the analytic center
     (:func:`~skntp.svm.analytic_center_separability`, within
-    :func:`~skntp.svm._ntp_center.center_fits`) is the certificate.  Either way the
-    dispatcher checks the multipliers against the program's own rows.
+    :func:`~skntp.svm._ntp_center.center_fits`) is the certificate.  Where the contexts
+    do not positively span, the exact tables of rectangles of contexts that share
+    coordinates come first (:func:`~skntp.svm.rectangle_certificate`, first round: a
+    second or two on the Python documentation at d = 768, where the rest is out of
+    reach); where they span, after the loss's.  Either way the dispatcher checks the
+    multipliers against the program's own rows.
     """
     from ._ntp_center import center_after_the_loss
     from ._ntp_partial import (
@@ -175,8 +180,10 @@ def _no_separable_row(contexts, support, constraints):
         return ("No margin row is separable: every context is zero.",
                 table_multipliers(constraints, support, _table_at_zero(support)))
     spans = spanning_proof(Q, support)
-    if not spans and m * V * contexts.shape[1] > MAX_PROOF_WORK:
-        return None
+    if not spans:  # (cheap first: some rows not separable, exactly)
+        found = _rectangle_proof(H, support, constraints)
+        if found is not None or m * V * contexts.shape[1] > MAX_PROOF_WORK:
+            return found
     minimizer = {}
     table = _stationary_table(Q, H, support, np.ones_like(support), require="image",
                               minimizer=minimizer)
@@ -190,13 +197,32 @@ def _no_separable_row(contexts, support, constraints):
         certificate = ("the analytic center of the margin polytope has a Farkas "
                        "table (skntp.svm.analytic_center_separability)")
     if table is None:
-        return None
+        return _rectangle_proof(H, support, constraints) if spans else None
     why = ("the contexts of the frequent tokens positively span R^d "
            "(skntp.svm.spanning_proof), and " if spans else "")
     return (f"No margin row is separable: {why}{certificate}. "
             "skntp.svm.ntp_separability and NTPDecoderClassifier give the limits of such "
             "data (W_fin, the minimizer of the loss).",
             table_multipliers(constraints, support, table))
+
+
+def _rectangle_proof(H, support, constraints):
+    """The first round of :func:`~skntp.svm.rectangle_certificate` as ``(message,
+    multipliers)``, or ``None`` where it finds no table."""
+    from ._ntp_partial import table_multipliers
+    from ._ntp_rectangles import rectangle_certificate
+
+    rectangles = rectangle_certificate(H, support, max_rounds=1)
+    if not len(rectangles):
+        return None
+    n = len(rectangles)
+    return (f"Some margin rows are not separable: {n} rectangle{'s' * (n != 1)} of contexts "
+            "(h_j1 + h_j2 = h_j3 + h_j4, coordinate by coordinate) "
+            f"{'are' if n != 1 else 'is'} an exact Farkas table "
+            "(skntp.svm.rectangle_certificate). skntp.svm.ntp_separability and "
+            "NTPDecoderClassifier give the limits of such data.",
+            table_multipliers(constraints, support,
+                              rectangles.table(support.shape).toarray()))
 
 
 def _out_of_support(support, rows_per_chunk=None):

@@ -77,6 +77,11 @@ from ._ntp import (
     exchangeable_tokens,
     spanning_proof,
 )
+from ._ntp_rectangles import (
+    RectangleCertificate,
+    check_rectangle_certificate,
+    rectangle_certificate,
+)
 from ._problem import (
     BilinearScores,
     Constraints,
@@ -195,6 +200,13 @@ class NTPSeparability:
         minimizer is the analytic center (``method="analytic center"``).
     certified : ndarray of shape (m, V), bool or None
         The out-of-support rows whose side is certified (``None``: all of them).
+    rectangles : RectangleCertificate or None
+        Exact Farkas tables of rows not separable at any width, from rectangles of
+        contexts that share coordinates (:func:`~skntp.svm.rectangle_certificate`),
+        besides ``farkas``; ``None`` where none was found or none was looked for.
+    rectangle_rows : ndarray of shape (m, V), bool or None
+        The rows ``rectangles`` certify, as :func:`~skntp.svm.check_rectangle_certificate`
+        recomputed them from the contexts (margin exactly zero on the recession cone).
     """
 
     separable: np.ndarray
@@ -204,6 +216,8 @@ class NTPSeparability:
     status: str = "certified"
     farkas: np.ndarray | None = None
     certified: np.ndarray | None = None
+    rectangles: RectangleCertificate | None = None
+    rectangle_rows: np.ndarray | None = None
 
     @property
     def n_rows(self):
@@ -1058,7 +1072,11 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     contexts x 566 tokens, 37,333 rows against 17,839).  The scalable side of
     :func:`ntp_separability`:
     one pass over the ``(m, V)`` table after the Newton solve that the finite part
-    needs anyway, where the linear program is out of reach.
+    needs anyway, where the linear program is out of reach.  Where that table leaves
+    rows open and the contexts share coordinates (concatenated word vectors), the
+    exact tables of rectangles of contexts certify the rows they force
+    (:func:`~skntp.svm.rectangle_certificate`, in ``rectangles``; on the Python
+    documentation at d = 768, 13,220 rows where the table certifies none).
 
     Parameters
     ----------
@@ -1073,8 +1091,8 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     -------
     NTPSeparability
         No row separable, ``method="stationary point"``: ``status="certified"``
-        with its table in ``farkas``, or ``"undecided"`` with the rows it did
-        certify in ``certified``.
+        with its table in ``farkas`` (and ``rectangles``), or ``"undecided"`` with the
+        rows it did certify in ``certified``.
     """
     H, probs = _check_contexts(contexts, next_token_probs, "next_token_probs")
     P = sp.csr_matrix(probs, dtype=float)
@@ -1104,10 +1122,21 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
         else:  # (the table as computed, again)
             del T
             T = _loss_table((H * top) @ finite.W.T, P, pi, Q, project=False)
+    exact = exact_rows = None
+    if not refuted[rows].all():
+        # (rows whose probabilities float64 cannot hold, where the contexts share
+        # coordinates: exact tables, no rounding)
+        exact = rectangle_certificate(H, support)
+        if len(exact):
+            exact_rows = check_rectangle_certificate(H, support, exact)
+            refuted |= exact_rows
+        else:
+            exact = None
+    found = {"farkas": T, "rectangles": exact, "rectangle_rows": exact_rows}
     if refuted[rows].all():
-        return NTPSeparability(none, support, "stationary point", farkas=T)
+        return NTPSeparability(none, support, "stationary point", **found)
     return NTPSeparability(none, support, "stationary point", status="undecided",
-                           farkas=T, certified=refuted)
+                           certified=refuted, **found)
 
 
 def complete_stationary_split(contexts, found):
@@ -1150,7 +1179,8 @@ def complete_stationary_split(contexts, found):
         return found
     return NTPSeparability(candidate, support, "stationary point",
                            _on_contexts(H, Q, direction), farkas=found.farkas,
-                           certified=found.certified | proven)
+                           certified=found.certified | proven, rectangles=found.rectangles,
+                           rectangle_rows=found.rectangle_rows)
 
 
 #: Probabilities at a far iterate of the loss over every row above which
@@ -1273,6 +1303,7 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
     held = ~support & (logits > math.log(FAR_KEEP))
     if found.certified is not None:  # (rows the far table certified are not separable)
         held |= found.certified & ~support
+    exact = found.rectangle_rows  # (certified exactly, whatever the tables below say)
     del logits
     products = max(1, int(min(1e5, MAX_FIN_WORK / max(m * V * r, 1))))
     anchor = _anchors(support)
@@ -1306,9 +1337,10 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
                                               cg_iter=200, max_products=products,
                                               report=stalled(allowed))
             T = _loss_table(Q @ w.reshape(V, r).T, probs, pi, Q, allowed)
-            refuted = np.zeros_like(support)
+            refuted = np.zeros_like(support) if exact is None else held & exact
             if image_vanishes(H, support, T):
-                refuted = held & _refuted_rows(Q, support, T, _refutation_margin(blur), blur)
+                refuted |= held & _refuted_rows(Q, support, T, _refutation_margin(blur),
+                                                blur)
             _log.info("far-point split: %d rows held not separable, %d certified by the "
                       "table of their loss (%d Newton steps)", int(held.sum()),
                       int(refuted.sum()), n_iter)
@@ -1316,6 +1348,8 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
                 table = T
                 break
             falling = falling_at(w, allowed)
+            if exact is not None:
+                falling &= ~exact
             if not falling.any():
                 return found
             held &= ~falling
@@ -1347,7 +1381,8 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
             return found
         return NTPSeparability(separable, support, "stationary point",
                                _on_contexts(H, Q, D) if separable.any() else None,
-                               farkas=table)
+                               farkas=table, rectangles=found.rectangles,
+                               rectangle_rows=exact)
     return found
 
 

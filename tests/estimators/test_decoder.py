@@ -1,12 +1,13 @@
 """NTPDecoderClassifier against the theory of Thrampoulidis (2024)."""
 
 import pickle
+import re
 import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import partially_separable_instance, python_text_40
+from helpers import partially_separable_instance, python_text_40, word_contexts
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import log_loss
@@ -602,6 +603,42 @@ def test_the_corpus_path_on_partly_separable_data_is_undecided_with_its_evidence
     assert probs[truth.separable].max() < 1e-3 * probs[~truth.separable & ~truth.support].min()
     certified = truth.n_rows - truth.n_separable
     assert f"certifies {certified} of the {truth.n_rows} margin rows not separable" in message
+
+
+def test_the_corpus_path_certifies_rows_by_rectangles_of_word_contexts(monkeypatch):
+    # contexts that concatenate word vectors, partly separable: on the corpus path the
+    # rectangles of contexts certify rows exactly (recomputed here), which makes the
+    # data certified not NTP-separable whatever W_fin's table certifies
+    from skntp.svm import _ntp_partial, check_rectangle_certificate, rectangle_certificate
+
+    H, S = word_contexts(6, widths=(6, 6), n_contexts=20, V=4)
+    j, v = np.nonzero(S)
+    X, y = np.repeat(H[j], 5, axis=0), np.repeat(v, 5)
+    _force_the_corpus_path(monkeypatch)
+
+    def fit():
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            est = NTPDecoderClassifier(solver="svm", vocabulary=4).fit(X, y)
+        undecided = [str(w.message) for w in rec
+                     if "separability of the data is undecided" in str(w.message)]
+        return est, undecided
+
+    est, undecided = fit()
+    support = np.asarray(est.next_token_probs_) > 0
+    rows = check_rectangle_certificate(est.contexts_, support,
+                                       rectangle_certificate(est.contexts_, support))
+    assert rows.sum() >= 10
+    assert est.is_ntp_separable_ is False and est.separable_rows_ is None
+    assert len(undecided) == 1
+    assert f"({rows.sum()} exactly, by rectangles of contexts" in undecided[0]
+    # without the rectangles, only W_fin's table: fewer rows
+    monkeypatch.setattr(_ntp_partial, "rectangle_certificate",
+                        lambda *a, **k: rectangle_certificate(np.eye(4), np.eye(4, 2)))
+    _, without = fit()
+    counted = [int(re.search(r"certifies (\d+) of the", m).group(1))
+               for m in (undecided[0], without[0])]
+    assert counted[0] >= rows.sum() and counted[1] < counted[0]
 
 
 def test_where_w_fin_converges_the_analytic_center_certifies_what_its_table_cannot(
