@@ -176,17 +176,21 @@ def _rectangles(labels, max_rectangles):
     return np.concatenate(found).astype(np.int64)
 
 
-def _supported(S, j, tokens):
+def _keys(S):
+    """The sorted keys ``j V + v`` of the entries of a CSR matrix with sorted indices."""
+    rows = np.repeat(np.arange(S.shape[0], dtype=np.int64), np.diff(S.indptr))
+    return rows * S.shape[1] + S.indices
+
+
+def _supported(S, j, tokens, keys=None):
     """``tokens[i]`` in the support row ``S[j[i]]`` (S a CSR bool matrix, sorted
-    indices)."""
-    out = np.zeros(j.size, dtype=bool)
-    for s in np.unique(S.indptr[j + 1] - S.indptr[j]):
-        if s == 0:
-            continue
-        at = np.flatnonzero(S.indptr[j + 1] - S.indptr[j] == s)
-        cols = S.indices[S.indptr[j[at]][:, None] + np.arange(s)]
-        out[at] = np.any(cols == tokens[at, None], axis=1)
-    return out
+    indices; ``keys`` its :func:`_keys`, when at hand)."""
+    keys = _keys(S) if keys is None else keys
+    if keys.size == 0:
+        return np.zeros(j.size, dtype=bool)
+    query = np.asarray(j, dtype=np.int64) * S.shape[1] + tokens
+    at = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+    return keys[at] == query
 
 
 def _add_rows(S, j, v):
@@ -235,18 +239,43 @@ def _witnesses(S, rects):
     return r, p, q
 
 
-def _new_rows(S, rects, r, p, q):
-    """The rows the tables ``(r, p, q)`` certify that ``S`` does not hold yet, with the
-    first table that certifies each: ``(table index, j, v)``."""
+def _new_rows(S, keys, rects, r, p, q):
+    """The rows the tables ``(r, p, q)`` certify that ``S`` (sorted ``keys``) does not
+    hold yet, with the first table that certifies each: ``(table index, j, v)``."""
     j = rects[r]
     idx = np.tile(np.arange(r.size), 4)
     jj = np.concatenate([j[:, 0], j[:, 1], j[:, 2], j[:, 3]])
     vv = np.concatenate([q, q, p, p])
-    new = ~_supported(S, jj, vv)
+    new = ~_supported(S, jj, vv, keys)
     idx, jj, vv = idx[new], jj[new], vv[new]
-    key = jj * S.shape[1] + vv
-    _, first = np.unique(key, return_index=True)
+    _, first = np.unique(jj * S.shape[1] + vv, return_index=True)
     return idx[first], jj[first], vv[first]
+
+
+#: Rectangles handled at once within a round (their tables' rows are gathered by chunk).
+RECTANGLES_PER_CHUNK = 200_000
+
+
+def _round(S, rects):
+    """One round: the tables of ``rects`` that certify rows ``S`` does not hold, one per
+    new row, by chunks of rectangles: ``(quads, tokens, j, v)``."""
+    keys = _keys(S)
+    V = S.shape[1]
+    quads, tokens, found = [], [], np.zeros(0, dtype=np.int64)
+    for start in range(0, rects.shape[0], RECTANGLES_PER_CHUNK):
+        chunk = rects[start:start + RECTANGLES_PER_CHUNK]
+        r, p, q = _witnesses(S, chunk)
+        idx, j, v = _new_rows(S, keys, chunk, r, p, q)
+        fresh = ~np.isin(j * V + v, found)
+        idx, j, v = idx[fresh], j[fresh], v[fresh]
+        if idx.size:
+            used = np.unique(idx)
+            quads.append(chunk[r[used]])
+            tokens.append(np.stack([p[used], q[used]], axis=1))
+            found = np.union1d(found, j * V + v)
+    if not quads:
+        return None
+    return np.concatenate(quads), np.concatenate(tokens), found // V, found % V
 
 
 def rectangle_certificate(contexts, support, *, max_rounds=100,
@@ -296,13 +325,11 @@ def rectangle_certificate(contexts, support, *, max_rounds=100,
         return empty
     kept, active = [], rects
     for round_ in range(max_rounds):
-        r, p, q = _witnesses(S, active)
-        idx, j, v = _new_rows(S, active, r, p, q)
-        if idx.size == 0:
+        found = _round(S, active)
+        if found is None:
             break
-        used = np.unique(idx)
-        kept.append((active[r[used]], np.stack([p[used], q[used]], axis=1),
-                     np.full(used.size, round_)))
+        quads, tokens, j, v = found
+        kept.append((quads, tokens, np.full(quads.shape[0], round_)))
         S = _add_rows(S, j, v)
         # only rectangles with a context whose support grew can give new rows
         changed = np.zeros(S.shape[0], dtype=bool)
@@ -378,8 +405,9 @@ def check_rectangle_certificate(contexts, support, certificate):
     for round_ in np.unique(rounds[valid]):
         at = np.flatnonzero(valid & (rounds == round_))
         j, (p, q) = quads[at], tokens[at].T
-        usable = (_supported(S, j[:, 0], p) & _supported(S, j[:, 1], p)
-                  & _supported(S, j[:, 2], q) & _supported(S, j[:, 3], q))
+        keys = _keys(S)
+        usable = (_supported(S, j[:, 0], p, keys) & _supported(S, j[:, 1], p, keys)
+                  & _supported(S, j[:, 2], q, keys) & _supported(S, j[:, 3], q, keys))
         j, p, q = j[usable], p[usable], q[usable]
         jj = np.concatenate([j[:, 0], j[:, 1], j[:, 2], j[:, 3]])
         vv = np.concatenate([q, q, p, p])
