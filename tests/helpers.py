@@ -562,3 +562,25 @@ def word_contexts(seed, n_words=(6, 6), widths=(3, 3), n_contexts=24, V=5, max_s
     for j in range(len(H)):
         S[j, rng.choice(V, rng.integers(1, max_support + 1), replace=False)] = True
     return H, S
+
+
+def lp_separable(H, S):
+    """The rows some direction of the recession cone makes positive: maximize the sum
+    of ``s_jv in [0, 1]`` with ``(w_z - w_v)^T h_j >= s_jv`` (``z`` in ``S_j``), the
+    logits of ``S_j`` equal; a cone, so ``s = 1`` exactly on the separable rows."""
+    m, V = S.shape
+    W = cp.Variable((V, H.shape[1]))
+    s = cp.Variable((m, V))
+    L = H @ W.T
+    cons = [s >= 0, s <= 1]
+    for j in range(m):
+        sup = np.flatnonzero(S[j])
+        z = sup[0]
+        cons += [L[j, sup] == L[j, z]]
+        off = np.flatnonzero(~S[j])
+        if off.size:
+            cons += [L[j, z] - L[j, off] >= s[j, off]]
+    problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(s, ~S))), cons)
+    problem.solve(solver=cp.HIGHS)
+    assert problem.status == cp.OPTIMAL
+    return (s.value > 0.5) & ~S

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import partially_separable_instance, python_text_40, word_contexts
+from helpers import lp_separable, partially_separable_instance, python_text_40, word_contexts
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import log_loss
@@ -639,6 +639,21 @@ def test_the_corpus_path_certifies_rows_by_rectangles_of_word_contexts(monkeypat
     counted = [int(re.search(r"certifies (\d+) of the", m).group(1))
                for m in (undecided[0], without[0])]
     assert counted[0] >= rows.sum() and counted[1] < counted[0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_below_corpus_size_the_split_of_word_contexts_is_the_linear_programs(
+        monkeypatch, seed):
+    # the corpus path below corpus size on word contexts: the far split starts from
+    # the rows the rectangles certify exactly and certifies the linear program's split
+    H, S = word_contexts(seed, widths=(6, 6), n_contexts=20, V=4)
+    j, v = np.nonzero(S)
+    X, y = np.repeat(H[j], 5, axis=0), np.repeat(v, 5)
+    _force_the_corpus_path(monkeypatch, at_corpus_size=False)
+    est = NTPDecoderClassifier(solver="svm", vocabulary=4).fit(X, y)
+    truth = lp_separable(est.contexts_, np.asarray(est.next_token_probs_) > 0)
+    assert est.is_ntp_separable_ is False
+    np.testing.assert_array_equal(est.separable_rows_, truth)
 
 
 def test_where_w_fin_converges_the_analytic_center_certifies_what_its_table_cannot(

@@ -2,11 +2,10 @@
 against an independent linear program of the separable rows written here from the
 definitions (the recession cone of the loss (2), Thrampoulidis 2024, Def. 3.2)."""
 
-import cvxpy as cp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import word_contexts
+from helpers import lp_separable, word_contexts
 
 from skntp.svm import (
     NotSeparableError,
@@ -17,28 +16,6 @@ from skntp.svm import (
     solve_max_margin,
     spanning_proof,
 )
-
-
-def lp_separable(H, S):
-    """The rows some direction of the recession cone makes positive: maximize the sum
-    of ``s_jv in [0, 1]`` with ``(w_z - w_v)^T h_j >= s_jv`` (``z`` in ``S_j``), the
-    logits of ``S_j`` equal; a cone, so ``s = 1`` exactly on the separable rows."""
-    m, V = S.shape
-    W = cp.Variable((V, H.shape[1]))
-    s = cp.Variable((m, V))
-    L = H @ W.T
-    cons = [s >= 0, s <= 1]
-    for j in range(m):
-        sup = np.flatnonzero(S[j])
-        z = sup[0]
-        cons += [L[j, sup] == L[j, z]]
-        off = np.flatnonzero(~S[j])
-        if off.size:
-            cons += [L[j, z] - L[j, off] >= s[j, off]]
-    problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(s, ~S))), cons)
-    problem.solve(solver=cp.HIGHS)
-    assert problem.status == cp.OPTIMAL
-    return (s.value > 0.5) & ~S
 
 
 @pytest.mark.parametrize("shape", [{}, {"widths": (6, 6), "n_contexts": 20, "V": 4}])
