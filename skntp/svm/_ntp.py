@@ -33,6 +33,10 @@ def _check_contexts(contexts, support, name="support"):
     """
     contexts = real_array(contexts, "contexts")
     support = sp.csr_matrix(support, copy=True) if sp.issparse(support) else np.asarray(support)
+    if sp.issparse(support):
+        # (duplicate entries that cancel would count as in-support once cast to bool)
+        support.sum_duplicates()
+        support.eliminate_zeros()
     values = support.data if sp.issparse(support) else support
     if values.dtype != bool:
         real_array(values, name)

@@ -35,7 +35,9 @@ the loss's table certifies none (``benchmarks/corpus_scale.py``).
 The rectangles prove only rows that the shared coordinates force; rows forced by the
 word vectors' own dependencies (or by longer cycles of words) are left to the other
 certificates.  Data without shared coordinates (a coordinate with ``m`` distinct values)
-have no rectangle.
+have no rectangle.  "Exact" is about the float64 values the package works with:
+contexts given in another type (integers above ``2**53``, long doubles) are rounded to
+float64 first, as everywhere in the package.
 
 Why no library: the certificate is integer bookkeeping on the contexts' labels (sorts
 and sparse products in NumPy and SciPy); the linear program that would find these rows
@@ -126,23 +128,30 @@ def _coordinate_classes(H):
 
 
 def _pairs_in_groups(keys, limit):
-    """``(i, k)``: the unordered pairs of distinct positions with equal ``keys``, group
-    by group (in the order of the keys) while their count stays within ``limit``."""
+    """``(i, k)``: the unordered pairs of distinct positions with equal ``keys``, the
+    first ``limit`` of them (group by group in the order of the keys, each position's
+    pairs with the later positions of its group in turn)."""
     order = np.argsort(keys, kind="stable")
     ks = keys[order]
     starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
     sizes = np.diff(np.r_[starts, ks.size])
-    pairs = sizes.astype(float) * (sizes - 1) / 2
-    keep = np.cumsum(pairs) <= limit
-    if not keep.all():
-        _log.info("rectangles of contexts: %.3g pairs, the first %d kept", pairs.sum(),
-                  int(limit))
-    sizes = np.where(keep, sizes, 0)
-    within = np.arange(ks.size) - np.repeat(starts, np.diff(np.r_[starts, ks.size]))
-    after = np.maximum(np.repeat(sizes, np.diff(np.r_[starts, ks.size])) - within - 1, 0)
+    within = np.arange(ks.size) - np.repeat(starts, sizes)
+    after = np.repeat(sizes, sizes) - within - 1
+    before = np.cumsum(after) - after
+    if before[-1:].sum() + after[-1:].sum() > limit:
+        _log.info("rectangles of contexts: %d pairs, the first %d kept",
+                  int(after.sum()), int(limit))
+        after = np.clip(limit - before, 0, after)
+        before = np.cumsum(after) - after
     first = np.repeat(np.arange(ks.size), after)
-    offset = np.arange(first.size) - np.repeat(np.cumsum(after) - after, after) + 1
+    offset = np.arange(first.size) - np.repeat(before, after) + 1
     return order[first], order[first + offset]
+
+
+def _n_pairs(keys):
+    """The number of unordered pairs of positions with equal ``keys``."""
+    counts = np.unique(keys, return_counts=True)[1].astype(float)
+    return float(np.sum(counts * (counts - 1) / 2))
 
 
 def _joint_labels(labels):
@@ -158,16 +167,31 @@ def _rectangles(labels, max_rectangles):
     there are two), as ``(j1, j2, j3, j4)`` rows: ``j1 = (a, r), j2 = (b, r'),
     j3 = (b, r), j4 = (a, r')``."""
     found, total = [], 0
-    for p in range(1 if len(labels) == 2 else len(labels)):
-        left = labels[p]
-        right = _joint_labels([lab for k, lab in enumerate(labels) if k != p])
-        # wedges: (a, r) = i, (b, r) = k
-        i, k = _pairs_in_groups(right, 4 * max_rectangles)
+    sides = [(labels[p], _joint_labels([lab for k, lab in enumerate(labels) if k != p]))
+             for p in range(len(labels))]
+    if len(labels) == 2:  # (the same rectangles either way: the side with fewer wedges)
+        sides = [min(sides, key=lambda side: _n_pairs(side[1]))]
+    for left, right in sides:
+        # wedges: (a, r) = i, (b, r) = k; where they would be too many, the contexts of
+        # the first half of the left labels, and so on
+        kept = np.unique(left)
+        while kept.size >= 2 and _n_pairs(right[np.isin(left, kept)]) > 4 * max_rectangles:
+            kept = kept[:kept.size // 2]
+        if kept.size < 2:
+            continue
+        among = np.flatnonzero(np.isin(left, kept))
+        i, k = _pairs_in_groups(right[among], 4 * max_rectangles)
+        i, k = among[i], among[k]
         swap = left[i] > left[k]
         i, k = np.where(swap, k, i), np.where(swap, i, k)
         key = left[i] * (int(left.max()) + 1) + left[k]
         w1, w2 = _pairs_in_groups(key, max_rectangles - total)
-        found.append(np.stack([i[w1], k[w2], k[w1], i[w2]], axis=1))
+        quads = np.stack([i[w1], k[w2], k[w1], i[w2]], axis=1)
+        # (contexts with equal vectors could close a "rectangle" on themselves)
+        quads = quads[(quads[:, 0] != quads[:, 2]) & (quads[:, 0] != quads[:, 3])
+                      & (quads[:, 1] != quads[:, 2]) & (quads[:, 1] != quads[:, 3])
+                      & (quads[:, 0] != quads[:, 1]) & (quads[:, 2] != quads[:, 3])]
+        found.append(quads)
         total += w1.size
         if total >= max_rectangles:
             break
@@ -298,7 +322,8 @@ def rectangle_certificate(contexts, support, *, max_rounds=100,
     max_rounds : int, default=100
         The longest chain.
     max_rectangles : int, default=5_000_000
-        The most rectangles enumerated (the first are kept above it).
+        The most rectangles enumerated (the first ones are kept above it, in the order
+        of the contexts' labels).
 
     Returns
     -------

@@ -195,3 +195,49 @@ def test_bad_input_is_an_error():
             rectangle_certificate(bad, S)
         with pytest.raises(ValueError):
             check_rectangle_certificate(bad, S, certificate)
+
+
+def test_sparse_entries_that_cancel_are_not_in_the_support():
+    # a stored +1 and -1 at (1, 0): support[1, 0] == 0, so token 0 is not in S_1 (before,
+    # each stored entry was cast to bool and four separable rows were certified)
+    H = np.array([[1.0, 0, 1, 0], [0, 1, 0, 1], [0, 1, 1, 0], [1, 0, 0, 1]])
+    S = sp.csr_matrix((np.array([1.0, 1, 1, -1, 1, 1]), np.array([0, 2, 0, 0, 1, 1]),
+                       np.array([0, 1, 4, 5, 6])), shape=(4, 3))
+    assert S[1, 0] == 0
+    for support in (S, sp.csc_matrix(S)):
+        assert not check_rectangle_certificate(H, support,
+                                               rectangle_certificate(H, support)).any()
+    assert not check_rectangle_certificate(
+        H, S, RectangleCertificate(np.array([[0, 1, 2, 3]]), np.array([[0, 1]]),
+                                   np.zeros(1, int))).any()
+
+
+def test_duplicate_contexts_give_only_tables_the_check_accepts():
+    H, S = word_contexts(7)
+    H = np.vstack([H, H[:3]])
+    S = np.vstack([S, np.roll(S[:3], 1, axis=1)])
+    certificate = rectangle_certificate(H, S)
+    j = certificate.contexts
+    assert all(len(set(row)) == 4 for row in j.tolist())
+    found = np.zeros_like(S)
+    p, q = certificate.tokens.T
+    for k, v in ((0, q), (1, q), (2, p), (3, p)):
+        found[j[:, k], v] = True
+    np.testing.assert_array_equal(check_rectangle_certificate(H, S, certificate), found & ~S)
+
+
+@pytest.mark.parametrize("shape", [(2, 40), (40, 2)])
+def test_the_cap_keeps_the_first_rectangles_of_a_large_group(shape):
+    # every pair of words: one group of wedges far above the cap; the first ones kept,
+    # whichever position has the many words
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((shape[0], 3)), rng.standard_normal((shape[1], 3))
+    pairs = np.array([(x, y) for x in range(shape[0]) for y in range(shape[1])])
+    H = np.hstack([a[pairs[:, 0]], b[pairs[:, 1]]])
+    S = np.zeros((len(H), 3), dtype=bool)
+    S[np.arange(len(H)), rng.integers(0, 3, len(H))] = True
+    full = rectangle_certificate(H, S, max_rounds=1)
+    capped = rectangle_certificate(H, S, max_rounds=1, max_rectangles=200)
+    assert 0 < len(capped) < len(full)
+    rows = check_rectangle_certificate(H, S, capped)
+    assert rows.any() and (rows <= check_rectangle_certificate(H, S, full)).all()
