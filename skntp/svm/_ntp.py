@@ -474,6 +474,7 @@ def solve_ntp_svm(contexts, support, *, method="auto", merge_exchangeable=True, 
     contexts = problem.scores.queries
     if norm != "fro":
         return problem, solve_max_margin(problem, method=method, **kwargs)
+    _, support = _check_contexts(contexts, support)  # (sparse: duplicates summed)
     support = (sp.csr_matrix(support, dtype=bool) if sp.issparse(support)
                else np.asarray(support, dtype=bool))
     if merge_exchangeable:

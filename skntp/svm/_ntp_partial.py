@@ -273,6 +273,9 @@ def support_mask(probs):
     copy: that is 2.5 GB at m = 105,782, V = 2,990)."""
     if not sp.issparse(probs):
         return np.asarray(probs).astype(bool)
+    if not probs.has_canonical_format:  # (stored entries that cancel are not in it)
+        probs = sp.csr_matrix(probs, copy=True)
+        probs.sum_duplicates()
     mask = np.zeros(probs.shape, dtype=bool)
     mask[probs.nonzero()] = True
     return mask

@@ -204,6 +204,9 @@ def test_sparse_entries_that_cancel_are_not_in_the_support():
     S = sp.csr_matrix((np.array([1.0, 1, 1, -1, 1, 1]), np.array([0, 2, 0, 0, 1, 1]),
                        np.array([0, 1, 4, 5, 6])), shape=(4, 3))
     assert S[1, 0] == 0
+    from skntp.svm._ntp_partial import support_mask
+
+    np.testing.assert_array_equal(support_mask(S), S.toarray() != 0)
     for support in (S, sp.csc_matrix(S)):
         assert not check_rectangle_certificate(H, support,
                                                rectangle_certificate(H, support)).any()
