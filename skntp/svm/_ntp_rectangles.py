@@ -107,6 +107,29 @@ class RectangleCertificate:
         return sp.csr_matrix((signs, (rows, cols)), shape=shape)
 
 
+def _checked(contexts, support):
+    """The contexts (float64, finite) and the supports as a CSR bool matrix with sorted
+    indices (sparse duplicates summed first, :func:`~skntp.svm._ntp._check_contexts`)."""
+    H, support = _check_contexts(contexts, support)
+    S = sp.csr_matrix(support, dtype=bool)
+    S.eliminate_zeros()
+    S.sort_indices()
+    return H, S
+
+
+def _distinct(quads):
+    """Rows of ``quads`` (n, 4) whose four contexts are distinct (equal contexts would
+    cancel in the table)."""
+    a, b, c, e = quads.T
+    return (a != b) & (a != c) & (a != e) & (b != c) & (b != e) & (c != e)
+
+
+def _proven_cells(quads, p, q):
+    """``(j, v)`` of the rows the tables ``(quads, p, q)`` prove: ``q`` after ``j1, j2``
+    and ``p`` after ``j3, j4`` (those off the supports are the certified rows)."""
+    return quads.T.ravel(), np.concatenate([q, q, p, p])
+
+
 def _coordinate_classes(H):
     """One label array per distinct partition of the contexts by a coordinate's value
     (contexts with the same value there share a label), or ``[]`` when a coordinate
@@ -188,10 +211,7 @@ def _rectangles(labels, max_rectangles):
         w1, w2 = _pairs_in_groups(key, max_rectangles - total)
         quads = np.stack([i[w1], k[w2], k[w1], i[w2]], axis=1)
         # (contexts with equal vectors could close a "rectangle" on themselves)
-        quads = quads[(quads[:, 0] != quads[:, 2]) & (quads[:, 0] != quads[:, 3])
-                      & (quads[:, 1] != quads[:, 2]) & (quads[:, 1] != quads[:, 3])
-                      & (quads[:, 0] != quads[:, 1]) & (quads[:, 2] != quads[:, 3])]
-        found.append(quads)
+        found.append(quads[_distinct(quads)])
         total += w1.size
         if total >= max_rectangles:
             break
@@ -266,10 +286,8 @@ def _witnesses(S, rects):
 def _new_rows(S, keys, rects, r, p, q):
     """The rows the tables ``(r, p, q)`` certify that ``S`` (sorted ``keys``) does not
     hold yet, with the first table that certifies each: ``(table index, j, v)``."""
-    j = rects[r]
     idx = np.tile(np.arange(r.size), 4)
-    jj = np.concatenate([j[:, 0], j[:, 1], j[:, 2], j[:, 3]])
-    vv = np.concatenate([q, q, p, p])
+    jj, vv = _proven_cells(rects[r], p, q)
     new = ~_supported(S, jj, vv, keys)
     idx, jj, vv = idx[new], jj[new], vv[new]
     _, first = np.unique(jj * S.shape[1] + vv, return_index=True)
@@ -336,10 +354,8 @@ def rectangle_certificate(contexts, support, *, max_rounds=100,
     ValueError
         If the contexts or the supports have non-finite values or mismatched shapes.
     """
-    H, support = _check_contexts(contexts, support)
-    S = sp.csr_matrix(support, dtype=bool)
-    S.eliminate_zeros()
-    S.sort_indices()
+    H, S = _checked(contexts, support)
+    n_support = S.nnz
     empty = RectangleCertificate(np.zeros((0, 4), np.int64), np.zeros((0, 2), np.int64),
                                  np.zeros(0, np.int64))
     labels = _coordinate_classes(H)
@@ -363,7 +379,7 @@ def rectangle_certificate(contexts, support, *, max_rounds=100,
     if not kept:
         return empty
     _log.info("rectangles of contexts: %d rows certified not separable in %d rounds "
-              "(%d rectangles)", int(S.nnz - sp.csr_matrix(support, dtype=bool).nnz),
+              "(%d rectangles)", int(S.nnz - n_support),
               len(kept), rects.shape[0])
     return RectangleCertificate(*(np.concatenate(parts) for parts in zip(*kept)))
 
@@ -407,10 +423,7 @@ def check_rectangle_certificate(contexts, support, certificate):
     ValueError
         If the contexts or the supports have non-finite values or mismatched shapes.
     """
-    H, support = _check_contexts(contexts, support)
-    S0 = sp.csr_matrix(support, dtype=bool)
-    S0.eliminate_zeros()
-    S0.sort_indices()
+    H, S0 = _checked(contexts, support)
     m, V = S0.shape
     quads = np.asarray(certificate.contexts, dtype=np.int64).reshape(-1, 4)
     tokens = np.asarray(certificate.tokens, dtype=np.int64).reshape(-1, 2)
@@ -420,11 +433,7 @@ def check_rectangle_certificate(contexts, support, certificate):
         return certified
     inside = (np.all((quads >= 0) & (quads < m), axis=1)
               & np.all((tokens >= 0) & (tokens < V), axis=1))
-    distinct = np.ones(rounds.size, dtype=bool)
-    for a in range(4):
-        for b in range(a + 1, 4):
-            distinct &= quads[:, a] != quads[:, b]
-    valid = inside & distinct & (tokens[:, 0] != tokens[:, 1])
+    valid = inside & _distinct(quads) & (tokens[:, 0] != tokens[:, 1])
     valid[valid] = _exact_rectangles(H, quads[valid])
     S = S0
     for round_ in np.unique(rounds[valid]):
@@ -433,9 +442,7 @@ def check_rectangle_certificate(contexts, support, certificate):
         keys = _keys(S)
         usable = (_supported(S, j[:, 0], p, keys) & _supported(S, j[:, 1], p, keys)
                   & _supported(S, j[:, 2], q, keys) & _supported(S, j[:, 3], q, keys))
-        j, p, q = j[usable], p[usable], q[usable]
-        jj = np.concatenate([j[:, 0], j[:, 1], j[:, 2], j[:, 3]])
-        vv = np.concatenate([q, q, p, p])
+        jj, vv = _proven_cells(j[usable], p[usable], q[usable])
         certified[jj, vv] = True
         S = _add_rows(S, jj, vv)
     certified[S0.nonzero()] = False
