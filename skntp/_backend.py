@@ -25,7 +25,7 @@ from ._warnings import user_stacklevel
 
 __all__ = ["Backend", "CHUNK_ELEMENTS", "SCORE_MAGNITUDES", "blas_threads", "check_score_scale",
            "clip_above_", "exp_", "get_backend", "lifted_keys", "matmul_into", "row_chunks",
-           "row_dots", "scaled_norm", "sparse_rows_matmul", "to_numpy"]
+           "row_dots", "scaled_norm", "sparse_rows", "sparse_rows_matmul", "to_numpy"]
 
 _DTYPES = {"float64", "float32"}
 
@@ -526,6 +526,23 @@ def sparse_rows_matmul(xp, out_rows, cols, values, n_out, dense):
 
     mat = sp.csr_matrix((values, (out_rows, cols)), shape=(n_out, dense.shape[0]))
     return np.asarray(mat @ dense)
+
+
+def sparse_rows(be, out_rows, cols, values, shape, dtype=None):
+    """``dense -> M @ dense`` for the sparse matrix ``M`` of ``shape`` with ``values``
+    at ``(out_rows, cols)`` (NumPy arrays; duplicates add up), built once on the
+    backend ``be`` in ``dtype`` (its own by default): SciPy's CSR, or torch's
+    coalesced sparse COO tensor on the backend's device (:func:`sparse_rows_matmul`
+    builds one per product)."""
+    if be.name == "numpy":
+        M = sp.csr_matrix((be.asarray(values, dtype), (out_rows, cols)), shape=shape)
+        return lambda dense: np.asarray(M @ dense)
+    import torch
+
+    index = torch.as_tensor(np.stack([out_rows, cols]).astype(np.int64), device=be.device)
+    M = torch.sparse_coo_tensor(index, be.asarray(values, dtype),
+                                shape, check_invariants=False).coalesce()
+    return lambda dense: torch.sparse.mm(M, dense)
 
 
 def lifted_keys(xp, X, Z):

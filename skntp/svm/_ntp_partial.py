@@ -62,7 +62,6 @@ from .._backend import (
     clip_above_,
     exp_,
     get_backend,
-    matmul_into,
     row_chunks,
     row_dots,
     to_numpy,
@@ -77,6 +76,7 @@ from ._ntp import (
     exchangeable_tokens,
     spanning_proof,
 )
+from ._ntp_contexts import ContextProducts, word_blocks
 from ._ntp_rectangles import (
     RectangleCertificate,
     check_rectangle_certificate,
@@ -1579,9 +1579,11 @@ class _RestrictedLoss:
     buffers allocated once (the logits and softmax of :meth:`value_and_gradient`, the
     softmax at the Hessian's point, the work of :meth:`hessian_at`'s products, whose
     two halves hold the single-precision softmax and work), and the weights ``pi_j``
-    and probabilities enter through the contexts ``pi_j h_j`` and the gathered
-    ``pi_j p_jz``: a Hessian product is two ``m x d x V`` products and three passes
-    over one table.  :meth:`along` uses all three buffers: it is for
+    and probabilities enter through the contexts' images ``T^T diag(pi) H`` and the
+    gathered ``pi_j p_jz``: a Hessian product is two products with the contexts
+    (``m x d x V`` multiply-adds, or word by word where the contexts concatenate word
+    vectors, :class:`~skntp.svm._ntp_contexts.ContextProducts`) and three passes over
+    one table.  :meth:`along` uses all three buffers: it is for
     the line search, after the Hessian's products and before the next evaluation.
     """
 
@@ -1591,8 +1593,9 @@ class _RestrictedLoss:
         self.be, self.xp = be, be.xp
         self.shape = (V, H.shape[1])
         targets = sp.csr_matrix(sp.csr_matrix(P).multiply(pi[:, None]))
-        self.H = be.asarray(H)
-        self.weighted = be.asarray(H * pi[:, None])
+        self.blocks = word_blocks(H)
+        self.contexts = ContextProducts(H, pi, be, blocks=self.blocks)
+        self._H, self._pi = H, pi
         self.pi = be.asarray(pi)
         self.rows = be.asindex(np.repeat(np.arange(m), np.diff(targets.indptr)))
         self.cols = be.asindex(targets.indices)
@@ -1627,19 +1630,19 @@ class _RestrictedLoss:
 
     def value_and_gradient(self, w):
         """``(CE_I(w), gradient)``; keeps the softmax at ``w``."""
-        S = matmul_into(self.H, self._matrix(w), self.S)
+        S = self.contexts.logits_into(self._matrix(w), self.S)
         linear = self._linear(S)
         top, total = self._exponentiate(S)
         S /= total
         self.point = np.array(w, copy=True)
         loss = self._log_partition(top, total) - linear
-        return loss, to_numpy(S.T @ self.weighted - self.target_gradient).ravel()
+        return loss, to_numpy(self.contexts.image(S) - self.target_gradient).ravel()
 
     def along(self, w, step):
         """``t -> CE_I(w + t step)``: two ``m x d x V`` products, then one pass per ``t``."""
-        Zw = matmul_into(self.H, self._matrix(w), self.S)
+        Zw = self.contexts.logits_into(self._matrix(w), self.S)
         self._claim_work()
-        Zs = matmul_into(self.H, self._matrix(step), self.work)
+        Zs = self.contexts.logits_into(self._matrix(step), self.work)
         linear_w, linear_s = self._linear(Zw), self._linear(Zs)
         self.point = None
 
@@ -1671,9 +1674,9 @@ class _RestrictedLoss:
         S, be = self.softmax_at(w), self.be
         if single:
             if self.single is None:
-                self.single = (be.asarray(self.H, be.xp.float32),
-                               be.asarray(self.weighted, be.xp.float32))
-            H32, weighted32 = self.single
+                self.single = ContextProducts(self._H, self._pi, be, be.xp.float32,
+                                              blocks=self.blocks)
+            contexts32 = self.single
             V = self.shape[0]
             halves = self.work.view(be.xp.float32)  # (m, 2 V)
             S32, work32 = halves[:, :V], halves[:, V:]
@@ -1685,19 +1688,19 @@ class _RestrictedLoss:
                     raise RuntimeError("a single-precision Hessian product was called after "
                                        "its tables' buffer was reused.")
                 top = float(np.max(np.abs(v), initial=0.0)) or 1.0  # (linear in v)
-                T = matmul_into(
-                    H32, be.asarray(np.reshape(v / top, self.shape), be.xp.float32).T, work32)
+                T = contexts32.logits_into(
+                    be.asarray(np.reshape(v / top, self.shape), be.xp.float32).T, work32)
                 T -= row_dots(S32, T)[:, None]
                 T *= S32
-                return to_numpy(T.T @ weighted32).astype(float).ravel() * top
+                return to_numpy(contexts32.image(T)).astype(float).ravel() * top
             return product32
 
         def product(v):
             self._claim_work()
-            T = matmul_into(self.H, self._matrix(v), self.work)
+            T = self.contexts.logits_into(self._matrix(v), self.work)
             T -= row_dots(S, T)[:, None]
             T *= S
-            return to_numpy(T.T @ self.weighted).ravel()
+            return to_numpy(self.contexts.image(T)).ravel()
         return product
 
     def _claim_work(self):

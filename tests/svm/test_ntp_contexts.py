@@ -1,0 +1,108 @@
+"""The loss's products with contexts of concatenated word vectors, word by word: the
+same numbers as the dense products, on NumPy and torch, and the same ``W_fin``."""
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+from helpers import word_contexts
+
+from skntp._backend import get_backend
+from skntp.svm import NTPSeparability, partial_finite_component
+from skntp.svm._ntp_contexts import ContextProducts, word_blocks
+
+
+def _words(seed, n_words, width, m):
+    rng = np.random.default_rng(seed)
+    vectors = [rng.standard_normal((n, width)) for n in n_words]
+    idx = [rng.integers(0, n, m) for n in n_words]
+    return np.hstack([v[i] for v, i in zip(vectors, idx)]), idx
+
+
+@pytest.mark.parametrize("n_positions", [2, 3])
+def test_the_blocks_are_the_words_exactly(n_positions):
+    H, idx = _words(0, (9, 11, 7)[:n_positions], 6, 400)
+    blocks = word_blocks(H, pass_cost=0)
+    assert blocks is not None and len(blocks) == n_positions
+    for (start, stop, E, rows), truth in zip(blocks, idx):
+        assert stop - start == 6
+        np.testing.assert_array_equal(E[rows], H[:, start:stop])  # bitwise
+        # one row per word that occurs
+        assert len(E) == len(np.unique(truth))
+
+
+def test_generic_contexts_stay_dense():
+    rng = np.random.default_rng(1)
+    assert word_blocks(rng.standard_normal((300, 12)), pass_cost=0) is None
+    # words, but about as many as contexts: nothing to save
+    H, _ = _words(2, (600, 600), 6, 200)
+    assert word_blocks(H, pass_cost=0) is None
+
+
+def test_the_split_of_least_work_is_taken():
+    # d = 18: two blocks of 9 mix the words (5 x 5 pairs each), three blocks of 6 are
+    # the words; the passes over the table decide between them
+    H, _ = _words(3, (5, 5, 5), 6, 2000)
+    widths = [[stop - start for start, stop, _, _ in word_blocks(H, pass_cost=c)]
+              for c in (0, 1)]
+    assert widths == [[6, 6, 6], [9, 9]]
+    # on small contexts the passes cost more than the products save
+    assert word_blocks(H) is None
+    # d = 768, two words of 384 among 11,000 contexts: the decoder's corpus
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((2000, 384))
+    x, y = rng.integers(0, 2000, (2, 11_000))
+    assert len(word_blocks(np.hstack([U[x], U[y]]))) == 2
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_the_factored_products_are_the_dense_ones(backend):
+    if backend == "torch":
+        pytest.importorskip("torch")
+    from skntp._backend import to_numpy
+
+    rng = np.random.default_rng(4)
+    H, _ = _words(4, (13, 17, 5), 4, 250)
+    m, d, V = H.shape[0], H.shape[1], 9
+    pi = rng.random(m)
+    pi /= pi.sum()
+    Wt, T = rng.standard_normal((d, V)), rng.standard_normal((m, V))
+    be = get_backend(backend)
+    for dtype, rtol in ((None, 1e-13), (be.xp.float32, 1e-5)):
+        ours = ContextProducts(H, pi, be, dtype, blocks=word_blocks(H, pass_cost=0))
+        assert ours.blocks is not None
+        dt = np.float64 if dtype is None else np.float32
+        out = to_numpy(ours.logits_into(be.asarray(Wt, dtype), be.zeros((m, V)) if dtype is None
+                                        else be.asarray(np.zeros((m, V)), dtype)))
+        assert out.dtype == dt
+        np.testing.assert_allclose(out, H @ Wt, rtol=0, atol=rtol * np.abs(H @ Wt).max())
+        image = to_numpy(ours.image(be.asarray(T, dtype)))
+        truth = T.T @ (pi[:, None] * H)
+        assert image.shape == (V, d) and image.dtype == dt
+        np.testing.assert_allclose(image, truth, rtol=0, atol=rtol * np.abs(truth).max())
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_w_fin_on_words_is_the_dense_one(backend, monkeypatch):
+    # the whole Newton-CG (value, gradient, Hessian products in double and single
+    # precision, the line search) on the factored products: the same minimizer
+    if backend == "torch":
+        pytest.importorskip("torch")
+    from skntp.svm import _ntp_partial
+
+    H, S = word_contexts(7, n_words=(8, 9), widths=(4, 4), n_contexts=60, V=6)
+    rng = np.random.default_rng(7)
+    P = S * rng.random(S.shape)
+    sep = NTPSeparability(np.zeros_like(S), S, "stationary point")
+    assert word_blocks(H, pass_cost=0) is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (whether it converges is not the point)
+        monkeypatch.setattr(_ntp_partial, "word_blocks",
+                            functools.partial(word_blocks, pass_cost=0))
+        ours = partial_finite_component(H, P, sep, tol=1e-10, backend=backend)
+        monkeypatch.setattr(_ntp_partial, "word_blocks", lambda H: None)
+        dense = partial_finite_component(H, P, sep, tol=1e-10, backend=backend)
+    assert ours.n_iter == dense.n_iter
+    np.testing.assert_allclose(ours.W, dense.W, rtol=0, atol=1e-8 * np.abs(dense.W).max())
+    assert ours.loss == pytest.approx(dense.loss, rel=1e-12)
