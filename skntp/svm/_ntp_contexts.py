@@ -16,8 +16,8 @@ E_G[idx_G[j]])`` and
 The matrix products shrink from ``m d V`` to ``sum_g n_g d_g V`` multiply-adds, and
 each block adds one pass over the ``(m, V)`` table.  On the Python documentation at
 d = 768 (11,071 contexts, 1,928 and 2,048 distinct words, V = 2,128) a Hessian product
-of ``W_fin`` takes 0.34 s instead of 0.80 s (0.22 s instead of 0.42 s in single
-precision), and six Newton steps 128 s instead of 163 s, the preconditioner's
+of ``W_fin`` takes 0.26 s instead of 0.73 s (0.19 s instead of 0.39 s in single
+precision), and six Newton steps 113 s instead of 161 s, the preconditioner's
 applications unchanged (``benchmarks/factored_contexts.py``, 2 cores).
 """
 
