@@ -107,7 +107,6 @@ class ContextProducts:
 
     def __init__(self, H, pi, be, dtype=None, blocks="detect"):
         self.be, self.xp = be, be.xp
-        self.shape = H.shape
         if isinstance(blocks, str):
             blocks = word_blocks(H)
         self.blocks = None

@@ -1639,7 +1639,8 @@ class _RestrictedLoss:
         return loss, to_numpy(self.contexts.image(S) - self.target_gradient).ravel()
 
     def along(self, w, step):
-        """``t -> CE_I(w + t step)``: two ``m x d x V`` products, then one pass per ``t``."""
+        """``t -> CE_I(w + t step)``: two products with the contexts, then one pass per
+        ``t``."""
         Zw = self.contexts.logits_into(self._matrix(w), self.S)
         self._claim_work()
         Zs = self.contexts.logits_into(self._matrix(step), self.work)
