@@ -508,6 +508,27 @@ def scatter_add(xp, index, values, size):
     )
 
 
+def _sparse_matrix(out_rows, cols, values, shape):
+    """The sparse matrix of ``shape`` with ``values`` at ``(out_rows, cols)``
+    (duplicates add up), on the namespace of ``values``: SciPy's CSR for NumPy, a
+    sparse COO tensor on the tensor's device for torch."""
+    if array_api_compat.is_torch_array(values):
+        import torch
+
+        return torch.sparse_coo_tensor(torch.stack([out_rows, cols]), values, shape,
+                                       check_invariants=False)
+    return sp.csr_matrix((values, (out_rows, cols)), shape=shape)
+
+
+def _sparse_matmul(M, dense):
+    """``M @ dense`` for a matrix of :func:`_sparse_matrix`."""
+    if sp.issparse(M):
+        return np.asarray(M @ dense)
+    import torch
+
+    return torch.sparse.mm(M, dense)
+
+
 def sparse_rows_matmul(xp, out_rows, cols, values, n_out, dense):
     """``M @ dense`` for the sparse ``(n_out, dense.shape[0])`` matrix of ``values`` at
     ``(out_rows, cols)`` (duplicates add up).
@@ -516,33 +537,20 @@ def sparse_rows_matmul(xp, out_rows, cols, values, n_out, dense):
     ``scipy.sparse`` (one pass over the nonzeros per column of ``dense``)
     and torch through a sparse COO tensor, on the tensor's device.
     """
-    if array_api_compat.is_torch_array(dense):
-        import torch
-
-        idx = torch.stack([out_rows, cols])
-        mat = torch.sparse_coo_tensor(idx, values, (n_out, dense.shape[0]),
-                                      check_invariants=False)
-        return torch.sparse.mm(mat, dense)
-
-    mat = sp.csr_matrix((values, (out_rows, cols)), shape=(n_out, dense.shape[0]))
-    return np.asarray(mat @ dense)
+    return _sparse_matmul(_sparse_matrix(out_rows, cols, values, (n_out, dense.shape[0])),
+                          dense)
 
 
 def sparse_rows(be, out_rows, cols, values, shape, dtype=None):
     """``dense -> M @ dense`` for the sparse matrix ``M`` of ``shape`` with ``values``
     at ``(out_rows, cols)`` (NumPy arrays; duplicates add up), built once on the
-    backend ``be`` in ``dtype`` (its own by default): SciPy's CSR, or torch's
-    coalesced sparse COO tensor on the backend's device (:func:`sparse_rows_matmul`
-    builds one per product)."""
-    if be.name == "numpy":
-        M = sp.csr_matrix((be.asarray(values, dtype), (out_rows, cols)), shape=shape)
-        return lambda dense: np.asarray(M @ dense)
-    import torch
-
-    index = torch.as_tensor(np.stack([out_rows, cols]).astype(np.int64), device=be.device)
-    M = torch.sparse_coo_tensor(index, be.asarray(values, dtype),
-                                shape, check_invariants=False).coalesce()
-    return lambda dense: torch.sparse.mm(M, dense)
+    backend ``be`` in ``dtype`` (its own by default), where
+    :func:`sparse_rows_matmul` builds one per product (torch's tensor coalesced)."""
+    M = _sparse_matrix(be.asindex(out_rows), be.asindex(cols), be.asarray(values, dtype),
+                       shape)
+    if not sp.issparse(M):
+        M = M.coalesce()
+    return lambda dense: _sparse_matmul(M, dense)
 
 
 def lifted_keys(xp, X, Z):
