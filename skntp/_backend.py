@@ -160,6 +160,9 @@ class Backend:
     def zeros(self, shape):
         return self.xp.zeros(shape, dtype=self.dtype, device=self.device)
 
+    def empty(self, shape):
+        return self.xp.empty(shape, dtype=self.dtype, device=self.device)
+
     def eps(self):
         """Machine epsilon of the floating dtype."""
         return float(self.xp.finfo(self.dtype).eps)

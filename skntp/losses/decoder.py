@@ -19,6 +19,7 @@ from sklearn.utils.validation import _check_sample_weight, validate_data
 
 from .._backend import exp_, get_backend, row_chunks, scatter_add
 from .._sequences import reject_token_sequences
+from ._contexts import ContextProducts
 
 __all__ = ["CrossEntropy", "aggregate_contexts", "check_next_tokens", "next_token_data",
            "next_token_targets", "ntp_cross_entropy", "ntp_logit_gaps", "vocabulary_array"]
@@ -85,7 +86,11 @@ class CrossEntropy:
     max-shifted, exponentiated, normalized and multiplied back into the
     gradient (fused log-sum-exp and gradient), so at most one chunk of
     logits exists at a time.  With one chunk the arithmetic is exactly the
-    unchunked one.
+    unchunked one.  Contexts that concatenate word vectors (the text loaders'
+    ``embedding="words"``) enter word by word
+    (:class:`~skntp.losses._contexts.ContextProducts`): the two products shrink from
+    ``m d V`` to ``sum_g n_g d_g V`` multiply-adds (``n_g`` distinct words of width
+    ``d_g``), the per-word logits computed once per call and gathered chunk by chunk.
 
     A leading *trial* axis runs independent problems at once (batched
     trials, see :mod:`skntp.sweeps`): ``contexts`` (B, m, d), weights
@@ -123,7 +128,8 @@ class CrossEntropy:
         self.n_trials, self.V = B, V
         # multiply-adds of the larger product (BLAS threads: skntp._backend.blas_threads)
         self.work_size = B * m * V * contexts.shape[-1]
-        self.H = be.asarray(contexts)
+        self.be = be
+        self.products = ContextProducts(contexts, None, be)
         self.pi = be.asarray(context_weights[..., None])
         self.chunks = []
         for start, stop in row_chunks(m, B * V, max_elements):
@@ -143,13 +149,12 @@ class CrossEntropy:
         xp = self.xp
         W = params[0]
         Wt = xp.matrix_transpose(W) if self.batched else W.T
-        loss, grad = 0.0, None
+        words = self.products.words(Wt)
+        loss, sums = 0.0, None
         for start, stop, flat_index, weighted_probs, trial in self.chunks:
-            if self.single:
-                H, pi = self.H, self.pi
-            else:
-                H, pi = self.H[..., start:stop, :], self.pi[..., start:stop, :]
-            L = H @ Wt
+            pi = self.pi if self.single else self.pi[..., start:stop, :]
+            L = self.products.logits_into(Wt, self.be.empty((*Wt.shape[:-2], stop - start,
+                                                              self.V)), start, words)
             L -= xp.max(L, axis=-1, keepdims=True)
             flat = xp.reshape(L, (-1,))
             picked = flat[flat_index]
@@ -178,13 +183,9 @@ class CrossEntropy:
             out = xp.reshape(s_out / s, (-1,))[rows]
             L *= pi / s
             flat[flat_index] = (pi_flat * q - weighted_probs) - pi_flat * q * out
-            g = (xp.matrix_transpose(L) if self.batched else L.T) @ H
-            if grad is None:
-                loss, grad = part, g
-            else:
-                loss = loss + part
-                grad += g
-        return loss, (grad,)
+            loss = part if sums is None else loss + part
+            sums = self.products.table_sums(L, start, sums)
+        return loss, (self.products.image_of(sums),)
 
 
 def ntp_cross_entropy(W, contexts, context_weights, next_token_probs):

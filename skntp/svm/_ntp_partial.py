@@ -67,6 +67,7 @@ from .._backend import (
     to_numpy,
 )
 from .._warnings import user_stacklevel
+from ..losses._contexts import ContextProducts, word_blocks
 from ._certificate import ROW_ULPS
 from ._newton import GradientStall, newton_cg
 from ._ntp import (
@@ -76,7 +77,6 @@ from ._ntp import (
     exchangeable_tokens,
     spanning_proof,
 )
-from ._ntp_contexts import ContextProducts, word_blocks
 from ._ntp_rectangles import (
     RectangleCertificate,
     check_rectangle_certificate,
@@ -1582,7 +1582,7 @@ class _RestrictedLoss:
     and probabilities enter through the contexts' images ``T^T diag(pi) H`` and the
     gathered ``pi_j p_jz``: a Hessian product is two products with the contexts
     (``m x d x V`` multiply-adds, or word by word where the contexts concatenate word
-    vectors, :class:`~skntp.svm._ntp_contexts.ContextProducts`) and three passes over
+    vectors, :class:`~skntp.losses._contexts.ContextProducts`) and three passes over
     one table.  :meth:`along` uses all three buffers: it is for
     the line search, after the Hessian's products and before the next evaluation.
     """

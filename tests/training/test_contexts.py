@@ -1,5 +1,6 @@
 """The loss's products with contexts of concatenated word vectors, word by word: the
-same numbers as the dense products, on NumPy and torch, and the same ``W_fin``."""
+same numbers as the dense products, on NumPy and torch, the same ``W_fin`` and the same
+gradient-descent loss and iterates."""
 
 import functools
 import warnings
@@ -9,8 +10,8 @@ import pytest
 from helpers import word_contexts
 
 from skntp._backend import get_backend
+from skntp.losses._contexts import ContextProducts, word_blocks
 from skntp.svm import NTPSeparability, partial_finite_component
-from skntp.svm._ntp_contexts import ContextProducts, word_blocks
 
 
 def _words(seed, n_words, width, m):
@@ -106,3 +107,60 @@ def test_w_fin_on_words_is_the_dense_one(backend, monkeypatch):
     assert ours.n_iter == dense.n_iter
     np.testing.assert_allclose(ours.W, dense.W, rtol=0, atol=1e-8 * np.abs(dense.W).max())
     assert ours.loss == pytest.approx(dense.loss, rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("max_elements", [None, 200])
+def test_the_cross_entropy_on_words_is_the_dense_one(backend, max_elements, monkeypatch):
+    # the gradient-descent loss (eq. (2)) word by word, in one chunk and in five row
+    # chunks (the per-word logits gathered and the table summed by word per chunk)
+    if backend == "torch":
+        pytest.importorskip("torch")
+    from skntp._backend import to_numpy
+    from skntp.losses import _contexts
+    from skntp.losses.decoder import CrossEntropy
+
+    H, S = word_contexts(8, n_words=(9, 10), widths=(4, 3), n_contexts=80, V=11)
+    rng = np.random.default_rng(8)
+    pi = rng.random(len(H))
+    pi /= pi.sum()
+    be = get_backend(backend)
+    W = be.asarray(3.0 * rng.standard_normal((S.shape[1], H.shape[1])))
+    P = S * rng.random(S.shape)
+    P /= P.sum(axis=1, keepdims=True)
+    monkeypatch.setattr(_contexts, "word_blocks", functools.partial(word_blocks, pass_cost=0))
+    ours = CrossEntropy(be, H, pi, P, max_elements=max_elements)
+    monkeypatch.setattr(_contexts, "word_blocks", lambda H: None)
+    dense = CrossEntropy(be, H, pi, P, max_elements=max_elements)
+    assert ours.products.blocks is not None and dense.products.blocks is None
+    assert len(ours.chunks) == (1 if max_elements is None else 5)
+    (loss, (grad,)), (loss_d, (grad_d,)) = ours((W,)), dense((W,))
+    assert float(loss) == pytest.approx(float(loss_d), rel=1e-13)
+    grad, grad_d = to_numpy(grad), to_numpy(grad_d)
+    np.testing.assert_allclose(grad, grad_d, rtol=0, atol=1e-13 * np.abs(grad_d).max())
+    # and the dense one is eq. (2)'s gradient, written here from the paper
+    Z = H @ to_numpy(W).T
+    E = np.exp(Z - Z.max(axis=1, keepdims=True))
+    E /= E.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(grad_d, ((E - P) * pi[:, None]).T @ H, rtol=0,
+                               atol=1e-12 * np.abs(grad_d).max())
+
+
+def test_gradient_descent_on_words_is_the_dense_one(monkeypatch):
+    # a whole fit of the decoder: the same iterates whether the contexts enter word by
+    # word or dense
+    from skntp import NTPDecoderClassifier
+    from skntp.losses import _contexts
+
+    H, S = word_contexts(9, n_words=(7, 8), widths=(3, 3), n_contexts=40, V=6,
+                         max_support=1)
+    y = S.argmax(axis=1)
+    fits = []
+    for blocks in (functools.partial(word_blocks, pass_cost=0), lambda H: None):
+        monkeypatch.setattr(_contexts, "word_blocks", blocks)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (convergence is not the point)
+            fits.append(NTPDecoderClassifier(solver="gd", max_iter=200, random_state=0,
+                                                 compute_limits=False).fit(H, y).coef_)
+    np.testing.assert_allclose(fits[0], fits[1], rtol=0, atol=1e-10 * np.abs(fits[1]).max())
+    assert np.abs(fits[0]).max() > 0.1

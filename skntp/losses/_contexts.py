@@ -92,11 +92,18 @@ class ContextProducts:
     """``H W^T`` into an ``(m, V)`` buffer and ``T^T diag(pi) H`` of a table, on a
     backend: dense, or factored by word (:func:`word_blocks`, module docstring).
 
+    Both work on all the contexts at once or on a range of rows (the row chunks of
+    :class:`~skntp.losses.decoder.CrossEntropy`): :meth:`words` prepares the
+    per-word logits once, :meth:`logits_into` gathers any range of rows from them,
+    :meth:`table_sums` adds a range of the table's rows into per-word sums, and
+    :meth:`image_of` multiplies the sums by the words once.
+
     Parameters
     ----------
-    H : ndarray of shape (m, d)
-    pi : ndarray of shape (m,)
-        The context weights of the images.
+    H : ndarray of shape (m, d), or (B, m, d) for independent trials (dense only)
+    pi : ndarray of shape (m,) or (B, m), or None
+        The context weights of the images (``None``: none, the images of the tables
+        as given).
     be : Backend
     dtype : optional
         The backend's dtype of the products (its own by default); single precision
@@ -106,37 +113,77 @@ class ContextProducts:
     """
 
     def __init__(self, H, pi, be, dtype=None, blocks="detect"):
-        self.be, self.xp = be, be.xp
+        self.be, self.xp, self.dtype = be, be.xp, dtype
         if isinstance(blocks, str):
-            blocks = word_blocks(H)
+            blocks = word_blocks(H) if H.ndim == 2 else None
         self.blocks = None
         if blocks is None:
             self.H = be.asarray(H, dtype)
-            self.weighted = be.asarray(H * pi[:, None], dtype)
+            self.weighted = self.H if pi is None else be.asarray(H * pi[..., None], dtype)
             return
-        m = H.shape[0]
-        # (A_g: the table's rows weighted and summed by word, module docstring)
-        self.blocks = [(start, stop, be.asarray(E, dtype), be.asindex(idx),
-                        sparse_rows(be, idx, np.arange(m), pi, (E.shape[0], m), dtype))
+        self.pi = np.ones(H.shape[0]) if pi is None else pi
+        self.blocks = [(start, stop, be.asarray(E, dtype), idx, be.asindex(idx))
                        for start, stop, E, idx in blocks]
+        # (A_g of each range of rows: the table's rows weighted and summed by word)
+        self._sums = {}
 
-    def logits_into(self, Wt, out):
-        """``out <- H Wt`` for ``Wt`` of shape (d, V); returns ``out``."""
+    def words(self, Wt):
+        """The per-word logits ``E_g W_g^T`` of :meth:`logits_into` (``None`` when
+        dense): computed once per ``Wt``, whatever the number of row ranges."""
         if self.blocks is None:
-            return matmul_into(self.H, Wt, out)
+            return None
+        return [E @ Wt[..., start:stop, :] for start, stop, E, _, _ in self.blocks]
+
+    def logits_into(self, Wt, out, start=0, words=None):
+        """``out <- H[start:start + len(out)] Wt`` for ``Wt`` of shape (d, V) (or
+        (B, d, V)); ``words`` (:meth:`words`) when at hand.  Returns ``out``."""
+        stop = start + out.shape[-2]
+        if self.blocks is None:
+            return matmul_into(self.H[..., start:stop, :], Wt, out)
         xp = self.xp
-        m, V = out.shape
-        words = [(E @ Wt[start:stop], idx) for start, stop, E, idx, _ in self.blocks]
-        for a, b in row_chunks(m, V, GATHER_ELEMENTS):
-            (F, idx), *rest = words
+        words = self.words(Wt) if words is None else words
+        gathers = [(F, block[4][start:stop]) for F, block in zip(words, self.blocks)]
+        for a, b in row_chunks(stop - start, out.shape[-1], GATHER_ELEMENTS):
+            (F, idx), *rest = gathers
             out[a:b] = xp.take(F, idx[a:b], axis=0)
             for F, idx in rest:
                 out[a:b] += xp.take(F, idx[a:b], axis=0)
         return out
 
+    def table_sums(self, T, start=0, into=None):
+        """The rows ``start:start + len(T)`` of a table ``T`` for :meth:`image_of`,
+        added into ``into`` (a previous range's sums) when given: the partial image
+        ``T^T diag(pi) H[start:...]`` when dense, the weighted rows summed per word
+        (``(n_g, V)`` each) when factored."""
+        stop = start + T.shape[-2]
+        if self.blocks is None:
+            part = self.xp.matrix_transpose(T) @ self.weighted[..., start:stop, :]
+            return part if into is None else _added(into, part)
+        parts = [A(T) for A in self._word_sums(start, stop)]
+        return parts if into is None else [_added(a, p) for a, p in zip(into, parts)]
+
+    def image_of(self, sums):
+        """``T^T diag(pi) H`` of shape (V, d) from the :meth:`table_sums` of all of
+        ``T``'s rows."""
+        if self.blocks is None:
+            return sums
+        return self.xp.concat([Y.T @ E for Y, (_, _, E, _, _) in zip(sums, self.blocks)],
+                              axis=1)
+
     def image(self, T):
         """``T^T diag(pi) H`` of shape (V, d) for a table ``T`` of shape (m, V)."""
-        if self.blocks is None:
-            return T.T @ self.weighted
-        return self.xp.concat([A(T).T @ E for _, _, E, _, A in self.blocks], axis=1)
+        return self.image_of(self.table_sums(T))
 
+    def _word_sums(self, start, stop):
+        if (start, stop) not in self._sums:
+            n = stop - start
+            self._sums[start, stop] = [
+                sparse_rows(self.be, idx[start:stop], np.arange(n), self.pi[start:stop],
+                            (E.shape[0], n), self.dtype)
+                for _, _, E, idx, _ in self.blocks]
+        return self._sums[start, stop]
+
+
+def _added(total, part):
+    total += part
+    return total
