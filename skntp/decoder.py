@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import sys
@@ -47,7 +46,6 @@ from .losses.decoder import (
 )
 from .metrics import SubspaceProjector, history_metrics
 from .svm import (
-    BilinearScores,
     NotSeparableError,
     NTPSeparability,
     ProgramTooLargeError,
@@ -56,9 +54,9 @@ from .svm import (
     complete_stationary_split,
     far_point_split,
     log_odds_problem,
+    log_odds_solvable,
     norm_value,
     ntp_separability,
-    orthonormal_contexts,
     partial_finite_component,
     partial_ntp_svm_problem,
     separable_row_gaps,
@@ -67,6 +65,7 @@ from .svm import (
     solve_ntp_svm,
     stationary_separability,
 )
+from .svm._ntp import COMPATIBLE_RESIDUAL
 from .svm._ntp_center import center_fits
 from .svm._ntp_partial import (
     MAX_LP_ROWS,
@@ -255,9 +254,12 @@ class NTPDecoderClassifier(ClassifierMixin, ImplicitBiasEstimator):
         history's ``alignment_fro`` is the cosine with the Frobenius one.
     is_ntp_compatible_ : bool or None
         Eq. (3) has a solution (Def. 3.1): its LSQR reaches a relative residual of
-        1e-8.  ``None`` (unknown) where only the verdict is needed (data not
-        NTP-separable, whose finite part is ``W_fin``) and LSQR's work budget
-        (``skntp.decoder.MAX_COMPATIBILITY_WORK``) ended above that residual.
+        1e-8, or, where it does not or only the verdict is needed (data not
+        NTP-separable, whose finite part is ``W_fin``), the equivalent least squares
+        in one constant per context do
+        (:func:`skntp.svm.log_odds_solvable`).  ``None`` (unknown) where those stop
+        on their iterations above that residual, or reach it only through a
+        direction of the contexts weaker than 1e-8.
     is_ntp_separable_ : bool or None
         The NTP-SVM is feasible (Def. 3.2); ``None`` when unknown (too large, or the
         split undecided with no row certified not separable).
@@ -509,7 +511,8 @@ def _ntp_limits(est, data):
     partial = (separability is not None and not separability.is_separable
                and est._limit_norm() == "fro")
     # (W_fin replaces the equations' solution where no row or only some are separable)
-    finite, compatible = _log_odds(est, equations, solution=not (stationary or partial))
+    finite, compatible = _log_odds(est, equations, probs,
+                                   solution=not (stationary or partial))
     far = None
     if stationary:
         # the far iterate's split first: where it is not certified and m V d is small,
@@ -521,7 +524,7 @@ def _ntp_limits(est, data):
             # (rows its table certifies not separable make the NTP-SVM of every row
             # infeasible: certified, it is not solved to learn that)
             return _undecided_limits(est, far, why, compatible)
-        finite, compatible = _log_odds(est, equations, solution=True)
+        finite, compatible = _log_odds(est, equations, probs, solution=True)
     if separability is not None and not separability.is_separable:
         if est._limit_norm() == "fro":
             return _partial_limits(est, data, separability, compatible)
@@ -581,43 +584,26 @@ def _ntp_limits(est, data):
                                  else float("nan")))
 
 
-#: The work (LSQR iterations times ``(V + rows) d``) after which the LSQR of the
-#: log-odds equations stops when only their verdict is used, with ``is_ntp_compatible_
-#: = None``: 2,637 iterations on the Python documentation at d = 768 (which takes
-#: 1,287, 72 s on 2 quiet cores).
-MAX_COMPATIBILITY_WORK = 2e10
-
-
-def _log_odds(est, equations, solution):
+def _log_odds(est, equations, probs, solution):
     """``(finite, compatible)``: the minimum-norm solution of the in-support log-odds
     equations (3) and whether they are solvable.  With ``solution=False`` only the
     verdict is used (``finite`` is ``None``).  The verdict, where the contexts
-    themselves leave a residual above ``1e-8`` or with ``solution=False``, is the
-    equations' on an orthonormal basis of the contexts' span, by LSQR within a work
-    budget (solvability depends on the span only; on ill-conditioned contexts LSQR
-    stops far from a solution that exists): ``False`` only where LSQR stops there on
-    its tolerance, ``None`` (unknown) where it stops on its iterations or its estimate
-    of the condition number."""
+    themselves leave a residual above :data:`~skntp.svm._ntp.COMPATIBLE_RESIDUAL` or
+    with ``solution=False``, is :func:`~skntp.svm._ntp.log_odds_solvable`'s: the
+    least squares in one constant per context, on an orthonormal basis of the
+    contexts' span (``None``, unknown, where its LSQR stops on its iterations or the
+    solution rests on a weak direction)."""
     n_rows = len(equations.constraints)
     start = time.perf_counter()
-    _phase(est, f"the in-support log-odds equations ({n_rows} rows) by LSQR" + (
-        "" if solution else ": whether they are solvable (W_fin replaces their solution)"))
-    V, d = equations.shape
-    budget = max(100, int(MAX_COMPATIBILITY_WORK / ((V + n_rows) * d)))
+    _phase(est, f"the in-support log-odds equations ({n_rows} rows): " + (
+        "their minimum-norm solution by LSQR, their solvability by one constant per context"
+        if solution else "whether they are solvable, by one constant per context (W_fin "
+        "replaces their solution)"))
     finite, residual = solve_min_norm(equations) if solution else (None, math.inf)
     compatible = True
-    if residual > 1e-8:
+    if residual > COMPATIBLE_RESIDUAL:
         # (not solved on the contexts themselves, or only the verdict asked for)
-        # solvability depends on the contexts' span only, so the verdict is the
-        # equations' on an orthonormal basis of it (its condition that of the token
-        # differences alone): "no" only where LSQR stops there on its tolerance, not on
-        # its iterations or its estimate of the condition number
-        Q = orthonormal_contexts(equations.scores.queries)
-        on_basis = dataclasses.replace(
-            equations, scores=BilinearScores(Q, None, n_outputs=V))
-        _, residual, converged = solve_min_norm(on_basis, max_iter=budget,
-                                                return_converged=True)
-        compatible = True if residual <= 1e-8 else (False if converged else None)
+        compatible, residual = log_odds_solvable(equations.scores.queries, probs)
     verdict = "unknown, LSQR did not converge" if compatible is None else compatible
     _phase(est, f"NTP_H-compatible: {verdict} (relative residual {residual:.2g})", start)
     return finite, compatible

@@ -75,6 +75,7 @@ from ._ntp import (
     _anchors,
     _check_contexts,
     exchangeable_tokens,
+    orthonormal_contexts,
     spanning_proof,
 )
 from ._ntp_rectangles import (
@@ -95,7 +96,7 @@ from ._problem import (
 __all__ = ["NOT_SEPARABLE_MARGIN", "SEPARABILITY_TOL", "FiniteComponent", "NTPSeparability",
            "complete_stationary_split", "far_point_split", "farkas_row_bounds",
            "finite_side_problem", "image_vanishes", "no_row_is_separable", "ntp_separability",
-           "orthonormal_contexts", "partial_finite_component", "partial_ntp_svm_problem",
+           "partial_finite_component", "partial_ntp_svm_problem",
            "separable_row_gaps", "stationary_separability", "table_multipliers"]
 
 _log = logging.getLogger("skntp.svm")
@@ -279,36 +280,6 @@ def support_mask(probs):
     mask = np.zeros(probs.shape, dtype=bool)
     mask[probs.nonzero()] = True
     return mask
-
-
-def orthonormal_contexts(contexts, *, return_condition=False):
-    """The contexts on an orthonormal basis of their span: ``Q`` of shape (m, r).
-
-    Separability depends on the contexts only through their span (the rows of ``W H^T``
-    are the same set for ``H`` and ``H A``, ``A`` invertible), so the diagnosis runs on
-    ``Q``, whose conditioning is 1 whatever that of ``H``.  A column-pivoted QR
-    (``H P = Q R``) keeps every direction whose ``|R_ii|`` is above ``max(m, d) eps
-    |R_00|`` (the rank convention of :func:`numpy.linalg.matrix_rank`): at condition
-    1e8 every direction stays, where a cut-off on ``H^T H`` would drop those below
-    1e-8.
-
-    With ``return_condition=True``, also the condition number of the contexts on
-    their span (the ratio of the extreme singular values of ``R``'s kept rows): the
-    span that float64 represents is known to about ``eps`` times it.
-    """
-    H = np.asarray(contexts, dtype=float)
-    m, d = H.shape
-    if m == 0 or d == 0:
-        return (np.zeros((m, 0)), 1.0) if return_condition else np.zeros((m, 0))
-    Q, R, _ = scipy.linalg.qr(H, mode="economic", pivoting=True)
-    diag = np.abs(np.diag(R))
-    rank = int(np.count_nonzero(diag > max(m, d) * np.finfo(float).eps * diag[0])) if (
-        diag.size and diag[0] > 0) else 0
-    Q = np.ascontiguousarray(Q[:, :rank])
-    if not return_condition:
-        return Q
-    sv = np.linalg.svd(R[:rank], compute_uv=False) if rank else np.ones(1)
-    return Q, float(sv[0] / sv[-1])
 
 
 #: Below this relative uncertainty of the contexts' span (:func:`_span_uncertainty`)

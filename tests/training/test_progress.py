@@ -150,15 +150,20 @@ def test_the_finite_component_of_data_that_are_not_separable_shows_progress(caps
 def test_the_compatibility_of_data_whose_finite_part_is_w_fin_may_be_unknown(monkeypatch,
                                                                              capsys):
     # where W_fin replaces the log-odds equations' solution only their verdict is used:
-    # an LSQR budget that ends above the residual threshold says "unknown" (None)
+    # an LSQR that stops on its iterations above the residual threshold says "unknown"
+    # (None)
+    import functools
+
     from skntp import NTPDecoderClassifier, decoder
     from skntp.datasets import load_text_ntp
+    from skntp.svm import log_odds_solvable
 
     X, y = load_text_ntp(corpus="python", n_words=30, embedding="words", n_features=4,
                          return_X_y=True)
     full = NTPDecoderClassifier(solver="svm").fit(X, y)
     assert full.is_ntp_compatible_ is False
-    monkeypatch.setattr(decoder, "MAX_COMPATIBILITY_WORK", 1.0)
+    monkeypatch.setattr(decoder, "log_odds_solvable",
+                        functools.partial(log_odds_solvable, max_iter=1))
     est = NTPDecoderClassifier(solver="svm", verbose=1).fit(X, y)
     assert est.is_ntp_compatible_ is None
     assert "NTP_H-compatible: unknown, LSQR did not converge" in capsys.readouterr().err
@@ -176,4 +181,4 @@ def test_the_decoders_phases_are_logged_at_info_when_quiet(caplog):
     with caplog.at_level(logging.INFO, logger="skntp"):
         NTPDecoderClassifier(solver="svm").fit(X, y)
     said = [r.getMessage() for r in caplog.records]
-    assert any("by LSQR" in m for m in said) and any("separability: " in m for m in said)
+    assert any("log-odds equations" in m for m in said) and any("separability: " in m for m in said)
