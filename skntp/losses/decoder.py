@@ -170,9 +170,12 @@ class CrossEntropy:
             flat[flat_index] = 0.0
             s_out = xp.sum(L, axis=-1, keepdims=True)
             flat[flat_index] = e_in
-            has_in = s_in > 0
-            safe_in = xp.where(has_in, s_in, xp.ones_like(s_in))
-            log_s = xp.where(has_in, xp.log(safe_in) + xp.log1p(s_out / safe_in), xp.log(s))
+            safe_in = xp.where(s_in > 0, s_in, xp.ones_like(s_in))
+            # log s = log(big) + log1p(small / big): the ratio of the two parts the other
+            # way round overflows where the support's part is subnormal (a support
+            # token about 710 to 745 below the row's largest logit in float64)
+            big = xp.maximum(s_in, s_out)
+            log_s = xp.log(big) + xp.log1p(xp.minimum(s_in, s_out) / big)
             if self.batched:
                 part = xp.sum(pi * log_s, axis=(-2, -1)) - scatter_add(
                     xp, trial, weighted_probs * picked, self.n_trials)

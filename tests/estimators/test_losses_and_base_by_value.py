@@ -745,3 +745,28 @@ def test_log_risk_is_exact_for_the_identity_head_and_general_for_others():
     # d(-log u)/da_t = -s_t (gamma_t - u) / u, at W[x_t, k = 1]
     np.testing.assert_allclose(grad[:, 1], -s * (gamma[0] - u) / u, rtol=1e-13)
     np.testing.assert_array_equal(grad[:, 0], 0.0)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype, gaps", [("float64", (700.0, 720.0, 740.0, 800.0)),
+                                         ("float32", (80.0, 90.0, 100.0, 110.0))])
+def test_the_ntp_loss_is_finite_where_the_supports_exponential_is_subnormal(backend, dtype,
+                                                                         gaps):
+    # the next token `gap` below the other one: -log softmax = gap + log1p(exp(-gap)),
+    # also where exp(-gap) is subnormal (710 to 745 in float64, 88 to 103 in float32),
+    # where the support's part of the partition function divided the other's overflowed
+    if backend == "torch":
+        pytest.importorskip("torch")
+    import scipy.sparse as sp
+
+    from skntp._backend import get_backend
+    from skntp.losses.decoder import CrossEntropy
+
+    be = get_backend(backend, dtype=dtype)
+    P = sp.csr_matrix(np.array([[0.0, 1.0]]))
+    for gap in gaps:
+        ce = CrossEntropy(be, np.array([[1.0]]), np.array([1.0]), P)
+        loss, (grad,) = ce((be.asarray(np.array([[0.0], [-gap]])),))
+        assert float(loss) == pytest.approx(gap, rel=1e-6)
+        np.testing.assert_allclose(np.asarray(grad, dtype=float).ravel(), [1.0, -1.0],
+                                   atol=1e-6)

@@ -164,3 +164,38 @@ def test_gradient_descent_on_words_is_the_dense_one(monkeypatch):
                                                  compute_limits=False).fit(H, y).coef_)
     np.testing.assert_allclose(fits[0], fits[1], rtol=0, atol=1e-10 * np.abs(fits[1]).max())
     assert np.abs(fits[0]).max() > 0.1
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_the_hashes_of_blocks_count_their_distinct_rows(dtype):
+    # equal blocks hash alike whatever the block (the hash of columns [a, b) is a
+    # difference of prefixes), so distinct hashes are a lower bound on distinct rows,
+    # and here (no collision) the count; a sign flip is another row
+    from skntp.losses._contexts import _hash_prefixes
+
+    H, _ = _words(5, (9, 11, 7), 6, 500)
+    H = (np.round(4 * H) if dtype is np.int64 else H).astype(dtype)
+    H[0, :6] = -H[1, :6]
+    cuts = [0, 6, 9, 12, 18]
+    hashes = _hash_prefixes(H, cuts)
+    for i, k in [(0, 1), (1, 3), (3, 4), (0, 2), (2, 4), (0, 4)]:
+        block = H[:, cuts[i]:cuts[k]]
+        n = np.unique(hashes[:, k] - hashes[:, i]).size
+        assert n == len(np.unique(block, axis=0))
+    assert _hash_prefixes(H.astype(np.int16), cuts) is None
+
+
+def test_generic_contexts_are_not_sorted(monkeypatch):
+    # the hashes rule generic contexts out before any sort of their rows
+    rng = np.random.default_rng(6)
+    H = rng.standard_normal((3000, 24))
+    calls = []
+    real = np.unique
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("axis"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(np, "unique", counted)
+    assert word_blocks(H, pass_cost=0) is None
+    assert 0 not in calls and calls  # (1-D uniques of the hashes only)
