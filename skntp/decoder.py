@@ -604,7 +604,8 @@ def _log_odds(est, equations, probs, solution):
     if residual > COMPATIBLE_RESIDUAL:
         # (not solved on the contexts themselves, or only the verdict asked for)
         compatible, residual = log_odds_solvable(equations.scores.queries, probs)
-    verdict = "unknown, LSQR did not converge" if compatible is None else compatible
+    verdict = ("unknown (LSQR stopped on its iterations, or only a direction of the "
+               "contexts weaker than 1e-8 solves them)" if compatible is None else compatible)
     _phase(est, f"NTP_H-compatible: {verdict} (relative residual {residual:.2g})", start)
     return finite, compatible
 
