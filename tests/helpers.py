@@ -140,6 +140,22 @@ def _solve_reference(prob, W, tight):
     return np.asarray(W.value) if prob.status == "optimal" else None
 
 
+def log_odds_equations(H, P):
+    """Eq. (3) as a dense system on ``W.ravel()``: ``(e_z - e_a)^T W h_j =
+    log(p_jz / p_ja)`` for ``z`` in ``S_j``, ``a`` the first token of ``S_j``."""
+    V, d = P.shape[1], H.shape[1]
+    A, b = [], []
+    for j in range(H.shape[0]):
+        S = np.flatnonzero(P[j] > 0)
+        for z in S[1:]:
+            row = np.zeros((V, d))
+            row[z] += H[j]
+            row[S[0]] -= H[j]
+            A.append(row.ravel())
+            b.append(np.log(P[j, z] / P[j, S[0]]))
+    return np.array(A).reshape(-1, V * d), np.array(b)
+
+
 def numerical_grad(f, W, h=1e-6):
     g = np.zeros_like(W)
     for idx in np.ndindex(W.shape):

@@ -7,7 +7,13 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import lp_separable, partially_separable_instance, python_text_40, word_contexts
+from helpers import (
+    log_odds_equations,
+    lp_separable,
+    partially_separable_instance,
+    python_text_40,
+    word_contexts,
+)
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import log_loss
@@ -107,17 +113,8 @@ def test_finite_component_is_min_norm_solution_in_F(seed):
     Wmm = ntp_svm(H, Pd > 0)
     assert abs(np.sum(Wstar * Wmm)) <= 1e-8 * np.linalg.norm(Wstar) * np.linalg.norm(Wmm)
     # minimum norm: independent pseudo-inverse solution of the same equations
-    rows, rhs = [], []
-    V, d = Pd.shape[1], H.shape[1]
-    for j in range(H.shape[0]):
-        s = np.flatnonzero(Pd[j])
-        for z in s[1:]:
-            a = np.zeros((V, d))
-            a[z] += H[j]
-            a[s[0]] -= H[j]
-            rows.append(a.ravel())
-            rhs.append(np.log(Pd[j, z] / Pd[j, s[0]]))
-    ref = (np.linalg.pinv(np.array(rows)) @ np.array(rhs)).reshape(V, d)
+    rows, rhs = log_odds_equations(H, Pd)
+    ref = (np.linalg.pinv(rows) @ rhs).reshape(Pd.shape[1], H.shape[1])
     assert np.allclose(Wstar, ref, atol=1e-8)
 
 

@@ -3,32 +3,15 @@ against the rank of the log-odds equations (3) written here from the paper."""
 
 import numpy as np
 import pytest
-from helpers import word_contexts
+from helpers import log_odds_equations, word_contexts
 
 from skntp.svm import log_odds_solvable
-
-
-def _equations(H, P):
-    """Eq. (3) as a dense system: ``(e_z - e_a)^T W h_j = log(p_jz / p_ja)`` on
-    ``W.ravel()``, ``a`` the first token of ``S_j``."""
-    m, V = P.shape
-    d = H.shape[1]
-    A, b = [], []
-    for j in range(m):
-        S = np.flatnonzero(P[j] > 0)
-        for z in S[1:]:
-            row = np.zeros((V, d))
-            row[z] += H[j]
-            row[S[0]] -= H[j]
-            A.append(row.ravel())
-            b.append(np.log(P[j, z] / P[j, S[0]]))
-    return np.array(A).reshape(-1, V * d), np.array(b)
 
 
 def _solvable(H, P):
     """Least squares on the dense equations: a relative residual of 1e-8 (the
     instances here are solvable exactly or miss by more than 1e-3)."""
-    A, b = _equations(H, P)
+    A, b = log_odds_equations(H, P)
     if A.shape[0] == 0:
         return True
     x = np.linalg.lstsq(A, b, rcond=None)[0]
