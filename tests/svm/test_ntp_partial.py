@@ -1055,3 +1055,52 @@ def test_the_stationary_table_certifies_with_the_better_of_its_two_forms():
     # the rows it reports are certified by the table it reports
     bounds = farkas_row_bounds(Q, S, found.farkas)
     assert np.all(bounds[found.certified & ~S] <= 1e-5)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_projection_by_lsqr_is_the_dense_one(seed, monkeypatch):
+    # above MAX_PROJECTION_ROWS the direction is projected by LSQR on the rows as an
+    # operator: the same projection as the dense Gram matrix's, every held row and
+    # in-support equality 0 afterwards, and the change orthogonal to the subspace
+    # (D - P(D) in the span of the rows: P(D) is the closest point)
+    from skntp.svm import _ntp_partial
+    from skntp.svm._ntp import _anchors
+
+    rng = np.random.default_rng(seed)
+    m, V, d = 40, 9, 6
+    H = rng.standard_normal((m, d))
+    S = rng.random((m, V)) < 0.3
+    S[np.arange(m), rng.integers(V, size=m)] = True
+    held = ~S & (rng.random((m, V)) < 0.2)
+    Q = _ntp_partial.orthonormal_contexts(H)
+    D = 10.0 * rng.standard_normal((V, Q.shape[1]))
+    dense = _ntp_partial._project_onto_rows(Q, S, held, D)
+    monkeypatch.setattr(_ntp_partial, "MAX_PROJECTION_ROWS", 0)
+    monkeypatch.setattr(_ntp_partial, "PROJECTION_CHUNK", 7)
+    by_lsqr = _ntp_partial._project_onto_rows(Q, S, held, D)
+    np.testing.assert_allclose(by_lsqr, dense, atol=1e-10 * np.abs(D).max())
+    L = Q @ by_lsqr.T
+    a = _anchors(S)
+    gaps = L[np.arange(m), a][:, None] - L
+    assert np.abs(gaps[S | held]).max() <= 1e-12 * np.abs(L).max()
+    # written here from the rows: the Gram system of (e_v - e_a) q_j^T, by least squares
+    j, v = np.nonzero((S | held) & (np.arange(V) != a[:, None]))
+    rows = np.zeros((j.size, V, Q.shape[1]))
+    rows[np.arange(j.size), v] = Q[j]
+    rows[np.arange(j.size), a[j]] -= Q[j]
+    rows = rows.reshape(j.size, -1)
+    y = np.linalg.lstsq(rows.T, (D - by_lsqr).ravel(), rcond=None)[0]
+    np.testing.assert_allclose(rows.T @ y, (D - by_lsqr).ravel(), atol=1e-9 * np.abs(D).max())
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_the_far_point_split_projects_by_lsqr_above_the_dense_limit(seed, monkeypatch):
+    from skntp.svm import _ntp_partial, far_point_split
+
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    fin, found = _far_iterate(H, P)
+    monkeypatch.setattr(_ntp_partial, "MAX_PROJECTION_ROWS", 0)
+    split = far_point_split(H, found, fin.W, P)
+    assert split.status == "certified"
+    np.testing.assert_array_equal(split.separable, separable_rows_by_lp(H, S))
