@@ -13,7 +13,7 @@ Three workloads, each against its reference measured in the same run:
   its own Farkas LP by HiGHS, as before) and against ``"cvxpy"``;
 * with ``--corpus``, the NTP-SVM of the whole Python documentation at d = 768 (11,071
   two-word contexts, V = 2,128: 23.5 million rows), where the loss's proof is out of
-  reach: the exact tables of rectangles of contexts (:func:`skntp.svm.rectangle_certificate`,
+  reach: the exact tables of closed walks of contexts (:func:`skntp.svm.cycle_certificate`,
   first round), checked as the program's own proof, against ``dcd`` without it (what
   the decoder ran there before), in a subprocess with a time cap (``--cap``).
 
@@ -145,7 +145,7 @@ def _corpus(cap):
     import multiprocessing
     import resource
 
-    from skntp.svm import check_rectangle_certificate, rectangle_certificate
+    from skntp.svm import check_cycle_certificate, cycle_certificate
 
     began = time.perf_counter()
     H, P, problem = _corpus_program()
@@ -154,12 +154,12 @@ def _corpus(cap):
           f"contexts x {P.shape[1]} tokens, {len(problem.constraints)} rows (loaded and "
           f"built in {loaded:.1f} s)")
     own, bound = _timed(problem, "auto")
-    print(f"  the program's own proof (rectangles), checked: {own:8.2f} s  "
+    print(f"  the program's own proof (closed walks), checked: {own:8.2f} s  "
           f"(margin bound {bound:.1e})")
     began = time.perf_counter()
-    found = rectangle_certificate(H, P)
-    rows = check_rectangle_certificate(H, P, found)
-    print(f"  every round of the rectangles, and its exact check: "
+    found = cycle_certificate(H, P)
+    rows = check_cycle_certificate(H, P, found)
+    print(f"  every round of the closed walks, and its exact check: "
           f"{time.perf_counter() - began:.2f} s ({int(rows.sum())} rows not separable, "
           f"{found.n_rounds} rounds, {len(found)} tables)")
     print(f"  peak RSS so far: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f}"

@@ -661,12 +661,12 @@ def _stationary_split(est, data, compatible, why):
     # minimizer, and the split's own W_fin replaces it)
     fin = _finite_part(est, data, everything, warn=False)
     separability = stationary_separability(contexts, support, fin, probs, data["weights"])
-    exact = separability.rectangle_rows
+    exact = separability.cycle_rows
     _phase(est, f"the stationary point's table: {separability.status} "
            f"({separability.n_rows - separability.n_undecided} of {separability.n_rows} "
            "rows certified not separable" + (
                "" if exact is None else
-               f", {int(np.count_nonzero(exact))} of them by rectangles of contexts") +
+               f", {int(np.count_nonzero(exact))} of them by cycles of contexts") +
            "; the smallest probability of an out-of-support "
            f"row at W_fin is {fin.min_prob:.3g})")
     far = (fin, separability)
@@ -737,8 +737,8 @@ def _undecided_limits(est, far, why, compatible):
     fin, separability = far
     _warn_unconverged(fin)
     refuted = _n_refuted(separability)
-    exact = (0 if separability.rectangle_rows is None
-             else int(np.count_nonzero(separability.rectangle_rows)))
+    exact = (0 if separability.cycle_rows is None
+             else int(np.count_nonzero(separability.cycle_rows)))
     verdict = (
         "The data are not NTP-separable (is_ntp_separable_ is False: those rows' Farkas "
         "tables prove the NTP-SVM infeasible), but which rows separate is undecided: "
@@ -747,8 +747,8 @@ def _undecided_limits(est, far, why, compatible):
         "There is no certified max-margin direction (mm_direction_ is None; "
         "is_ntp_separable_ and separable_rows_ are None)")
     how = ("by the stationary point's table" if not exact else
-           f"{exact} exactly, by rectangles of contexts that share coordinates "
-           "(skntp.svm.rectangle_certificate)" + (
+           f"{exact} exactly, by cycles of contexts that share coordinates "
+           "(skntp.svm.cycle_certificate)" + (
                ", the others by the stationary point's table" if refuted > exact else ""))
     warnings.warn(
         f"the separability of the data is undecided: {why.rstrip('.')}, and the fit "

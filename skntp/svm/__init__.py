@@ -41,6 +41,7 @@ from ._ntp import (
     spanning_proof,
 )
 from ._ntp_center import analytic_center_separability
+from ._ntp_cycles import CycleCertificate, check_cycle_certificate, cycle_certificate
 from ._ntp_partial import (
     FiniteComponent,
     NTPSeparability,
@@ -54,11 +55,6 @@ from ._ntp_partial import (
     partial_ntp_svm_problem,
     separable_row_gaps,
     stationary_separability,
-)
-from ._ntp_rectangles import (
-    RectangleCertificate,
-    check_rectangle_certificate,
-    rectangle_certificate,
 )
 from ._problem import (
     BilinearScores,
@@ -79,12 +75,13 @@ __all__ = [
     "KeyScores",
     "MaxMarginProblem",
     "MaxMarginResult",
+    "CycleCertificate",
     "FiniteComponent",
     "NTPSeparability",
-    "RectangleCertificate",
     "analytic_center_separability",
-    "check_rectangle_certificate",
+    "check_cycle_certificate",
     "complete_stationary_split",
+    "cycle_certificate",
     "far_point_split",
     "farkas_row_bounds",
     "finite_side_problem",
@@ -93,7 +90,6 @@ __all__ = [
     "ntp_separability",
     "partial_finite_component",
     "partial_ntp_svm_problem",
-    "rectangle_certificate",
     "separable_row_gaps",
     "stationary_separability",
     "spanning_proof",

@@ -350,9 +350,9 @@ def _infeasibility_proof(contexts, support, constraints):
     but its table has entries float64 cannot hold, the table of the analytic center
     (:func:`~skntp.svm.analytic_center_separability`, within
     :func:`~skntp.svm._ntp_center.center_fits`) is the certificate.  Where the contexts
-    do not positively span, the exact tables of rectangles of contexts that share
-    coordinates come first (:func:`~skntp.svm.rectangle_certificate`, first round: a
-    second or two on the Python documentation at d = 768, where the rest is out of
+    do not positively span, the exact tables of closed walks of contexts that share
+    coordinates come first (:func:`~skntp.svm.cycle_certificate`, first round: a
+    few seconds on the Python documentation at d = 768, where the rest is out of
     reach); where they span, after the loss's.  Either way the dispatcher checks the
     multipliers against the program's own rows.
     """
@@ -381,7 +381,7 @@ def _infeasibility_proof(contexts, support, constraints):
                 table_multipliers(constraints, support, _table_at_zero(support)))
     spans = spanning_proof(Q, support)
     if not spans:  # (cheap first: some rows not separable, exactly)
-        found = _rectangle_proof(H, support, constraints)
+        found = _cycle_proof(H, support, constraints)
         if found is not None or m * V * contexts.shape[1] > MAX_PROOF_WORK:
             return found
     minimizer = {}
@@ -397,7 +397,7 @@ def _infeasibility_proof(contexts, support, constraints):
         certificate = ("the analytic center of the margin polytope has a Farkas "
                        "table (skntp.svm.analytic_center_separability)")
     if table is None:
-        return _rectangle_proof(H, support, constraints) if spans else None
+        return _cycle_proof(H, support, constraints) if spans else None
     why = ("the contexts of the frequent tokens positively span R^d "
            "(skntp.svm.spanning_proof), and " if spans else "")
     return (f"No margin row is separable: {why}{certificate}. "
@@ -406,23 +406,22 @@ def _infeasibility_proof(contexts, support, constraints):
             table_multipliers(constraints, support, table))
 
 
-def _rectangle_proof(H, support, constraints):
-    """The first round of :func:`~skntp.svm.rectangle_certificate` as ``(message,
+def _cycle_proof(H, support, constraints):
+    """The first round of :func:`~skntp.svm.cycle_certificate` as ``(message,
     multipliers)``, or ``None`` where it finds no table."""
+    from ._ntp_cycles import cycle_certificate
     from ._ntp_partial import table_multipliers
-    from ._ntp_rectangles import rectangle_certificate
 
-    rectangles = rectangle_certificate(H, support, max_rounds=1)
-    if not len(rectangles):
+    cycles = cycle_certificate(H, support, max_rounds=1)
+    if not len(cycles):
         return None
-    n = len(rectangles)
-    return (f"Some margin rows are not separable: {n} rectangle{'s' * (n != 1)} of contexts "
-            "(h_j1 + h_j2 = h_j3 + h_j4, coordinate by coordinate) "
+    n = len(cycles)
+    return (f"Some margin rows are not separable: {n} closed walk{'s' * (n != 1)} of "
+            "contexts (h_j1 - h_j2 + h_j3 - ... - h_j2k = 0, coordinate by coordinate) "
             f"{'are' if n != 1 else 'is'} an exact Farkas table "
-            "(skntp.svm.rectangle_certificate). skntp.svm.ntp_separability and "
+            "(skntp.svm.cycle_certificate). skntp.svm.ntp_separability and "
             "NTPDecoderClassifier give the limits of such data.",
-            table_multipliers(constraints, support,
-                              rectangles.table(support.shape).toarray()))
+            table_multipliers(constraints, support, cycles.table(support.shape).toarray()))
 
 
 def _out_of_support(support, rows_per_chunk=None):

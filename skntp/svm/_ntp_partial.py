@@ -78,11 +78,7 @@ from ._ntp import (
     orthonormal_contexts,
     spanning_proof,
 )
-from ._ntp_rectangles import (
-    RectangleCertificate,
-    check_rectangle_certificate,
-    rectangle_certificate,
-)
+from ._ntp_cycles import CycleCertificate, check_cycle_certificate, cycle_certificate
 from ._problem import (
     BilinearScores,
     Constraints,
@@ -201,12 +197,12 @@ class NTPSeparability:
         minimizer is the analytic center (``method="analytic center"``).
     certified : ndarray of shape (m, V), bool or None
         The out-of-support rows whose side is certified (``None``: all of them).
-    rectangles : RectangleCertificate or None
-        Exact Farkas tables of rows not separable at any width, from rectangles of
-        contexts that share coordinates (:func:`~skntp.svm.rectangle_certificate`),
+    cycles : CycleCertificate or None
+        Exact Farkas tables of rows not separable at any width, from closed walks of
+        contexts that share coordinates (:func:`~skntp.svm.cycle_certificate`),
         besides ``farkas``; ``None`` where none was found or none was looked for.
-    rectangle_rows : ndarray of shape (m, V), bool or None
-        The rows ``rectangles`` certify, as :func:`~skntp.svm.check_rectangle_certificate`
+    cycle_rows : ndarray of shape (m, V), bool or None
+        The rows ``cycles`` certify, as :func:`~skntp.svm.check_cycle_certificate`
         recomputed them from the contexts (margin exactly zero on the recession cone).
     """
 
@@ -217,8 +213,8 @@ class NTPSeparability:
     status: str = "certified"
     farkas: np.ndarray | None = None
     certified: np.ndarray | None = None
-    rectangles: RectangleCertificate | None = None
-    rectangle_rows: np.ndarray | None = None
+    cycles: CycleCertificate | None = None
+    cycle_rows: np.ndarray | None = None
 
     @property
     def n_rows(self):
@@ -1048,9 +1044,9 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     one pass over the ``(m, V)`` table after the Newton solve that the finite part
     needs anyway, where the linear program is out of reach.  Where that table leaves
     rows open and the contexts share coordinates (concatenated word vectors), the
-    exact tables of rectangles of contexts certify the rows they force
-    (:func:`~skntp.svm.rectangle_certificate`, in ``rectangles``; on the Python
-    documentation at d = 768, 13,220 rows where the table certifies none).
+    exact tables of closed walks of contexts certify the rows they force
+    (:func:`~skntp.svm.cycle_certificate`, in ``cycles``; on the Python
+    documentation at d = 768, 13,750 rows where the table certifies none).
 
     Parameters
     ----------
@@ -1065,7 +1061,7 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     -------
     NTPSeparability
         No row separable, ``method="stationary point"``: ``status="certified"``
-        with its table in ``farkas`` (and ``rectangles``), or ``"undecided"`` with the
+        with its table in ``farkas`` (and ``cycles``), or ``"undecided"`` with the
         rows it did certify in ``certified``.
     """
     H, probs = _check_contexts(contexts, next_token_probs, "next_token_probs")
@@ -1100,13 +1096,13 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     if not refuted[rows].all():
         # (rows whose probabilities float64 cannot hold, where the contexts share
         # coordinates: exact tables, no rounding)
-        exact = rectangle_certificate(H, support)
+        exact = cycle_certificate(H, support)
         if len(exact):
-            exact_rows = check_rectangle_certificate(H, support, exact)
+            exact_rows = check_cycle_certificate(H, support, exact)
             refuted |= exact_rows
         else:
             exact = None
-    found = {"farkas": T, "rectangles": exact, "rectangle_rows": exact_rows}
+    found = {"farkas": T, "cycles": exact, "cycle_rows": exact_rows}
     if refuted[rows].all():
         return NTPSeparability(none, support, "stationary point", **found)
     return NTPSeparability(none, support, "stationary point", status="undecided",
@@ -1153,8 +1149,8 @@ def complete_stationary_split(contexts, found):
         return found
     return NTPSeparability(candidate, support, "stationary point",
                            _on_contexts(H, Q, direction), farkas=found.farkas,
-                           certified=found.certified | proven, rectangles=found.rectangles,
-                           rectangle_rows=found.rectangle_rows)
+                           certified=found.certified | proven, cycles=found.cycles,
+                           cycle_rows=found.cycle_rows)
 
 
 #: Probabilities at a far iterate of the loss over every row above which
@@ -1335,7 +1331,7 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
     held = ~support & (logits > math.log(FAR_KEEP))
     if found.certified is not None:  # (rows the far table certified are not separable)
         held |= found.certified & ~support
-    exact = found.rectangle_rows  # (certified exactly, whatever the tables below say)
+    exact = found.cycle_rows  # (certified exactly, whatever the tables below say)
     del logits
     products = max(1, int(min(1e5, MAX_FIN_WORK / max(m * V * r, 1))))
     anchor = _anchors(support)
@@ -1405,8 +1401,8 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
             return found
         return NTPSeparability(separable, support, "stationary point",
                                _on_contexts(H, Q, D) if separable.any() else None,
-                               farkas=table, rectangles=found.rectangles,
-                               rectangle_rows=exact)
+                               farkas=table, cycles=found.cycles,
+                               cycle_rows=exact)
     return found
 
 

@@ -602,11 +602,11 @@ def test_the_corpus_path_on_partly_separable_data_is_undecided_with_its_evidence
     assert f"certifies {certified} of the {truth.n_rows} margin rows not separable" in message
 
 
-def test_the_corpus_path_certifies_rows_by_rectangles_of_word_contexts(monkeypatch):
+def test_the_corpus_path_certifies_rows_by_cycles_of_word_contexts(monkeypatch):
     # contexts that concatenate word vectors, partly separable: on the corpus path the
-    # rectangles of contexts certify rows exactly (recomputed here), which makes the
+    # cycles of contexts certify rows exactly (recomputed here), which makes the
     # data certified not NTP-separable whatever W_fin's table certifies
-    from skntp.svm import _ntp_partial, check_rectangle_certificate, rectangle_certificate
+    from skntp.svm import _ntp_partial, check_cycle_certificate, cycle_certificate
 
     H, S = word_contexts(6, widths=(6, 6), n_contexts=20, V=4)
     j, v = np.nonzero(S)
@@ -623,15 +623,15 @@ def test_the_corpus_path_certifies_rows_by_rectangles_of_word_contexts(monkeypat
 
     est, undecided = fit()
     support = np.asarray(est.next_token_probs_) > 0
-    rows = check_rectangle_certificate(est.contexts_, support,
-                                       rectangle_certificate(est.contexts_, support))
+    rows = check_cycle_certificate(est.contexts_, support,
+                                   cycle_certificate(est.contexts_, support))
     assert rows.sum() >= 10
     assert est.is_ntp_separable_ is False and est.separable_rows_ is None
     assert len(undecided) == 1
-    assert f"({rows.sum()} exactly, by rectangles of contexts" in undecided[0]
-    # without the rectangles, only W_fin's table: fewer rows
-    monkeypatch.setattr(_ntp_partial, "rectangle_certificate",
-                        lambda *a, **k: rectangle_certificate(np.eye(4), np.eye(4, 2)))
+    assert f"({rows.sum()} exactly, by cycles of contexts" in undecided[0]
+    # without the cycles, only W_fin's table: fewer rows
+    monkeypatch.setattr(_ntp_partial, "cycle_certificate",
+                        lambda *a, **k: cycle_certificate(np.eye(4), np.eye(4, 2)))
     _, without = fit()
     counted = [int(re.search(r"certifies (\d+) of the", m).group(1))
                for m in (undecided[0], without[0])]
@@ -642,7 +642,7 @@ def test_the_corpus_path_certifies_rows_by_rectangles_of_word_contexts(monkeypat
 def test_below_corpus_size_the_split_of_word_contexts_is_the_linear_programs(
         monkeypatch, seed):
     # the corpus path below corpus size on word contexts: the far split starts from
-    # the rows the rectangles certify exactly and certifies the linear program's split
+    # the rows the cycles certify exactly and certifies the linear program's split
     H, S = word_contexts(seed, widths=(6, 6), n_contexts=20, V=4)
     j, v = np.nonzero(S)
     X, y = np.repeat(H[j], 5, axis=0), np.repeat(v, 5)

@@ -45,7 +45,7 @@ def test_the_verdict_is_the_rank_test_of_the_equations(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_probabilities_of_a_softmax_are_compatible_on_dependent_contexts(seed):
     # p_j = softmax(W0 h_j) restricted to S_j and renormalized solves (3) with W = W0,
-    # whatever the contexts' dependencies (word contexts: rectangles, and more contexts
+    # whatever the contexts' dependencies (word contexts: cycles, and more contexts
     # than dimensions); moving one probability breaks it
     H, S = word_contexts(seed, n_words=(5, 6), widths=(2, 2), n_contexts=25, V=6,
                          max_support=3)

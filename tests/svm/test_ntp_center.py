@@ -257,14 +257,14 @@ def test_the_ntp_svm_is_proven_infeasible_by_the_center_before_any_method(monkey
     # cannot be checked in float64) is the center's table, checked by the dispatcher
     # from the program's rows before dcd runs (one pass could not prove anything);
     # before, dcd and the accelerated dual took 17 s to certify it.  (Its contexts
-    # share coordinates: the one rectangle they have answers first, so it is removed
+    # share coordinates: the three closed walks they have answer first, so they are removed
     # here to reach the center.)
     from skntp.svm import NotSeparableError, _ntp, ntp_svm_problem, solve_max_margin
 
     _, _, H, _, P = python_text_40()
-    with pytest.raises(NotSeparableError, match="1 rectangle of contexts"):
+    with pytest.raises(NotSeparableError, match=r"3 closed walks of contexts"):
         solve_max_margin(ntp_svm_problem(H, P > 0), method="dcd", max_iter=1)
-    monkeypatch.setattr(_ntp, "_rectangle_proof", lambda *args: None)
+    monkeypatch.setattr(_ntp, "_cycle_proof", lambda *args: None)
     problem = ntp_svm_problem(H, P > 0)
     with pytest.raises(NotSeparableError, match="analytic center of the margin polytope"):
         solve_max_margin(problem, method="dcd", max_iter=1)
