@@ -25,17 +25,17 @@ term ``+-(e_p - e_q)^T D h_j`` is a margin row (``q`` after a ``+`` edge, ``p`` 
 ``-`` edge, where off the support) or an in-support equality, all ``>= 0`` and summing
 to ``<D, T^T H> = 0``: every such row of the walk is zero on ``K``, not separable.
 
-The shortest walks are rectangles, ``(a, r), (b, r'), (b, r), (a, r')`` with
-``h_ar + h_br' = h_br + h_ar'`` (the package's first exact certificate, which enumerated
-them); longer ones are cycles of the word-pair graph through more words.
+The shortest walks are rectangles of four contexts, ``(a, r), (b, r'), (b, r), (a, r')``
+with ``h_ar + h_br' = h_br + h_ar'``; longer ones are cycles of the word-pair graph
+through more words.
 
 An edge lies on a closed walk exactly when both its ends are in the same strongly
 connected component of the graph, so one pass of Tarjan's algorithm per pair of tokens
 finds every row these tables can prove; the walk of each row is its edge closed by two
 breadth-first trees of its component (root to tail, head to root).  A row proven not
 separable is an equality of ``K`` (``K`` is the same cone with ``v`` added to ``S_j``),
-so the cycles run in rounds: a round's supports are the data's
-with every row certified before added.  Each step is exact (an identity of the data's
+so the cycles run in rounds: a round's supports are the data's with every row
+certified before added.  Each step is exact (an identity of the data's
 own floating-point values, checked as equal values of neighbours along the walk, and
 integer tables), so a row certified here has margin exactly zero on ``K``.
 
@@ -75,7 +75,7 @@ _log = logging.getLogger("skntp.svm")
 #: about 500 MB of index arrays.
 EDGES_PER_CHUNK = 1 << 23
 
-#: The most candidate edges of one round on one side (about 40 s and 2.5 GB with the
+#: The most candidate edges of one round on one side (about 15 s and 3 GB with the
 #: graph and its sorts).  A round that would have more is not run: the rounds stop
 #: there, and the rows certified so far stand.  On the Python documentation at d = 768
 #: a round has at most 0.5 million.  On the standard library's docstrings (105,782
@@ -393,12 +393,12 @@ class _TooManyEdges(Exception):
 def _compact(keys, size):
     """``(distinct, inverse)`` of non-negative integer ``keys`` below ``size``: by a
     presence table where it fits (no sort), else :func:`numpy.unique`."""
-    if size <= MAX_DENSE_LABELS:
+    if size <= MAX_DENSE_LABELS // 4:  # (64 MB of ranks)
         present = np.zeros(size, dtype=bool)
         present[keys] = True
         distinct = np.flatnonzero(present)
-        rank = np.cumsum(present, dtype=np.int64) - 1
-        return distinct, rank[keys]
+        rank = np.cumsum(present, dtype=np.int32) - 1
+        return distinct, rank[keys].astype(np.int64)
     distinct, inverse = np.unique(keys, return_inverse=True)
     return distinct, inverse.ravel().astype(np.int64)
 
