@@ -359,28 +359,19 @@ def _closed_walks(n, tail, head, component, chosen):
 
     k = chosen.size
     walks, positions, edges = [np.arange(k)], [np.zeros(k, np.int64)], [chosen]
-    # back from the tail to the root along the first tree: positions -1, -2, ...
-    node, at, step = tail[chosen], np.arange(k), 0
-    while at.size:
-        prev = out_tree[node]
-        go = prev != top
-        at, node, prev = at[go], node[go], prev[go]
-        step += 1
-        walks.append(at)
-        positions.append(np.full(at.size, -step))
-        edges.append(edge(prev, node))
-        node = prev
-    # on from the head to the root along the second: positions 1, 2, ...
-    node, at, step = head[chosen], np.arange(k), 0
-    while at.size:
-        nxt = in_tree[node]
-        go = nxt != top
-        at, node, nxt = at[go], node[go], nxt[go]
-        step += 1
-        walks.append(at)
-        positions.append(np.full(at.size, step))
-        edges.append(edge(node, nxt))
-        node = nxt
+    # back from the tail to the root along the first tree (positions -1, -2, ...), on
+    # from the head to the root along the second (positions 1, 2, ...)
+    for tree, start, sign in ((out_tree, tail[chosen], -1), (in_tree, head[chosen], 1)):
+        node, at, step = start, np.arange(k), 0
+        while at.size:
+            other = tree[node]
+            go = other != top
+            at, node, other = at[go], node[go], other[go]
+            step += 1
+            walks.append(at)
+            positions.append(np.full(at.size, sign * step))
+            edges.append(edge(other, node) if sign < 0 else edge(node, other))
+            node = other
     walk, position, edge_ids = (np.concatenate(v) for v in (walks, positions, edges))
     order = np.lexsort((position, walk))
     return walk[order], edge_ids[order]
@@ -441,12 +432,13 @@ def _round(S, side, new_rows, edges_per_chunk, max_edges):
     walk, edge_ids = _closed_walks(nodes.size, tail, head, component, chosen)
     # start each walk with a + edge (a walk from a right-hand root starts with a -)
     lengths = np.bincount(walk, minlength=chosen.size)
-    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    offsets = np.r_[0, np.cumsum(lengths)]
+    starts = offsets[:-1]
     minus_first = ~forward[edge_ids[starts]]
-    position = np.arange(walk.size) - np.repeat(starts, lengths)
+    position = _entries(offsets)[1]
     position[starts[minus_first]] = lengths[minus_first]
     edge_ids = edge_ids[np.lexsort((position, walk))]
-    return [(j[chosen], y[chosen], j[edge_ids], np.r_[0, np.cumsum(lengths)],
+    return [(j[chosen], y[chosen], j[edge_ids], offsets,
              pairs[pair[chosen]] // V, pairs[pair[chosen]] % V)]
 
 
