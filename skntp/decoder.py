@@ -661,12 +661,13 @@ def _stationary_split(est, data, compatible, why):
     # minimizer, and the split's own W_fin replaces it)
     fin = _finite_part(est, data, everything, warn=False)
     separability = stationary_separability(contexts, support, fin, probs, data["weights"])
-    exact = separability.cycle_rows
+    exact = _n_rows(separability.cycle_rows)
+    labelled = _n_rows(separability.label_rows)
     _phase(est, f"the stationary point's table: {separability.status} "
            f"({separability.n_rows - separability.n_undecided} of {separability.n_rows} "
            "rows certified not separable" + (
-               "" if exact is None else
-               f", {int(np.count_nonzero(exact))} of them by cycles of contexts") +
+               "" if not exact else f", {exact} of them by cycles of contexts") + (
+               "" if not labelled else f", {labelled} by the program of their labels") +
            "; the smallest probability of an out-of-support "
            f"row at W_fin is {fin.min_prob:.3g})")
     far = (fin, separability)
@@ -722,6 +723,11 @@ def _stationary_split(est, data, compatible, why):
     return None, far
 
 
+def _n_rows(mask):
+    """The number of rows of a mask (0 for ``None``)."""
+    return 0 if mask is None else int(np.count_nonzero(mask))
+
+
 def _n_refuted(separability):
     """The number of rows an undecided split certifies not separable."""
     s = separability
@@ -737,8 +743,8 @@ def _undecided_limits(est, far, why, compatible):
     fin, separability = far
     _warn_unconverged(fin)
     refuted = _n_refuted(separability)
-    exact = (0 if separability.cycle_rows is None
-             else int(np.count_nonzero(separability.cycle_rows)))
+    exact = _n_rows(separability.cycle_rows)
+    labelled = _n_rows(separability.label_rows)
     verdict = (
         "The data are not NTP-separable (is_ntp_separable_ is False: those rows' Farkas "
         "tables prove the NTP-SVM infeasible), but which rows separate is undecided: "
@@ -746,10 +752,17 @@ def _undecided_limits(est, far, why, compatible):
         "separable_rows_ is None)" if refuted else
         "There is no certified max-margin direction (mm_direction_ is None; "
         "is_ntp_separable_ and separable_rows_ are None)")
-    how = ("by the stationary point's table" if not exact else
-           f"{exact} exactly, by cycles of contexts that share coordinates "
-           "(skntp.svm.cycle_certificate)" + (
-               ", the others by the stationary point's table" if refuted > exact else ""))
+    parts = []
+    if exact:
+        parts.append(f"{exact} exactly, by cycles of contexts that share coordinates "
+                     "(skntp.svm.cycle_certificate)")
+    if labelled:
+        parts.append(f"{labelled} by the program of the contexts' labels "
+                     "(skntp.svm.label_certificate)")
+    if refuted > exact + labelled or not parts:
+        parts.append("the others by the stationary point's table" if parts
+                     else "by the stationary point's table")
+    how = ", ".join(parts)
     warnings.warn(
         f"the separability of the data is undecided: {why.rstrip('.')}, and the fit "
         f"certifies {refuted} of the {separability.n_rows} margin rows not separable "

@@ -42,6 +42,7 @@ from ._ntp import (
 )
 from ._ntp_center import analytic_center_separability
 from ._ntp_cycles import CycleCertificate, check_cycle_certificate, cycle_certificate
+from ._ntp_labels import LabelCertificate, check_label_certificate, label_certificate
 from ._ntp_partial import (
     FiniteComponent,
     NTPSeparability,
@@ -76,13 +77,16 @@ __all__ = [
     "MaxMarginProblem",
     "MaxMarginResult",
     "CycleCertificate",
+    "LabelCertificate",
     "FiniteComponent",
     "NTPSeparability",
     "analytic_center_separability",
     "check_cycle_certificate",
+    "check_label_certificate",
     "complete_stationary_split",
     "cycle_certificate",
     "far_point_split",
+    "label_certificate",
     "farkas_row_bounds",
     "finite_side_problem",
     "no_row_is_separable",

@@ -45,11 +45,10 @@ benchmarks/certified_infeasibility.py --corpus``).  With two tokens and word vec
 that are linearly independent, the cycles certify exactly the rows that are not
 separable (the cone is then a system of difference constraints on the words' logits,
 infeasible exactly on cycles); the tests check it against the linear program.  With more
-tokens they need not: a table may couple several tokens through its rows' zero sums.  On
-the corpus above, a linear program over the same structure (each token's logit at a
-context the sum of one free value per label, all tokens at once) certifies 1,404 rows
-beyond the cycles' 13,750 (``python benchmarks/label_program.py``).  Rows forced by the word vectors' own linear dependencies are
-left to the other certificates too.
+tokens they need not: a table may couple several tokens through its rows' zero sums,
+which :func:`~skntp.svm.label_certificate` finds (on the corpus above, 1,404 rows beyond
+the cycles' 13,750).  Rows forced by the word vectors' own linear dependencies are left
+to other certificates.
 
 Why no library: networkx's and SciPy's graph routines run on one graph, and there is one
 graph per pair of tokens (150,000 pairs on the corpus above).  The graphs of many pairs

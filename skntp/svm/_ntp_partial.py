@@ -50,6 +50,7 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.linalg
@@ -88,6 +89,9 @@ from ._problem import (
     available_memory,
     check_program_size,
 )
+
+if TYPE_CHECKING:  # (the labels' module checks its tables with this one's functions)
+    from ._ntp_labels import LabelCertificate
 
 __all__ = ["NOT_SEPARABLE_MARGIN", "SEPARABILITY_TOL", "FiniteComponent", "NTPSeparability",
            "complete_stationary_split", "far_point_split", "farkas_row_bounds",
@@ -204,6 +208,14 @@ class NTPSeparability:
     cycle_rows : ndarray of shape (m, V), bool or None
         The rows ``cycles`` certify, as :func:`~skntp.svm.check_cycle_certificate`
         recomputed them from the contexts (margin exactly zero on the recession cone).
+    labels : LabelCertificate or None
+        Farkas tables of the program of the contexts' labels, with ``cycle_rows`` as
+        ties (:func:`~skntp.svm.label_certificate`): rows not separable at any width
+        that tables of three or more tokens prove; ``None`` where none was found or
+        none was looked for.
+    label_rows : ndarray of shape (m, V), bool or None
+        The rows ``labels`` certify beyond ``cycle_rows``, as
+        :func:`~skntp.svm.check_label_certificate` recomputed them.
     """
 
     separable: np.ndarray
@@ -215,6 +227,17 @@ class NTPSeparability:
     certified: np.ndarray | None = None
     cycles: CycleCertificate | None = None
     cycle_rows: np.ndarray | None = None
+    labels: LabelCertificate | None = None
+    label_rows: np.ndarray | None = None
+
+    @property
+    def structure_rows(self):
+        """The rows that ``cycles`` and ``labels`` certify (``None`` where neither
+        certified any)."""
+        found = [r for r in (self.cycle_rows, self.label_rows) if r is not None]
+        if not found:
+            return None
+        return np.logical_or.reduce(found)
 
     @property
     def n_rows(self):
@@ -829,7 +852,6 @@ def _clarabel_lp(cost, A_ub, A_eq, bounds):
     cvxpy: an object with ``x``, ``ineqlin.marginals`` and ``eqlin.marginals`` signed as
     :func:`scipy.optimize.linprog`'s, or ``None`` when Clarabel gives no solution."""
     import cvxpy as cp
-    from scipy.optimize import OptimizeResult
 
     from .solvers.conic import CONIC_BYTES_PER_NONZERO
 
@@ -854,9 +876,10 @@ def _clarabel_lp(cost, A_ub, A_eq, bounds):
     if problem.status != cp.OPTIMAL or x.value is None:
         return None
     eq = -cons[1].dual_value if A_eq is not None else np.zeros(0)
-    return OptimizeResult(x=np.asarray(x.value), status=0, message="Clarabel",
-                          ineqlin=OptimizeResult(marginals=-np.asarray(cons[0].dual_value)),
-                          eqlin=OptimizeResult(marginals=np.asarray(eq)))
+    result = scipy.optimize.OptimizeResult
+    return result(x=np.asarray(x.value), status=0, message="Clarabel",
+                  ineqlin=result(marginals=-np.asarray(cons[0].dual_value)),
+                  eqlin=result(marginals=np.asarray(eq)))
 
 
 def _loss_table(Z, probs, pi, Q, allowed=None, project=True):
@@ -1046,7 +1069,10 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     rows open and the contexts share coordinates (concatenated word vectors), the
     exact tables of closed walks of contexts certify the rows they force
     (:func:`~skntp.svm.cycle_certificate`, in ``cycles``; on the Python
-    documentation at d = 768, 13,750 rows where the table certifies none).
+    documentation at d = 768, 13,750 rows where the table certifies none), then the
+    tables of the program of their labels, which couple more tokens
+    (:func:`~skntp.svm.label_certificate`, in ``labels``, where ``m V`` is at most
+    :data:`MAX_MASK_ENTRIES`; 1,404 rows more there).
 
     Parameters
     ----------
@@ -1061,7 +1087,7 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
     -------
     NTPSeparability
         No row separable, ``method="stationary point"``: ``status="certified"``
-        with its table in ``farkas`` (and ``cycles``), or ``"undecided"`` with the
+        with its table in ``farkas`` (and ``cycles``, ``labels``), or ``"undecided"`` with the
         rows it did certify in ``certified``.
     """
     H, probs = _check_contexts(contexts, next_token_probs, "next_token_probs")
@@ -1092,7 +1118,7 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
         else:  # (the table as computed, again)
             del T
             T = _loss_table((H * top) @ finite.W.T, P, pi, Q, project=False)
-    exact = exact_rows = None
+    exact = exact_rows = labels = label_rows = None
     if not refuted[rows].all():
         # (rows whose probabilities float64 cannot hold, where the contexts share
         # coordinates: exact tables, no rounding)
@@ -1102,7 +1128,19 @@ def stationary_separability(contexts, support, finite, next_token_probs, context
             refuted |= exact_rows
         else:
             exact = None
-    found = {"farkas": T, "cycles": exact, "cycle_rows": exact_rows}
+    if not refuted[rows].all() and support.size <= MAX_MASK_ENTRIES:
+        # (the tables that couple three or more tokens, on the same structure; its
+        # module checks its tables with this one's functions)
+        from ._ntp_labels import check_label_certificate, label_certificate
+
+        labels = label_certificate(H, support, equal=exact_rows)
+        if len(labels):
+            label_rows = check_label_certificate(H, support, labels, equal=exact_rows)
+            refuted |= label_rows
+        else:
+            labels = None
+    found = {"farkas": T, "cycles": exact, "cycle_rows": exact_rows, "labels": labels,
+             "label_rows": label_rows}
     if refuted[rows].all():
         return NTPSeparability(none, support, "stationary point", **found)
     return NTPSeparability(none, support, "stationary point", status="undecided",
@@ -1150,7 +1188,8 @@ def complete_stationary_split(contexts, found):
     return NTPSeparability(candidate, support, "stationary point",
                            _on_contexts(H, Q, direction), farkas=found.farkas,
                            certified=found.certified | proven, cycles=found.cycles,
-                           cycle_rows=found.cycle_rows)
+                           cycle_rows=found.cycle_rows, labels=found.labels,
+                           label_rows=found.label_rows)
 
 
 #: Probabilities at a far iterate of the loss over every row above which
@@ -1331,7 +1370,7 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
     held = ~support & (logits > math.log(FAR_KEEP))
     if found.certified is not None:  # (rows the far table certified are not separable)
         held |= found.certified & ~support
-    exact = found.cycle_rows  # (certified exactly, whatever the tables below say)
+    exact = found.structure_rows  # (certified, whatever the tables below say)
     del logits
     products = max(1, int(min(1e5, MAX_FIN_WORK / max(m * V * r, 1))))
     anchor = _anchors(support)
@@ -1402,7 +1441,8 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
         return NTPSeparability(separable, support, "stationary point",
                                _on_contexts(H, Q, D) if separable.any() else None,
                                farkas=table, cycles=found.cycles,
-                               cycle_rows=exact)
+                               cycle_rows=found.cycle_rows, labels=found.labels,
+                               label_rows=found.label_rows)
     return found
 
 

@@ -606,7 +606,13 @@ def test_the_corpus_path_certifies_rows_by_cycles_of_word_contexts(monkeypatch):
     # contexts that concatenate word vectors, partly separable: on the corpus path the
     # cycles of contexts certify rows exactly (recomputed here), which makes the
     # data certified not NTP-separable whatever W_fin's table certifies
-    from skntp.svm import _ntp_partial, check_cycle_certificate, cycle_certificate
+    from skntp.svm import (
+        _ntp_labels,
+        _ntp_partial,
+        check_cycle_certificate,
+        cycle_certificate,
+        label_certificate,
+    )
 
     H, S = word_contexts(6, widths=(6, 6), n_contexts=20, V=4)
     j, v = np.nonzero(S)
@@ -629,13 +635,49 @@ def test_the_corpus_path_certifies_rows_by_cycles_of_word_contexts(monkeypatch):
     assert est.is_ntp_separable_ is False and est.separable_rows_ is None
     assert len(undecided) == 1
     assert f"({rows.sum()} exactly, by cycles of contexts" in undecided[0]
-    # without the cycles, only W_fin's table: fewer rows
+    # without the cycles (and the labels' program), only W_fin's table: fewer rows
     monkeypatch.setattr(_ntp_partial, "cycle_certificate",
                         lambda *a, **k: cycle_certificate(np.eye(4), np.eye(4, 2)))
+    monkeypatch.setattr(_ntp_labels, "label_certificate",
+                        lambda *a, **k: label_certificate(np.eye(4), np.eye(4, 2)))
     _, without = fit()
     counted = [int(re.search(r"certifies (\d+) of the", m).group(1))
                for m in (undecided[0], without[0])]
     assert counted[0] >= rows.sum() and counted[1] < counted[0]
+
+
+def test_the_corpus_path_certifies_rows_by_the_program_of_word_labels(monkeypatch):
+    # five tokens and independent word vectors: the cycles (tables of two tokens) prove
+    # 4 of the 10 rows that are not separable, the program of the words' labels the
+    # other 6, each recomputed here against the linear program
+    from skntp.svm import (
+        check_cycle_certificate,
+        check_label_certificate,
+        cycle_certificate,
+        label_certificate,
+    )
+
+    H, S = word_contexts(3, widths=(6, 6), n_contexts=20, V=5)
+    j, v = np.nonzero(S)
+    X, y = np.repeat(H[j], 5, axis=0), np.repeat(v, 5)
+    _force_the_corpus_path(monkeypatch)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        est = NTPDecoderClassifier(solver="svm", vocabulary=5).fit(X, y)
+    undecided = [str(w.message) for w in rec
+                 if "separability of the data is undecided" in str(w.message)]
+    support = np.asarray(est.next_token_probs_) > 0
+    cycles = check_cycle_certificate(est.contexts_, support,
+                                     cycle_certificate(est.contexts_, support))
+    labels = check_label_certificate(
+        est.contexts_, support, label_certificate(est.contexts_, support, equal=cycles),
+        equal=cycles)
+    not_separable = ~support & ~lp_separable(est.contexts_, support)
+    np.testing.assert_array_equal(cycles | labels, not_separable)
+    assert cycles.sum() == 4 and labels.sum() == 6
+    assert len(undecided) == 1
+    assert "certifies 10 of the" in undecided[0]
+    assert "6 by the program of the contexts' labels" in undecided[0]
 
 
 @pytest.mark.parametrize("seed", range(3))
