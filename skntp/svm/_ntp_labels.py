@@ -152,7 +152,8 @@ def _program(ties, candidates, labels):
     A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                       shape=(n, offset + n_s))
     cost = np.concatenate([np.zeros(offset), -np.ones(n_s)])
-    bounds = np.array([(-np.inf, np.inf)] * offset + [(0.0, 1.0)] * n_s)
+    bounds = np.column_stack([np.r_[np.full(offset, -np.inf), np.zeros(n_s)],
+                              np.r_[np.full(offset, np.inf), np.ones(n_s)]])
     res = linprog(cost, A_ub=-A[je.size:], b_ub=np.zeros(n_s), A_eq=A[:je.size],
                   b_eq=np.zeros(je.size), bounds=bounds, method="highs")
     if res.status != 0:  # (always feasible, s = 0, and bounded)
