@@ -602,6 +602,20 @@ def test_the_corpus_path_on_partly_separable_data_is_undecided_with_its_evidence
     assert f"certifies {certified} of the {truth.n_rows} margin rows not separable" in message
 
 
+def _word_data_on_the_corpus_path(seed, V):
+    """Word contexts (``word_contexts(seed, widths=(6, 6), n_contexts=20, V=V)``), each
+    support token 5 times, and a fit on them: ``(est, undecided warnings)``."""
+    H, S = word_contexts(seed, widths=(6, 6), n_contexts=20, V=V)
+    j, v = np.nonzero(S)
+    X, y = np.repeat(H[j], 5, axis=0), np.repeat(v, 5)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        est = NTPDecoderClassifier(solver="svm", vocabulary=V).fit(X, y)
+    undecided = [str(w.message) for w in rec
+                 if "separability of the data is undecided" in str(w.message)]
+    return est, undecided
+
+
 def test_the_corpus_path_certifies_rows_by_cycles_of_word_contexts(monkeypatch):
     # contexts that concatenate word vectors, partly separable: on the corpus path the
     # cycles of contexts certify rows exactly (recomputed here), which makes the
@@ -614,20 +628,8 @@ def test_the_corpus_path_certifies_rows_by_cycles_of_word_contexts(monkeypatch):
         label_certificate,
     )
 
-    H, S = word_contexts(6, widths=(6, 6), n_contexts=20, V=4)
-    j, v = np.nonzero(S)
-    X, y = np.repeat(H[j], 5, axis=0), np.repeat(v, 5)
     _force_the_corpus_path(monkeypatch)
-
-    def fit():
-        with warnings.catch_warnings(record=True) as rec:
-            warnings.simplefilter("always")
-            est = NTPDecoderClassifier(solver="svm", vocabulary=4).fit(X, y)
-        undecided = [str(w.message) for w in rec
-                     if "separability of the data is undecided" in str(w.message)]
-        return est, undecided
-
-    est, undecided = fit()
+    est, undecided = _word_data_on_the_corpus_path(6, V=4)
     support = np.asarray(est.next_token_probs_) > 0
     rows = check_cycle_certificate(est.contexts_, support,
                                    cycle_certificate(est.contexts_, support))
@@ -640,7 +642,7 @@ def test_the_corpus_path_certifies_rows_by_cycles_of_word_contexts(monkeypatch):
                         lambda *a, **k: cycle_certificate(np.eye(4), np.eye(4, 2)))
     monkeypatch.setattr(_ntp_labels, "label_certificate",
                         lambda *a, **k: label_certificate(np.eye(4), np.eye(4, 2)))
-    _, without = fit()
+    _, without = _word_data_on_the_corpus_path(6, V=4)
     counted = [int(re.search(r"certifies (\d+) of the", m).group(1))
                for m in (undecided[0], without[0])]
     assert counted[0] >= rows.sum() and counted[1] < counted[0]
@@ -657,15 +659,8 @@ def test_the_corpus_path_certifies_rows_by_the_program_of_word_labels(monkeypatc
         label_certificate,
     )
 
-    H, S = word_contexts(3, widths=(6, 6), n_contexts=20, V=5)
-    j, v = np.nonzero(S)
-    X, y = np.repeat(H[j], 5, axis=0), np.repeat(v, 5)
     _force_the_corpus_path(monkeypatch)
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        est = NTPDecoderClassifier(solver="svm", vocabulary=5).fit(X, y)
-    undecided = [str(w.message) for w in rec
-                 if "separability of the data is undecided" in str(w.message)]
+    est, undecided = _word_data_on_the_corpus_path(3, V=5)
     support = np.asarray(est.next_token_probs_) > 0
     cycles = check_cycle_certificate(est.contexts_, support,
                                      cycle_certificate(est.contexts_, support))
