@@ -80,6 +80,7 @@ from ._ntp import (
     spanning_proof,
 )
 from ._ntp_cycles import CycleCertificate, check_cycle_certificate, cycle_certificate
+from ._ntp_sparse import SparseRestrictedLoss, sparse_enough
 from ._problem import (
     BilinearScores,
     Constraints,
@@ -1372,7 +1373,6 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
         held |= found.certified & ~support
     exact = found.structure_rows  # (certified, whatever the tables below say)
     del logits
-    products = max(1, int(min(1e5, MAX_FIN_WORK / max(m * V * r, 1))))
     anchor = _anchors(support)
 
     def falling_at(w, allowed):
@@ -1400,6 +1400,7 @@ def far_point_split(contexts, found, far_point, next_token_probs=None, context_w
         table = None
         for _ in range(max_rounds):
             allowed = support | held
+            products = max(1, int(min(1e5, MAX_FIN_WORK / _product_work(allowed, r))))
             _, w, n_iter = _restricted_newton(Q, P, pi, allowed, tol=1e-13, max_iter=100,
                                               cg_iter=200, max_products=products,
                                               report=stalled(allowed))
@@ -1855,10 +1856,23 @@ SINGLE_PRECISION_RTOL = 0.03
 WOODBURY_RANK = 64
 
 
+def _product_work(allowed, d):
+    """The multiply-adds of a Hessian product of the loss restricted to ``allowed``
+    (:func:`_restricted_newton`'s): ``|A| d`` entry by entry where the mask is sparse,
+    else ``m V d``."""
+    return (2.0 * np.count_nonzero(allowed) * d if sparse_enough(allowed)
+            else float(allowed.size) * d)
+
+
 def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_products, report,
                        be=None):
     """Newton-CG on ``CE_I`` (:func:`partial_finite_component`) from ``W = 0``, its
     loss on the backend ``be`` (NumPy by default).
+
+    On NumPy, where fewer than :data:`~skntp.svm._ntp_sparse.SPARSE_BELOW` of the
+    ``(context, token)`` entries are allowed (the side ``N`` of a split), the loss is
+    computed on those entries only (:class:`~skntp.svm._ntp_sparse.SparseRestrictedLoss`,
+    a product ``|A| d`` multiply-adds instead of ``m V d``).
 
     ``report(k, gradient_norm, w)``, if given, is called before each step and may
     raise StopIteration to end the minimization at ``w``.  Returns
@@ -1867,8 +1881,10 @@ def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_product
     m, V = P.shape
     d = H.shape[1]
     scale = max(float(np.max(np.linalg.norm(H, axis=1))), np.finfo(float).tiny)
-    loss = _RestrictedLoss(H, P, pi, allowed, be)
     preconditioned = bool(allowed.all())
+    on_host = be is None or be.name == "numpy"
+    loss = (SparseRestrictedLoss(H, P, pi, allowed) if on_host and sparse_enough(allowed)
+            else _RestrictedLoss(H, P, pi, allowed, be))
     blocks = preconditioned and 8.0 * V * d * d <= 0.125 * available_memory()
     # the contexts' outer products, kept when they fit in an eighth of the memory
     products = (list(_context_products(H)) if blocks and 2.0 * m * d * (d + 1)
@@ -1908,7 +1924,7 @@ def _restricted_newton(H, P, pi, allowed, *, tol, max_iter, cg_iter, max_product
 
     if max_products == "auto":
         max_products = int(min(5000, (MAX_FIN_WORK if preconditioned else 6e10)
-                               / max(m * V * d, 1)))
+                               / max(_product_work(allowed, d), 1)))
     w, n_iter = newton_cg(loss.value_and_gradient, loss.hessian_at, np.zeros(V * d),
                           tol * scale, max_iter, cg_iter, report, max_products,
                           precondition_at if preconditioned else None, loss.along,

@@ -568,6 +568,38 @@ def test_the_restricted_loss_is_that_of_its_equations(masked):
         single(v)
 
 
+@pytest.mark.parametrize("sparse_probs", [False, True])
+def test_the_loss_entry_by_entry_is_the_restricted_loss(sparse_probs):
+    # where few tokens are allowed per context the loss is computed on the allowed
+    # entries only: value, gradient, Hessian products, the loss along a line and the
+    # softmax table are those of the loss over (m, V) tables
+    from skntp.svm._ntp_partial import _RestrictedLoss
+    from skntp.svm._ntp_sparse import SparseRestrictedLoss, sparse_enough
+
+    rng = np.random.default_rng(5)
+    m, d, V = 300, 6, 80
+    H, P, pi, allowed = _restricted_loss_data(rng, m, d, V, 0.01, 0.01)
+    assert sparse_enough(allowed)
+    dense = _RestrictedLoss(H, P, pi, allowed)
+    entries = SparseRestrictedLoss(H, sp.csr_matrix(P) if sparse_probs else P, pi, allowed)
+    w, u = 3.0 * rng.standard_normal(V * d), rng.standard_normal(V * d)
+    (a, ga), (b, gb) = dense.value_and_gradient(w), entries.value_and_gradient(w)
+    assert b == pytest.approx(a, rel=1e-13)
+    np.testing.assert_allclose(gb, ga, rtol=0, atol=1e-13 * np.abs(ga).max())
+    np.testing.assert_allclose(entries.S, np.asarray(dense.S), rtol=0, atol=1e-14)
+    hv = dense.hessian_at(w)(u)
+    np.testing.assert_allclose(entries.hessian_at(w)(u), hv, rtol=0,
+                               atol=1e-13 * np.abs(hv).max())
+    line, other = dense.along(w, u), entries.along(w, u)
+    for t in (0.0, 0.4, 1.0):
+        assert other(t) == pytest.approx(line(t), rel=1e-13)
+    # (its Hessian at another point recomputes the softmax there)
+    np.testing.assert_allclose(entries.hessian_at(-w)(u), dense.hessian_at(-w)(u),
+                               rtol=0, atol=1e-13 * np.abs(hv).max())
+    with pytest.raises(ValueError, match="every context"):
+        SparseRestrictedLoss(H, P, pi, allowed & (np.arange(m) > 0)[:, None])
+
+
 @pytest.mark.parametrize("masked", [False, True])
 def test_the_restricted_loss_on_torch_is_the_numpy_one(masked):
     # the one loss module on the array layer: value, gradient, Hessian products (double
@@ -979,17 +1011,27 @@ def _far_iterate(H, P, steps=60):
     return fin, stationary_separability(H, S, fin, P)
 
 
+@pytest.mark.parametrize("entrywise", [False, True])
 @pytest.mark.parametrize("scale", [1.0, 1e-8])
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
-def test_the_far_point_split_is_that_of_the_lp_of_the_definition(seed, scale):
-    from skntp.svm import far_point_split
+def test_the_far_point_split_is_that_of_the_lp_of_the_definition(seed, scale, entrywise,
+                                                                 monkeypatch):
+    # (entrywise: the side N's loss on its allowed entries only, as where few tokens
+    # are allowed per context)
+    from skntp.svm import _ntp_sparse, far_point_split
 
     H, P = partially_separable_instance(seed)
     H = scale * H
     S = P > 0
     fin, found = _far_iterate(H, P)
     assert found.status == "undecided"
+    used = []
+    real = _ntp_sparse.SparseRestrictedLoss.value_and_gradient
+    monkeypatch.setattr(_ntp_sparse.SparseRestrictedLoss, "value_and_gradient",
+                        lambda self, w: used.append(1) or real(self, w))
+    monkeypatch.setattr(_ntp_sparse, "SPARSE_BELOW", 1.0 if entrywise else 0.0)
     split = far_point_split(H, found, fin.W, P)
+    assert bool(used) == entrywise
     truth = separable_rows_by_lp(H, S)
     assert split.status == "certified" and split.method == "stationary point"
     assert 0 < truth.sum() < (~S).sum()

@@ -1,0 +1,148 @@
+"""The loss (2) restricted to a sparse set of allowed tokens, entry by entry.
+
+``CE_I(W) = sum_j pi_j [log sum_{a in A_j} exp(w_a^T h_j) - sum_{z in S_j} p_{j,z} w_z^T
+h_j]``, with ``A_j`` the tokens allowed in context ``j`` (the supports and the rows held
+not separable).  Where the allowed tokens are a small fraction of ``m x V`` -- the side
+``N`` of a split, a few tokens per context -- only their logits matter: a logit is one
+dot product ``w_a^T h_j``, a gradient or a Hessian product one sparse ``V x m`` matrix
+times the contexts.  A Hessian product then costs ``|A| d`` multiply-adds where
+:class:`~skntp.svm._ntp_partial._RestrictedLoss` spends ``m V d``: on the Python
+documentation at d = 768 (m = 11,071, V = 2,128, 33,978 allowed entries, 0.14 % of
+``m V``) 45 ms against 769 ms on 2 cores (``benchmarks/sparse_restricted_loss.py``; the
+dense tables' matrix products run at BLAS speed, the entries' gathers do not).
+
+NumPy only: the split's Newton (:func:`~skntp.svm.far_point_split`) runs on the host.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["SPARSE_BELOW", "SparseRestrictedLoss", "sparse_enough"]
+
+#: The fraction of allowed ``(context, token)`` entries below which the restricted
+#: loss is computed entry by entry (:class:`SparseRestrictedLoss`): its products cost
+#: ``|A| d`` against ``m V d`` for the dense tables, but gather rows of ``W`` and of the
+#: contexts, several times slower per entry than a matrix product.
+SPARSE_BELOW = 0.05
+
+#: Entries per chunk of the logits' row-wise dot products: two ``chunk x d``
+#: temporaries that stay in the cache (35,000 entries of d = 768: 38 ms by chunks of
+#: 256, 99 ms by chunks of 8,192).
+ENTRY_CHUNK = 256
+
+
+class SparseRestrictedLoss:
+    """``CE_I``, its gradient and Hessian products, on the allowed entries only.
+
+    The interface of :class:`~skntp.svm._ntp_partial._RestrictedLoss` that Newton-CG
+    uses (``value_and_gradient``, ``hessian_at``, ``along``, ``S``), its tables
+    vectors of one entry per allowed ``(j, a)``: softmax, log-partition and the
+    Hessian's row means are segment reductions over each context's entries (sorted
+    by context), gradients ``sum_j c_ja h_j`` a sparse ``V x m`` matrix of the entries
+    times the contexts.
+
+    Parameters
+    ----------
+    H : ndarray of shape (m, d)
+    P : ndarray or sparse matrix of shape (m, V)
+        Next-token probabilities, zero off ``allowed``.
+    pi : ndarray of shape (m,)
+    allowed : ndarray of bool of shape (m, V)
+        At least one token per context.
+    """
+
+    def __init__(self, H, P, pi, allowed):
+        m, V = allowed.shape
+        self.H = np.asarray(H, dtype=float)
+        self.shape = (V, self.H.shape[1])
+        self.j, self.v = np.nonzero(allowed)  # (sorted by context)
+        self.starts = np.flatnonzero(np.r_[True, np.diff(self.j) != 0])
+        self.counts = np.diff(np.r_[self.starts, self.j.size])
+        if self.starts.size != m:
+            raise ValueError("every context needs an allowed token.")
+        self.pi = np.asarray(pi, dtype=float)
+        self.pi_e = self.pi[self.j]
+        probs = sp.csr_matrix(P)[self.j, self.v] if sp.issparse(P) else P[self.j, self.v]
+        self.p = np.asarray(probs, dtype=float).ravel()
+        # the entries as a V x m matrix whose data are permuted in place
+        self.order = np.lexsort((self.j, self.v))
+        indptr = np.r_[0, np.cumsum(np.bincount(self.v, minlength=V))]
+        self.tokens = sp.csr_matrix((np.zeros(self.j.size), self.j[self.order], indptr),
+                                    shape=(V, m))
+        self.target_gradient = self._image(self.pi_e * self.p)
+        self.point, self.s = None, None
+
+    def _logits(self, w):
+        W = np.reshape(w, self.shape)
+        out = np.empty(self.j.size)
+        for a in range(0, self.j.size, ENTRY_CHUNK):
+            b = min(a + ENTRY_CHUNK, self.j.size)
+            out[a:b] = np.einsum("ij,ij->i", W[self.v[a:b]], self.H[self.j[a:b]])
+        return out
+
+    def _image(self, c):
+        """``sum_j c_ja h_j`` for each token ``a``: shape (V, d)."""
+        self.tokens.data[:] = c[self.order]
+        return np.asarray(self.tokens @ self.H)
+
+    def _segment(self, x, reduce):
+        return reduce.reduceat(x, self.starts)
+
+    def _spread(self, x):
+        return np.repeat(x, self.counts)
+
+    def _log_partition(self, z):
+        """``(log sum_a exp z_ja, softmax)``, by contexts."""
+        top = self._segment(z, np.maximum)
+        e = np.exp(z - self._spread(top))
+        total = self._segment(e, np.add)
+        return top + np.log(total), e / self._spread(total)
+
+    def value_and_gradient(self, w):
+        """``(CE_I(w), gradient)``; keeps the softmax at ``w``."""
+        z = self._logits(w)
+        lse, s = self._log_partition(z)
+        self.point, self.s = np.array(w, copy=True), s
+        value = float(self.pi @ lse - self.pi_e @ (self.p * z))
+        return value, (self._image(self.pi_e * s) - self.target_gradient).ravel()
+
+    def along(self, w, step):
+        """``t -> CE_I(w + t step)``: two passes of logits, then one per ``t``."""
+        zw, zs = self._logits(w), self._logits(step)
+        linear_w, linear_s = self.pi_e @ (self.p * zw), self.pi_e @ (self.p * zs)
+
+        def value(t):
+            return float(self.pi @ self._log_partition(zw + t * zs)[0]
+                         - linear_w - t * linear_s)
+        return value
+
+    def hessian_at(self, w, single=False):
+        """``u -> sum_j pi_j (diag(s_j) - s_j s_j^T) U h_j h_j^T`` on the entries
+        (``single`` is accepted and ignored: the products are cheap in float64)."""
+        if self.point is None or not np.array_equal(w, self.point):
+            self.value_and_gradient(w)
+        s = self.s
+
+        def product(u):
+            y = self._logits(u)
+            mean = self._segment(s * y, np.add)
+            return self._image(self.pi_e * s * (y - self._spread(mean))).ravel()
+        return product
+
+    @property
+    def S(self):
+        """The softmax at the last point, as a dense ``(m, V)`` table (0 off the
+        allowed entries)."""
+        out = np.zeros((self.starts.size, self.shape[0]))
+        out[self.j, self.v] = self.s
+        return out
+
+    def work(self):
+        """Multiply-adds of one Hessian product (two passes over the entries)."""
+        return 2.0 * self.j.size * self.shape[1]
+
+
+def sparse_enough(allowed):
+    """Whether :class:`SparseRestrictedLoss` serves ``allowed`` (a boolean ``(m, V)``
+    mask): fewer than :data:`SPARSE_BELOW` of its entries allowed."""
+    return np.count_nonzero(allowed) <= SPARSE_BELOW * allowed.size
