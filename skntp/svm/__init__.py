@@ -40,7 +40,7 @@ from ._ntp import (
     solve_ntp_svm,
     spanning_proof,
 )
-from ._ntp_center import analytic_center_separability
+from ._ntp_center import analytic_center_of_rows, analytic_center_separability
 from ._ntp_cycles import CycleCertificate, check_cycle_certificate, cycle_certificate
 from ._ntp_labels import LabelCertificate, check_label_certificate, label_certificate
 from ._ntp_partial import (
@@ -80,6 +80,7 @@ __all__ = [
     "LabelCertificate",
     "FiniteComponent",
     "NTPSeparability",
+    "analytic_center_of_rows",
     "analytic_center_separability",
     "check_cycle_certificate",
     "check_label_certificate",

@@ -287,3 +287,103 @@ def test_partly_separable_data_do_not_pay_for_the_center_in_the_programs_proof(
     assert _separable_rows_lp(H, S) > 0
     problem = ntp_svm_problem(H, S)
     assert _infeasibility_proof(H, S, problem.constraints) is None
+
+
+def _power_of_two_scaled(H):
+    return H / 2.0 ** np.ceil(np.log2(np.abs(H).max()))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("unit", [1.0, 1e-8])
+def test_the_center_of_the_rows_not_separable_certifies_each(seed, unit):
+    # the polytope of the supports' equalities and the rows off I (Def. 3.2's LP, written
+    # in the helper) is bounded: its center's table, checked here, is a Farkas table of
+    # each of those rows, supported on them and the supports; one separable row more
+    # makes it unbounded, and nothing is certified
+    from helpers import separable_rows_by_lp
+
+    from skntp.svm import analytic_center_of_rows
+
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    separable = separable_rows_by_lp(H, S)
+    rows = ~S & ~separable
+    assert rows.any() and separable.any()
+    T = analytic_center_of_rows(unit * H, S, rows)
+    assert T is not None and T.shape == S.shape
+    # (0 off them, up to the rounding of the projection off the contexts' span, <= 0)
+    others = T[~S & ~rows]
+    assert np.all(T[rows] < 0) and np.all(others <= 0)
+    assert np.abs(others).max(initial=0.0) <= 1e-12 * np.abs(T).max()
+    Hs = _power_of_two_scaled(unit * H)
+    np.testing.assert_allclose(T.sum(axis=1), 0.0, atol=1e-12 * np.abs(T).max())
+    assert np.abs(T.T @ Hs).max() <= 1e-8 * (np.abs(T).T @ np.abs(Hs)).max()
+    # (its entries 1 / (1 + r_jv): polynomial in the margins)
+    entries = -T[rows]
+    assert entries.min() > 1e-6 * entries.max()
+    one = rows.copy()
+    j, v = np.argwhere(separable)[0]
+    one[j, v] = True
+    assert analytic_center_of_rows(unit * H, S, one) is None
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_barrier_entry_by_entry_is_the_dense_one(seed):
+    # with every margin row, the barrier of a few rows per context is that of the margin
+    # polytope: value, gradient, Hessian products, the fraction to the boundary, table
+    from skntp.svm._ntp_center import _MarginBarrier, _RowsBarrier
+
+    H, S = _random_instance(seed, m=30, d=4, V=5)
+    Q = np.linalg.svd(H, full_matrices=False)[0]
+    dense = _MarginBarrier(Q, S, np.where(S, 2.0, 1.0))
+    rows = _RowsBarrier(Q, S, ~S, 2.0)
+    rng = np.random.default_rng(seed)
+    w, u = 0.05 * rng.standard_normal(5 * 4), rng.standard_normal(5 * 4)
+    (a, ga), (b, gb) = dense.value_and_gradient(w), rows.value_and_gradient(w)
+    assert b == pytest.approx(a, rel=1e-13)
+    np.testing.assert_allclose(gb, ga, rtol=0, atol=1e-12 * np.abs(ga).max())
+    hv = dense.hessian_at(w)(u)
+    np.testing.assert_allclose(rows.hessian_at(w)(u), hv, rtol=0, atol=1e-12 * np.abs(hv).max())
+    assert rows.max_step(w, u) == pytest.approx(dense.max_step(w, u), rel=1e-12)
+    np.testing.assert_allclose(rows.table(w), dense.table(w), rtol=0, atol=1e-12)
+    assert rows.value_and_gradient(w + 2.0 * rows.max_step(w, u) * u)[0] == np.inf
+
+
+def test_the_token_blocks_are_each_tokens_pseudo_inverse():
+    # B_a = sum_j c_ja q_j q_j^T over each token's entries (fewer or more than r, a
+    # repeated pair, a token without any): applied as pinv(B_a), written here densely
+    from skntp.svm._ntp_sparse import TokenBlocks
+
+    rng = np.random.default_rng(3)
+    m, r, V = 60, 8, 6
+    Q = np.linalg.qr(rng.standard_normal((m, r)))[0]
+    j = rng.integers(0, m, 40)
+    v = rng.integers(1, V - 1, 40)
+    v[:20] = 0
+    j[1] = j[0]
+    v[1] = 0
+    v[-3:] = 4  # (three contexts, fewer than r)
+    c = rng.random(j.size) + 0.1
+    X = rng.standard_normal((V, r))
+    out = TokenBlocks(Q, j, v, V).at(c)(X.ravel()).reshape(V, r)
+    for a in range(V):
+        mine = v == a
+        B = (Q[j[mine]].T * c[mine]) @ Q[j[mine]]
+        expected = np.linalg.pinv(B, rcond=1e-10, hermitian=True) @ X[a]
+        np.testing.assert_allclose(out[a], expected, rtol=0,
+                                   atol=1e-10 * max(np.abs(expected).max(), 1e-300))
+    assert np.all(out[V - 1] == 0)
+
+
+def test_the_center_of_rows_refuses_bad_input():
+    from skntp.svm import analytic_center_of_rows
+
+    H, S = _random_instance(0)
+    rows = ~S & (np.arange(S.shape[1]) == 0)
+    with pytest.raises(ValueError, match="off the supports"):
+        analytic_center_of_rows(H, S, S)
+    with pytest.raises(ValueError, match="shape"):
+        analytic_center_of_rows(H, S, rows[:, :-1])
+    with pytest.raises(ValueError, match="box must be positive"):
+        analytic_center_of_rows(H, S, rows, box=-1.0)
+    assert np.all(analytic_center_of_rows(H, S, np.zeros_like(S)) == 0)

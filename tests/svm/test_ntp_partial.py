@@ -1053,6 +1053,29 @@ def test_the_far_point_split_is_that_of_the_lp_of_the_definition(seed, scale, en
     assert np.all(T[~S & ~truth] < 0)
 
 
+@pytest.mark.parametrize("seed", [1, 2, 4])
+def test_the_far_point_split_falls_back_on_the_center_of_the_held_rows(seed, monkeypatch):
+    # where the side N's loss table certifies nothing (its check refused here), the
+    # analytic center of the held rows certifies them: the same split as the LP's
+    from skntp.svm import _ntp_center, _ntp_partial, far_point_split
+
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    fin, found = _far_iterate(H, P)
+    calls = []
+    real = _ntp_center.analytic_center_of_rows
+    monkeypatch.setattr(_ntp_partial, "image_vanishes", lambda *args: False)
+    monkeypatch.setattr(_ntp_center, "analytic_center_of_rows",
+                        lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    split = far_point_split(H, found, fin.W, P)
+    assert calls and split.status == "certified"
+    np.testing.assert_array_equal(split.separable, separable_rows_by_lp(H, S))
+    T = split.farkas
+    Hs = H / np.abs(H).max()
+    assert np.abs(T.T @ Hs).max() <= 1e-8 * (np.abs(T).T @ np.abs(Hs)).max()
+    assert np.all(T[~S & ~split.separable] < 0)
+
+
 def test_a_far_point_that_marks_the_wrong_rows_certifies_nothing():
     # the far iterate reversed: the rows that keep their probability there are not
     # those off I; whatever the rounds find, nothing uncertified is reported

@@ -1,18 +1,22 @@
-"""The side ``N``'s loss entry by entry against its (m, V) tables, on the Python documentation.
+"""The side ``N`` of a split certified on the Python documentation at d = 768.
 
-:func:`skntp.svm.far_point_split` minimizes the loss (2) restricted to the supports
-and the rows held not separable: a few tokens per context.  Over ``(m, V)`` tables a
-Hessian product costs ``m V d`` multiply-adds; on the allowed entries only
-(:class:`skntp.svm._ntp_sparse.SparseRestrictedLoss`), ``|A| d``.  The allowed entries
-here are those of the side ``N`` that the package certifies on this corpus: the
-supports, the cycles' rows and the label program's rows.  Printed: the time of a
-Hessian product both ways (the reference, the ``(m, V)`` tables, in the same run), the
-Newton-CG of the side ``N`` entry by entry (steps, products, gradient, time), whether
-its Farkas table certifies the held rows, and the peak resident memory.
+:func:`skntp.svm.far_point_split` holds rows not separable and certifies them, with
+the supports, by a Farkas table.  Here the held rows are those the package certifies on
+this corpus by their structure (the cycles and the label program's rows), and two
+tables are tried on them, as ``far_point_split`` tries them:
+
+* the loss (2) restricted to the supports and the held rows, by Newton-CG, its loss
+  entry by entry (:class:`skntp.svm._ntp_sparse.SparseRestrictedLoss`; a Hessian
+  product is timed both ways, the reference over ``(m, V)`` tables in the same run);
+* the analytic center of the held rows' polytope (:func:`skntp.svm.analytic_center_of_rows`).
+
+Printed: each one's Newton steps, gradients and time, the rows its table certifies, and
+the peak resident memory.
 
 Run::
 
-    python benchmarks/sparse_restricted_loss.py [--case python-768] [--max-iter 100]
+    python benchmarks/side_n_certificate.py [--case python-768] [--max-iter 100]
+    [--extra ROWS.npy]
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ def main():
     from skntp.decoder import aggregate_contexts
     from skntp.losses.decoder import next_token_targets
     from skntp.svm import (
+        analytic_center_of_rows,
         check_cycle_certificate,
         check_label_certificate,
         cycle_certificate,
@@ -73,6 +78,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", default="python-768")
     parser.add_argument("--max-iter", type=int, default=100)
+    parser.add_argument("--extra", help="a saved (m, V) mask of more rows to hold")
     args = parser.parse_args()
     X, y = _load(args.case)
     _, Y = next_token_targets(y, len(y), None)
@@ -84,6 +90,8 @@ def main():
     labels = check_label_certificate(H, S, label_certificate(H, S, equal=cycles),
                                      equal=cycles)
     held = (cycles | labels) & ~S
+    if args.extra:
+        held |= np.load(args.extra) & ~S
     allowed = S | held
     Hs = H / _power_of_two_scale(H)
     Q, cond = orthonormal_contexts(Hs, return_condition=True)
@@ -91,8 +99,9 @@ def main():
     r = Q.shape[1]
     Pn = S / S.sum(axis=1, keepdims=True)
     pi = np.full(m, 1.0 / m)
+    extra = f" and {args.extra}" if args.extra else ""
     print(f"{args.case}: {m} contexts, V = {V}, rank {r}; side N: {int(held.sum())} rows "
-          f"held (cycles and labels), {int(allowed.sum())} allowed entries "
+          f"held (cycles and labels{extra}), {int(allowed.sum())} allowed entries "
           f"({allowed.mean():.2%} of m V); load {os.getloadavg()[0]:.2f}")
     rng = np.random.default_rng(0)
     w, u = 0.1 * rng.standard_normal(V * r), rng.standard_normal(V * r)
@@ -130,9 +139,19 @@ def main():
     if image_vanishes(Hs, S, T):
         certified = int((held & _refuted_rows(Q, S, T, _refutation_margin(blur),
                                               blur)).sum())
+    print(f"  its table certifies {certified} of the {int(held.sum())} held rows")
+    steps = []
+    start = time.perf_counter()
+    table = analytic_center_of_rows(H, S, held, callback=lambda k, g, _: steps.append(
+        (k, g, time.perf_counter() - start)))
+    took = time.perf_counter() - start
+    for k, g, t in steps[:: max(1, len(steps) // 8)] + steps[-1:]:
+        print(f"    step {k:3d}  gradient {g:.2e}  {t:7.1f} s")
+    certified = 0 if table is None else int(np.count_nonzero(held & (table < 0)))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"  its table certifies {certified} of the {int(held.sum())} held rows; peak RSS "
-          f"{peak:.2f} GiB, load {os.getloadavg()[0]:.2f}")
+    print(f"  the analytic center of the held rows: {len(steps) - 1} Newton steps, "
+          f"{took:.1f} s, {'certifies every one' if table is not None else 'not certified'}"
+          f" ({certified} rows); peak RSS {peak:.2f} GiB, load {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
