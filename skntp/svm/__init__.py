@@ -46,6 +46,7 @@ from ._ntp_labels import LabelCertificate, check_label_certificate, label_certif
 from ._ntp_partial import (
     FiniteComponent,
     NTPSeparability,
+    certify_split,
     complete_stationary_split,
     far_point_split,
     farkas_row_bounds,
@@ -86,6 +87,7 @@ __all__ = [
     "check_label_certificate",
     "complete_stationary_split",
     "cycle_certificate",
+    "certify_split",
     "far_point_split",
     "label_certificate",
     "farkas_row_bounds",

@@ -1,4 +1,4 @@
-"""The loss (2) restricted to a sparse set of allowed tokens, entry by entry.
+"""Losses and barriers of a few tokens per context, entry by entry.
 
 ``CE_I(W) = sum_j pi_j [log sum_{a in A_j} exp(w_a^T h_j) - sum_{z in S_j} p_{j,z} w_z^T
 h_j]``, with ``A_j`` the tokens allowed in context ``j`` (the supports and the rows held
@@ -8,9 +8,12 @@ dot product ``w_a^T h_j``, a gradient or a Hessian product one sparse ``V x m`` 
 times the contexts.  A Hessian product then costs ``|A| d`` multiply-adds where
 :class:`~skntp.svm._ntp_partial._RestrictedLoss` spends ``m V d``: on the Python
 documentation at d = 768 (m = 11,071, V = 2,128, 33,978 allowed entries, 0.14 % of
-``m V``) 45 ms against 769 ms on 2 cores (``benchmarks/sparse_restricted_loss.py``; the
+``m V``) 45 ms against 769 ms on 2 cores (``benchmarks/side_n_certificate.py``; the
 dense tables' matrix products run at BLAS speed, the entries' gathers do not).
 
+The same two products (:class:`EntryProducts`) serve the barrier of the analytic
+center of a few rows (:func:`~skntp.svm.analytic_center_of_rows`), whose Newton is
+preconditioned by per-token blocks on each token's few contexts (:class:`TokenBlocks`).
 NumPy only: the split's Newton (:func:`~skntp.svm.far_point_split`) runs on the host.
 """
 
@@ -171,10 +174,6 @@ class SparseRestrictedLoss:
         out = np.zeros((self.starts.size, self.shape[0]))
         out[self.j, self.v] = self.s
         return out
-
-    def work(self):
-        """Multiply-adds of one Hessian product (two passes over the entries)."""
-        return 2.0 * self.j.size * self.shape[1]
 
 
 def sparse_enough(allowed):

@@ -1076,6 +1076,110 @@ def test_the_far_point_split_falls_back_on_the_center_of_the_held_rows(seed, mon
     assert np.all(T[~S & ~split.separable] < 0)
 
 
+def _lp_split(H, S):
+    """The LP's separable rows and a point of the cone positive on them (the sum of
+    each row's maximizer would do; the LP of the helper gives the mask, this finds the
+    point), written here from Def. 3.2 in cvxpy."""
+    separable = separable_rows_by_lp(H, S)
+    m, d = H.shape
+    V = S.shape[1]
+    W = cp.Variable((V, d))
+    L = H @ W.T
+    a = np.argmax(S, axis=1)
+    top = cp.hstack([L[j, a[j]] for j in range(m)])
+    cons = [cp.abs(W) <= 10.0]
+    for j in range(m):
+        for v in range(V):
+            if S[j, v]:
+                cons.append(L[j, v] == top[j])
+            elif separable[j, v]:
+                cons.append(top[j] - L[j, v] >= 1.0)
+            else:
+                cons.append(top[j] - L[j, v] == 0.0)
+    cp.Problem(cp.Minimize(0), cons).solve(solver=cp.CLARABEL)
+    return separable, W.value
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_split_found_elsewhere_is_certified_both_ways(seed):
+    # the LP's split, its point perturbed off the cone (the projection and the lift of
+    # certify_split restore it): certified, with the center's table on the rows off I;
+    # one separable row claimed not separable, or one row of N claimed separable, and
+    # nothing is certified
+    from skntp.svm import certify_split
+
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    separable, W = _lp_split(H, S)
+    held = ~S & ~separable
+    rng = np.random.default_rng(seed)
+    noisy = W + 1e-3 * np.abs(W).max() * rng.standard_normal(W.shape)
+    split = certify_split(H, P, held, noisy)
+    assert split is not None and split.status == "certified"
+    np.testing.assert_array_equal(split.separable, separable)
+    Hs = H / np.abs(H).max()
+    L = Hs @ split.direction.T
+    top = np.where(S, L, -np.inf).max(axis=1, keepdims=True)
+    gaps = top - L
+    smallest = gaps[separable].min()
+    assert smallest > 0 and np.all(np.abs(gaps[held]) <= 1e-8 * smallest)
+    T = split.farkas
+    assert np.all(T[held] < 0)
+    assert np.abs(T.T @ Hs).max() <= 1e-8 * (np.abs(T).T @ np.abs(Hs)).max()
+    wrong = held.copy()
+    wrong[tuple(np.argwhere(separable)[0])] = True
+    assert certify_split(H, S, wrong, W) is None
+    short = held.copy()
+    short[tuple(np.argwhere(held)[0])] = False
+    assert certify_split(H, S, short, W) is None
+
+
+def test_a_token_below_its_rounding_is_lifted(monkeypatch, seed=2):
+    # the LP's point with one token's row raised until some of its margins are negative:
+    # the lift in the complement of its tied contexts restores them (and only it moves)
+    from skntp.svm import _ntp_partial, certify_split
+
+    H, P = partially_separable_instance(seed)
+    S = P > 0
+    separable, W = _lp_split(H, S)
+    held = ~S & ~separable
+    v = int(np.argmax((separable & ~S).sum(axis=0) * ~S.any(axis=0)))
+    assert not S[:, v].any() and separable[:, v].any()  # (a token never next)
+    lifted = []
+    real = _ntp_partial._raise_token_margins
+
+    def lift(Q, support, held, D, tokens):
+        out = real(Q, support, held, D, tokens)
+        lifted.append((list(tokens), np.flatnonzero(np.any(out != D, axis=1))))
+        return out
+    monkeypatch.setattr(_ntp_partial, "_raise_token_margins", lift)
+    raised = W.copy()
+    raised[v] += 3.0 * np.abs(W).max() * _unit_vector(H.shape[1], seed)
+    Hs = H / np.abs(H).max()
+    L = Hs @ raised.T
+    assert np.any((L[:, np.argmax(S, axis=1)].diagonal() - L[:, v])[separable[:, v]] < 0)
+    split = certify_split(H, S, held, raised)
+    assert split is not None
+    np.testing.assert_array_equal(split.separable, separable)
+    assert len(lifted) == 1 and v in lifted[0][0] and set(lifted[0][1]) <= set(lifted[0][0])
+
+
+def _unit_vector(d, seed):
+    x = np.random.default_rng(seed).standard_normal(d)
+    return x / np.linalg.norm(x)
+
+
+def test_certify_split_refuses_bad_input():
+    from skntp.svm import certify_split
+
+    H, P = partially_separable_instance(1)
+    S = P > 0
+    with pytest.raises(ValueError, match="off the supports"):
+        certify_split(H, S, S, np.zeros((S.shape[1], H.shape[1])))
+    with pytest.raises(ValueError, match="shape"):
+        certify_split(H, S, ~S, np.zeros((2, 2)))
+
+
 def test_a_far_point_that_marks_the_wrong_rows_certifies_nothing():
     # the far iterate reversed: the rows that keep their probability there are not
     # those off I; whatever the rounds find, nothing uncertified is reported
