@@ -86,6 +86,10 @@ EQUALITY_BOX = 1.0
 #: The largest ``m V r`` (work of one Hessian product) for which the center is tried.
 MAX_CENTER_WORK = 2e9
 
+#: The ``(m, V)`` float64 tables that :func:`analytic_center_of_rows` holds at once
+#: while it checks its table (the table, its projection, the row bounds' work).
+TABLES_OF_ROWS = 4
+
 #: Relative gradient below which each Newton step checks the table.
 CHECK_BELOW = 1e-6
 
@@ -519,6 +523,13 @@ def analytic_center_of_rows(contexts, support, rows, *, max_iter=200, box=EQUALI
         The Farkas table (the sign of the loss's: ``<= 0`` off the supports, negative
         on ``rows``), for the contexts divided by their largest entry's power of two;
         ``None`` when not every row of ``rows`` is certified (some may be separable).
+
+    Raises
+    ------
+    ValueError
+        Where ``rows`` are not margin rows of the supports' shape, ``box`` is not
+        positive, or the check's :data:`TABLES_OF_ROWS` ``(m, V)`` tables do not fit
+        in half of the available memory.
     """
     H, support = _check_contexts(contexts, support)
     support = _dense_support(support)
@@ -530,6 +541,11 @@ def analytic_center_of_rows(contexts, support, rows, *, max_iter=200, box=EQUALI
     if not box > 0:
         raise ValueError(f"box must be positive, got {box!r}.")
     m, V = support.shape
+    if TABLES_OF_ROWS * 8.0 * m * V > 0.5 * available_memory():
+        raise ValueError(f"the analytic center of rows of {m} contexts x {V} tokens checks "
+                         f"(m, V) tables ({TABLES_OF_ROWS} at {8.0 * m * V / 2**30:.2f} GiB "
+                         f"each) that do not fit in half of the "
+                         f"{available_memory() / 2**30:.1f} GiB of memory available.")
     if not rows.any():
         return np.zeros((m, V))
     began = time.perf_counter()

@@ -1555,6 +1555,13 @@ def certify_split(contexts, support, held, direction, *, max_center_steps=200):
         ``held``, ``direction`` the point of the cone checked (for the contexts divided
         by their largest entry), ``farkas`` the center's table; ``None`` where either
         side is not certified.
+
+    Raises
+    ------
+    ValueError
+        Where ``held`` or ``direction`` has the wrong shape, ``held`` holds in-support
+        entries, ``direction`` is not finite, or the center's tables do not fit in memory
+        (:func:`~skntp.svm.analytic_center_of_rows`).
     """
     H, support = _check_contexts(contexts, support)
     support = _dense_support(support)
@@ -1567,6 +1574,8 @@ def certify_split(contexts, support, held, direction, *, max_center_steps=200):
                          f"{direction.shape}.")
     if np.any(held & support):
         raise ValueError("held must be margin rows, off the supports.")
+    if not np.all(np.isfinite(direction)):
+        raise ValueError("direction holds NaN or infinite entries.")
     began = time.perf_counter()
     table = _center_module().analytic_center_of_rows(H, support, held,
                                                      max_iter=max_center_steps)

@@ -387,3 +387,12 @@ def test_the_center_of_rows_refuses_bad_input():
     with pytest.raises(ValueError, match="box must be positive"):
         analytic_center_of_rows(H, S, rows, box=-1.0)
     assert np.all(analytic_center_of_rows(H, S, np.zeros_like(S)) == 0)
+
+
+def test_the_center_of_rows_refuses_tables_beyond_the_memory(monkeypatch):
+    from skntp.svm import _ntp_center, analytic_center_of_rows
+
+    H, S = _random_instance(0)
+    monkeypatch.setattr(_ntp_center, "available_memory", lambda: 8.0 * S.size)
+    with pytest.raises(ValueError, match="do not fit"):
+        analytic_center_of_rows(H, S, ~S)

@@ -1178,6 +1178,8 @@ def test_certify_split_refuses_bad_input():
         certify_split(H, S, S, np.zeros((S.shape[1], H.shape[1])))
     with pytest.raises(ValueError, match="shape"):
         certify_split(H, S, ~S, np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        certify_split(H, S, ~S, np.full((S.shape[1], H.shape[1]), np.nan))
 
 
 def test_a_far_point_that_marks_the_wrong_rows_certifies_nothing():
