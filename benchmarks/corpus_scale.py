@@ -59,6 +59,21 @@ def _load(case):
     return load_text_ntp(embedding="words", return_X_y=True, **CASES[case])
 
 
+def _contexts_and_supports(case):
+    """The distinct contexts ``H`` (m, d) of a case and their supports ``S`` (m, V), a
+    dense boolean mask: the inputs of the separability certificates' benchmarks."""
+    import scipy.sparse as sp
+
+    from skntp.decoder import aggregate_contexts
+    from skntp.losses.decoder import next_token_targets
+
+    X, y = _load(case)
+    _, Y = next_token_targets(y, len(y), None)
+    H, _, P, _ = aggregate_contexts(X, Y, np.ones(len(y)))
+    S = P > 0
+    return H, (S.toarray() if sp.issparse(S) else np.asarray(S))
+
+
 class _Phases(logging.Handler):
     """Timestamps of the log records of skntp (each phase logs when it ends)."""
 

@@ -23,17 +23,12 @@ import resource
 import sys
 import time
 
-import numpy as np
-import scipy.sparse as sp
-
 sys.path.insert(0, os.path.dirname(__file__))
 
 
 def main():
-    from corpus_scale import _load
+    from corpus_scale import _contexts_and_supports
 
-    from skntp.decoder import aggregate_contexts
-    from skntp.losses.decoder import next_token_targets
     from skntp.svm import (
         check_cycle_certificate,
         check_label_certificate,
@@ -46,11 +41,7 @@ def main():
     args = parser.parse_args()
     logging.basicConfig(format="  %(message)s")
     logging.getLogger("skntp.svm").setLevel(logging.INFO)
-    X, y = _load(args.case)
-    _, Y = next_token_targets(y, len(y), None)
-    H, _, P, _ = aggregate_contexts(X, Y, np.ones(len(y)))
-    S = P > 0
-    S = S.toarray() if sp.issparse(S) else np.asarray(S)
+    H, S = _contexts_and_supports(args.case)
     print(f"{args.case}: {H.shape[0]} contexts, V = {S.shape[1]}, d = {H.shape[1]}, "
           f"{int((~S).sum())} margin rows, load {os.getloadavg()[0]:.2f}")
     start = time.perf_counter()

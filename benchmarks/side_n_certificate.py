@@ -28,7 +28,6 @@ import sys
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -50,10 +49,8 @@ def _dense_reference(dense, w, u, product):
 
 
 def main():
-    from corpus_scale import _load
+    from corpus_scale import _contexts_and_supports
 
-    from skntp.decoder import aggregate_contexts
-    from skntp.losses.decoder import next_token_targets
     from skntp.svm import (
         analytic_center_of_rows,
         check_cycle_certificate,
@@ -80,11 +77,7 @@ def main():
     parser.add_argument("--max-iter", type=int, default=100)
     parser.add_argument("--extra", help="a saved (m, V) mask of more rows to hold")
     args = parser.parse_args()
-    X, y = _load(args.case)
-    _, Y = next_token_targets(y, len(y), None)
-    H, _, P, _ = aggregate_contexts(X, Y, np.ones(len(y)))
-    S = P > 0
-    S = S.toarray() if sp.issparse(S) else np.asarray(S)
+    H, S = _contexts_and_supports(args.case)
     m, V = S.shape
     cycles = check_cycle_certificate(H, S, cycle_certificate(H, S))
     labels = check_label_certificate(H, S, label_certificate(H, S, equal=cycles),
